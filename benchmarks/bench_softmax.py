@@ -1,0 +1,143 @@
+"""Row softmax benchmark: nnkit vs the memory-bandwidth bound, NumPy, torch and the twin.
+
+Run: ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_softmax.py``
+(``--quick`` for small sizes). Every candidate writes into a preallocated ``out``; the
+repetitions are interleaved (A, B, C, A, B, C, ...) with a short pause before each timing
+(OpenBLAS worker threads spin after a call), and medians are reported. The bound is the
+faster of a Numba prange copy and ``np.copyto`` of the same array (read x + write y),
+measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numba
+import numpy as np
+
+from nnkit._ext import softmax_cpu
+from nnkit.kernels import reference
+from nnkit.kernels.softmax import softmax_forward
+
+try:
+    from nnkit._ext import softmax_cy
+except ImportError:  # not built
+    softmax_cy = None
+
+
+def _copy_rows(x, out):
+    R, C = x.shape
+    for i in numba.prange(R):
+        xr = x[i]
+        yr = out[i]
+        for j in range(C):
+            yr[j] = xr[j]
+
+
+copy_rows = numba.njit(parallel=True)(_copy_rows)
+
+
+def numpy_softmax(x, out):
+    """x - max, exp, sum, divide, into ``out`` (NumPy's SIMD exp)."""
+    np.subtract(x, x.max(axis=1, keepdims=True), out=out)
+    np.exp(out, out=out)
+    out /= out.sum(axis=1, keepdims=True)
+
+
+def _time_interleaved(cands: dict, reps: int, pause: float) -> dict:
+    """Median seconds of each zero-argument callable, repetitions interleaved."""
+    for f in cands.values():  # warm-up: compile, first touch
+        f()
+    times = {k: [] for k in cands}
+    for _ in range(reps):
+        for k, f in cands.items():
+            time.sleep(pause)
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
+def run(quick: bool = False) -> list[dict]:
+    """Time the candidates; return one dict per row of the table."""
+    threads = numba.get_num_threads()
+    R, C = (512, 1024) if quick else (4096, 4096)
+    reps = 5 if quick else 21
+    pause = 0.01 if quick else 0.05
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((R, C)).astype(np.float32)
+    out = {k: np.empty_like(x) for k in ("nnkit", "numba", "cython", "numpy", "torch", "copy")}
+    cands = {
+        "nnkit softmax_forward": lambda: softmax_forward(x, out=out["nnkit"]),
+        "numba softmax_rows": lambda: softmax_cpu.softmax_rows(x, out["numba"]),
+        "numba prange copy": lambda: copy_rows(x, out["copy"]),
+        "np.copyto": lambda: np.copyto(out["copy"], x),
+        "numpy (max, exp, sum, divide)": lambda: numpy_softmax(x, out["numpy"]),
+    }
+    if softmax_cy is not None:
+        cands["cython softmax_rows (1 thread)"] = lambda: softmax_cy.softmax_rows(x, out["cython"])
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        tx, tout = torch.from_numpy(x), torch.from_numpy(out["torch"])
+        cands["torch.softmax(out=)"] = lambda: torch.softmax(tx, -1, out=tout)
+    except ImportError:
+        pass
+    med = _time_interleaved(cands, reps, pause)
+    bound = min(med["numba prange copy"], med["np.copyto"])
+    nbytes = 2 * x.nbytes
+    rows = [
+        {"name": k, "shape": (R, C), "median_ms": v * 1e3, "GB_s": nbytes / v / 1e9,
+         "pct_of_bound": 100.0 * bound / v, "vs_nnkit": v / med["nnkit softmax_forward"]}
+        for k, v in med.items()
+    ]
+    # The naive twin on a small shape, ratio to nnkit on the same shape.
+    xs = rng.standard_normal((64, 64) if quick else (256, 256)).astype(np.float32)
+    small = _time_interleaved({"nnkit": lambda: softmax_forward(xs),
+                               "twin": lambda: reference.softmax(xs)}, 3, 0.01)
+    rows.append({"name": "reference.softmax (naive twin)", "shape": xs.shape,
+                 "median_ms": small["twin"] * 1e3, "GB_s": 2 * xs.nbytes / small["twin"] / 1e9,
+                 "pct_of_bound": float("nan"), "vs_nnkit": small["twin"] / small["nnkit"]})
+    return rows
+
+
+def _print_env():
+    print(f"numba {numba.__version__}, threads {numba.get_num_threads()} "
+          f"({numba.threading_layer() if _threading_layer_known() else 'layer not started'})")
+    try:
+        from threadpoolctl import threadpool_info
+
+        for info in threadpool_info():
+            print(f"  {info.get('internal_api')}: {info.get('num_threads')} threads, "
+                  f"{info.get('architecture', '')} {info.get('filepath', '').split('/')[-1]}")
+    except ImportError:
+        print("  threadpoolctl not installed")
+
+
+def _threading_layer_known():
+    try:
+        numba.threading_layer()
+        return True
+    except ValueError:
+        return False
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, few repetitions")
+    args = parser.parse_args(argv)
+    rows = run(args.quick)
+    _print_env()
+    print(f"{'candidate':34s} {'shape':>12s} {'median ms':>10s} {'GB/s':>7s} "
+          f"{'% bound':>8s} {'x nnkit':>8s}")
+    for r in rows:
+        shape = "x".join(str(s) for s in r["shape"])
+        print(f"{r['name']:34s} {shape:>12s} {r['median_ms']:10.2f} {r['GB_s']:7.1f} "
+              f"{r['pct_of_bound']:8.1f} {r['vs_nnkit']:8.2f}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Timing helpers shared by the benchmark scripts (not a test: benchmarks are never timed tests).
+
+These machines are noisy, so each comparison interleaves its contenders (A, B, A, B, ...),
+pauses briefly before timing (OpenBLAS workers spin ~0.1 s after a call and steal a core)
+and reports medians and ratios measured in the same run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+
+def median_times(contenders: dict, repeats: int, warmup: int = 2, pause: float = 0.15) -> dict:
+    """Median seconds per call of each zero-argument callable, timed interleaved."""
+    for fn in contenders.values():
+        for _ in range(warmup):
+            fn()
+    samples = {name: [] for name in contenders}
+    time.sleep(pause)
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - start)
+    return {name: float(np.median(s)) for name, s in samples.items()}
+
+
+def environment() -> dict:
+    """Thread counts and the BLAS kernel in use (PERF-NOTES: OPENBLAS_CORETYPE slows SGEMM)."""
+    import numba
+
+    env = {"numba_threads": numba.get_num_threads(),
+           "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "unset")}
+    try:
+        from threadpoolctl import threadpool_info
+
+        env["blas"] = "; ".join(f"{p.get('internal_api')} {p.get('architecture')} "
+                                f"x{p.get('num_threads')}" for p in threadpool_info())
+    except ImportError:
+        env["blas"] = "threadpoolctl not installed"
+    return env
+
+
+def try_import_torch():
+    """torch with the same thread count as numba, or None when it is not installed."""
+    try:
+        import numba
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(numba.get_num_threads())
+    return torch

@@ -1,0 +1,46 @@
+"""nnkit: neural networks from first principles at compiled speed.
+
+``import nnkit as nk``. Layers of the package (nothing imports upward):
+``nnkit._ext`` (compiled kernels) <- ``nk.kernels`` (validated forward/backward kernels and
+their naive twins in ``nk.kernels.reference``) <- ``nk.Tensor`` and autograd,
+``nk.functional``, ``nk.nn``, ``nk.optim`` <- models, estimators and the ``nnkit`` command.
+"""
+
+__version__ = "0.1.0"
+
+from . import datasets, functional, kernels, nn, optim, training
+from ._random import manual_seed
+from .autograd import (
+    Tensor,
+    concat,
+    enable_grad,
+    is_grad_enabled,
+    maximum,
+    no_grad,
+    stack,
+    tensor,
+    where,
+)
+from .gradcheck import GradcheckError, gradcheck
+
+__all__ = [
+    "__version__",
+    "Tensor",
+    "tensor",
+    "no_grad",
+    "enable_grad",
+    "is_grad_enabled",
+    "concat",
+    "stack",
+    "where",
+    "maximum",
+    "gradcheck",
+    "GradcheckError",
+    "manual_seed",
+    "datasets",
+    "functional",
+    "training",
+    "kernels",
+    "nn",
+    "optim",
+]

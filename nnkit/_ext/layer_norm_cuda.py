@@ -1,0 +1,152 @@
+"""Layer normalisation over the rows of a C-contiguous (M, D) array: Numba CUDA kernels.
+
+The same mathematics, numerics and launcher signatures as ``nnkit._ext.layer_norm_cpu``
+(read its docstring): float64 accumulators, two passes over the row for mean and variance,
+and the backward corrects the cached mean (stored in x's dtype) in float64.
+
+- forward and the dx part of the backward: one thread block per row, threads striding over
+  the row, shared-memory tree reductions (``softmax_cuda._block_sum``);
+- dweight/dbias: the rows are cut into ``n_chunks = min(M, MAX_CHUNKS)`` blocks (depends on M
+  only); a 2-D grid (column tiles x row blocks) has each thread add its block's rows of one
+  column, in order, into a float64 workspace (n_chunks, D); a second kernel sums the
+  workspace over the blocks in order. No atomics, so the result is bit-for-bit reproducible.
+
+Launchers take CuPy arrays, Numba device arrays, or NumPy arrays under
+``NUMBA_ENABLE_CUDASIM=1``; they allocate their float64 workspaces with
+``numba.cuda.device_array`` and launch on Numba's default stream.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float64
+
+from .layer_norm_cpu import n_chunks_for
+from .softmax_cuda import MAX_THREADS, _block_sum, threads_for
+
+__all__ = ["layer_norm_rows", "layer_norm_backward_rows"]
+
+col_threads = 128  # columns per block of the dweight/dbias kernels (the tests lower it)
+
+
+@cuda.jit
+def _layer_norm_kernel(x, weight, bias, eps, y, mean, rstd):
+    buf = cuda.shared.array(MAX_THREADS, float64)
+    i = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    step = cuda.blockDim.x
+    D = x.shape[1]
+    s = 0.0
+    for j in range(tid, D, step):
+        s += float64(x[i, j])
+    mu = _block_sum(buf, tid, s) / D
+    ss = 0.0
+    for j in range(tid, D, step):
+        u = float64(x[i, j]) - mu
+        ss += u * u
+    r = 1.0 / math.sqrt(_block_sum(buf, tid, ss) / D + eps)
+    for j in range(tid, D, step):
+        y[i, j] = (float64(x[i, j]) - mu) * r * float64(weight[j]) + float64(bias[j])
+    if tid == 0:
+        mean[i] = mu
+        rstd[i] = r
+
+
+@cuda.jit
+def _layer_norm_dx_kernel(dy, x, mean, rstd, weight, dx, mean64):
+    buf = cuda.shared.array(MAX_THREADS, float64)
+    i = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    step = cuda.blockDim.x
+    D = x.shape[1]
+    shift = float64(mean[i])
+    r = float64(rstd[i])
+    su = 0.0
+    sg = 0.0
+    sgu = 0.0
+    for j in range(tid, D, step):
+        u = float64(x[i, j]) - shift
+        g = float64(dy[i, j]) * float64(weight[j])
+        su += u
+        sg += g
+        sgu += g * u
+    d = _block_sum(buf, tid, su) / D  # exact mean = shift + d
+    mean_g = _block_sum(buf, tid, sg) / D
+    mean_gxhat = r * (_block_sum(buf, tid, sgu) / D - d * mean_g)
+    for j in range(tid, D, step):
+        xhat = (float64(x[i, j]) - shift - d) * r
+        dx[i, j] = r * (float64(dy[i, j]) * float64(weight[j]) - mean_g - xhat * mean_gxhat)
+    if tid == 0:
+        mean64[i] = shift + d
+
+
+@cuda.jit
+def _layer_norm_param_chunks_kernel(dy, x, mean64, rstd, dweight_ws, dbias_ws):
+    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    c = cuda.blockIdx.y
+    M, D = x.shape
+    n_chunks = cuda.gridDim.y
+    rows = (M + n_chunks - 1) // n_chunks
+    if j < D:
+        sw = 0.0
+        sb = 0.0
+        for i in range(c * rows, min(M, (c + 1) * rows)):
+            dyv = float64(dy[i, j])
+            sw += dyv * (float64(x[i, j]) - mean64[i]) * float64(rstd[i])
+            sb += dyv
+        dweight_ws[c, j] = sw
+        dbias_ws[c, j] = sb
+
+
+@cuda.jit
+def _zero_kernel(out):
+    j = cuda.grid(1)
+    if j < out.shape[0]:
+        out[j] = 0.0
+
+
+@cuda.jit
+def _sum_chunks_kernel(ws, out):
+    j = cuda.grid(1)
+    if j < ws.shape[1]:
+        s = 0.0
+        for c in range(ws.shape[0]):
+            s += ws[c, j]
+        out[j] = s
+
+
+def layer_norm_rows(x, weight, bias, eps, y, mean, rstd):
+    """y (M, D) = (x - mean) * rstd * weight + bias; mean, rstd (M,). weight, bias (D,)."""
+    M, D = x.shape
+    if M == 0:
+        return
+    _layer_norm_kernel[M, threads_for(D)](x, weight, bias, float(eps), y, mean, rstd)
+
+
+def layer_norm_backward_rows(dy, x, mean, rstd, weight, dx, dweight=None, dbias=None):
+    """dx into ``dx`` (M, D); dweight, dbias (D,) when given (else skipped)."""
+    M, D = x.shape
+    param_grads = dweight is not None or dbias is not None
+    ct = col_threads
+    col_blocks = (D + ct - 1) // ct
+    if M == 0:  # empty sums
+        for out in (dweight, dbias):
+            if out is not None and D > 0:
+                _zero_kernel[col_blocks, ct](out)
+        return
+    mean64 = cuda.device_array(M, dtype=np.float64)
+    _layer_norm_dx_kernel[M, threads_for(D)](dy, x, mean, rstd, weight, dx, mean64)
+    if not param_grads:
+        return
+    n_chunks = n_chunks_for(M)
+    dweight_ws = cuda.device_array((n_chunks, D), dtype=np.float64)
+    dbias_ws = cuda.device_array((n_chunks, D), dtype=np.float64)
+    _layer_norm_param_chunks_kernel[(col_blocks, n_chunks), ct](
+        dy, x, mean64, rstd, dweight_ws, dbias_ws
+    )
+    if dweight is not None:
+        _sum_chunks_kernel[col_blocks, ct](dweight_ws, dweight)
+    if dbias is not None:
+        _sum_chunks_kernel[col_blocks, ct](dbias_ws, dbias)

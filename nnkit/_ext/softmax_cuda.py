@@ -1,0 +1,221 @@
+"""Softmax, log-softmax and cross-entropy over the rows of 2-D arrays: Numba CUDA kernels.
+
+One thread block per row: each thread strides over the row's columns, then a tree reduction
+in shared memory combines the per-thread partial max / sum. The block has a power-of-two
+number of threads, at most ``MAX_THREADS``, chosen from the row length by ``threads_for``.
+Max-shift throughout (exp never sees a positive argument), so logits of +-1e4 are fine.
+
+Accumulators are float64 for both float32 and float64 inputs (the per-element exp too); the
+results are cast to the output's dtype. On data-centre GPUs float64 runs at half rate, and
+these kernels are memory-bound.
+
+Launchers take 2-D C-contiguous device arrays (CuPy arrays, Numba device arrays, or NumPy
+arrays under ``NUMBA_ENABLE_CUDASIM=1``) and preallocated outputs; they validate nothing
+(``nnkit.kernels.softmax`` is the validated entry point) and launch on Numba's default
+stream. A launch with zero rows does nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float64
+
+__all__ = [
+    "MAX_THREADS",
+    "threads_for",
+    "softmax_rows",
+    "log_softmax_rows",
+    "softmax_backward_rows",
+    "log_softmax_backward_rows",
+    "cross_entropy_rows",
+    "cross_entropy_backward_rows",
+]
+
+MAX_THREADS = 256  # shared-memory size of every reduction buffer; a power of two
+# Block-size range used by the launchers (powers of two, block_max <= MAX_THREADS). The tests
+# lower them under the simulator to run the strided loops on rows of a few columns.
+block_min = 32
+block_max = MAX_THREADS
+
+
+def threads_for(n_cols: int) -> int:
+    """Threads per block for rows of ``n_cols``: the next power of two, clipped to
+    [block_min, block_max]."""
+    t = block_min
+    while t < n_cols and t < block_max:
+        t *= 2
+    return t
+
+
+@cuda.jit(device=True)
+def _block_sum(buf, tid, value):
+    """Sum of ``value`` over the block (power-of-two size), returned to every thread."""
+    buf[tid] = value
+    cuda.syncthreads()
+    s = cuda.blockDim.x // 2
+    while s > 0:
+        if tid < s:
+            buf[tid] += buf[tid + s]
+        cuda.syncthreads()
+        s //= 2
+    total = buf[0]
+    cuda.syncthreads()  # buf may be reused right after
+    return total
+
+
+@cuda.jit(device=True)
+def _block_max(buf, tid, value):
+    """Max of ``value`` over the block (power-of-two size), returned to every thread."""
+    buf[tid] = value
+    cuda.syncthreads()
+    s = cuda.blockDim.x // 2
+    while s > 0:
+        if tid < s:
+            buf[tid] = max(buf[tid], buf[tid + s])
+        cuda.syncthreads()
+        s //= 2
+    total = buf[0]
+    cuda.syncthreads()
+    return total
+
+
+@cuda.jit(device=True)
+def _row_max_sumexp(x, row, buf, tid):
+    """(m, s) with m = max_j x[row, j] and s = sum_j exp(x[row, j] - m), in float64."""
+    n = x.shape[1]
+    step = cuda.blockDim.x
+    m = -math.inf
+    for j in range(tid, n, step):
+        m = max(m, float64(x[row, j]))
+    m = _block_max(buf, tid, m)
+    s = 0.0
+    for j in range(tid, n, step):
+        s += math.exp(float64(x[row, j]) - m)
+    s = _block_sum(buf, tid, s)
+    return m, s
+
+
+@cuda.jit
+def _softmax_kernel(x, out):
+    buf = cuda.shared.array(MAX_THREADS, float64)
+    row = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    m, s = _row_max_sumexp(x, row, buf, tid)
+    inv = 1.0 / s
+    for j in range(tid, x.shape[1], cuda.blockDim.x):
+        out[row, j] = math.exp(float64(x[row, j]) - m) * inv
+
+
+@cuda.jit
+def _log_softmax_kernel(x, out):
+    buf = cuda.shared.array(MAX_THREADS, float64)
+    row = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    m, s = _row_max_sumexp(x, row, buf, tid)
+    lse = m + math.log(s)
+    for j in range(tid, x.shape[1], cuda.blockDim.x):
+        out[row, j] = float64(x[row, j]) - lse
+
+
+@cuda.jit
+def _softmax_backward_kernel(dy, y, out):
+    buf = cuda.shared.array(MAX_THREADS, float64)
+    row = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    n = y.shape[1]
+    dot = 0.0
+    for j in range(tid, n, cuda.blockDim.x):
+        dot += float64(dy[row, j]) * float64(y[row, j])
+    dot = _block_sum(buf, tid, dot)
+    for j in range(tid, n, cuda.blockDim.x):
+        out[row, j] = float64(y[row, j]) * (float64(dy[row, j]) - dot)
+
+
+@cuda.jit
+def _log_softmax_backward_kernel(dy, y, out):
+    buf = cuda.shared.array(MAX_THREADS, float64)
+    row = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    n = y.shape[1]
+    s = 0.0
+    for j in range(tid, n, cuda.blockDim.x):
+        s += float64(dy[row, j])
+    s = _block_sum(buf, tid, s)
+    for j in range(tid, n, cuda.blockDim.x):
+        out[row, j] = float64(dy[row, j]) - math.exp(float64(y[row, j])) * s
+
+
+@cuda.jit
+def _cross_entropy_kernel(logits, target, ignore_index, lse, loss_rows):
+    buf = cuda.shared.array(MAX_THREADS, float64)
+    row = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    m, s = _row_max_sumexp(logits, row, buf, tid)
+    if tid == 0:
+        value = m + math.log(s)
+        lse[row] = value
+        t = target[row]
+        if t == ignore_index:
+            loss_rows[row] = 0.0
+        elif 0 <= t < logits.shape[1]:
+            loss_rows[row] = value - float64(logits[row, t])
+        else:  # out of range: validated upstream; never read out of bounds
+            loss_rows[row] = math.nan
+
+
+@cuda.jit
+def _cross_entropy_backward_kernel(logits, target, lse, scale, ignore_index, out):
+    row = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    t = target[row]
+    if t == ignore_index:
+        for j in range(tid, logits.shape[1], cuda.blockDim.x):
+            out[row, j] = 0.0
+    else:
+        value = float64(lse[row])
+        for j in range(tid, logits.shape[1], cuda.blockDim.x):
+            p = math.exp(float64(logits[row, j]) - value)
+            if j == t:
+                p -= 1.0
+            out[row, j] = p * scale
+
+
+def _launch(kernel, rows, cols, *args):
+    if rows == 0:
+        return
+    kernel[rows, threads_for(cols)](*args)
+
+
+def softmax_rows(x, out):
+    """out[i] = softmax(x[i]) for x, out (N, C)."""
+    _launch(_softmax_kernel, x.shape[0], x.shape[1], x, out)
+
+
+def log_softmax_rows(x, out):
+    """out[i] = log_softmax(x[i]) = x[i] - logsumexp(x[i]) for x, out (N, C)."""
+    _launch(_log_softmax_kernel, x.shape[0], x.shape[1], x, out)
+
+
+def softmax_backward_rows(dy, y, out):
+    """out = y * (dy - sum_j dy * y) row-wise, y = softmax(x); all (N, C)."""
+    _launch(_softmax_backward_kernel, y.shape[0], y.shape[1], dy, y, out)
+
+
+def log_softmax_backward_rows(dy, y, out):
+    """out = dy - exp(y) * sum_j dy row-wise, y = log_softmax(x); all (N, C)."""
+    _launch(_log_softmax_backward_kernel, y.shape[0], y.shape[1], dy, y, out)
+
+
+def cross_entropy_rows(logits, target, ignore_index, lse, loss_rows):
+    """lse (N,) = logsumexp of each row of logits (N, C); loss_rows (N,) = lse_i -
+    logits[i, target_i], 0 where target_i == ignore_index (NaN for an out-of-range target)."""
+    _launch(_cross_entropy_kernel, logits.shape[0], logits.shape[1], logits, target,
+            int(ignore_index), lse, loss_rows)
+
+
+def cross_entropy_backward_rows(logits, target, lse, scale, ignore_index, out):
+    """out (N, C) = (softmax(logits) - onehot(target)) * scale, softmax = exp(logits - lse);
+    rows where target == ignore_index are zero. ``scale`` is dloss / n_valid."""
+    _launch(_cross_entropy_backward_kernel, logits.shape[0], logits.shape[1], logits, target,
+            lse, float(scale), int(ignore_index), out)

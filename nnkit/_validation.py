@@ -1,0 +1,157 @@
+"""Validation at the public boundary: one place for the checks and their messages.
+
+Every public entry point validates its inputs here once, then hands plain C-contiguous
+arrays to the kernels (which check nothing). Messages name the argument, what was
+expected and what arrived, in the style of scikit-learn's ``check_array``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+FLOATS = (np.float32, np.float64)
+COMPLEX = (np.complex64, np.complex128)
+INTEGERS = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+
+__all__ = [
+    "FLOATS",
+    "COMPLEX",
+    "INTEGERS",
+    "check_array",
+    "check_same_shape",
+    "check_scalar",
+    "check_choice",
+    "dtype_names",
+]
+
+
+def dtype_names(dtypes) -> str:
+    """'float32 or float64' for a tuple of dtypes."""
+    names = [np.dtype(d).name for d in dtypes]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _is_device_array(x) -> bool:
+    return hasattr(x, "__cuda_array_interface__") and not isinstance(x, np.ndarray)
+
+
+def check_array(
+    x,
+    *,
+    name: str,
+    ndim=None,
+    dtype=None,
+    min_ndim: int | None = None,
+    finite: bool = False,
+    contiguous: bool = True,
+    allow_device: bool = True,
+):
+    """Return ``x`` as an array with the required rank and dtype, or raise.
+
+    Parameters
+    ----------
+    x : array_like
+        The argument to check. NumPy arrays pass through (made C-contiguous when
+        ``contiguous``); GPU arrays (``__cuda_array_interface__``) pass through unchanged
+        when ``allow_device``; anything else goes through ``np.asarray``.
+    name : str
+        The argument's name, used in the messages.
+    ndim : int or tuple of int, optional
+        Accepted rank(s).
+    dtype : dtype or tuple of dtypes, optional
+        Accepted dtypes. ``x`` is never cast silently: a wrong dtype is a ``TypeError``.
+    min_ndim : int, optional
+        Smallest accepted rank.
+    finite : bool
+        Reject NaN and infinity (CPU arrays only).
+    contiguous : bool
+        Return a C-contiguous array (copies non-contiguous views).
+    """
+    if _is_device_array(x):
+        if not allow_device:
+            raise TypeError(f"{name} must be a NumPy array here; got a GPU array {type(x).__name__}")
+        arr = x
+    else:
+        if isinstance(x, (str, bytes)) or x is None:
+            raise TypeError(f"{name} must be an array, got {type(x).__name__}")
+        try:
+            arr = np.asarray(x)
+        except Exception as exc:  # ragged lists, objects numpy cannot hold
+            raise TypeError(f"{name} could not be converted to an array: {exc}") from None
+        if arr.dtype == object:
+            raise TypeError(f"{name} must hold numbers, got an object array")
+    if ndim is not None:
+        ndims = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if arr.ndim not in ndims:
+            expected = " or ".join(str(n) for n in ndims)
+            raise ValueError(
+                f"{name} must be {expected}-dimensional, got shape {tuple(arr.shape)} "
+                f"({arr.ndim}-dimensional)"
+            )
+    if min_ndim is not None and arr.ndim < min_ndim:
+        raise ValueError(
+            f"{name} must have at least {min_ndim} dimension(s), got shape {tuple(arr.shape)}"
+        )
+    if dtype is not None:
+        dtypes = (dtype,) if not isinstance(dtype, tuple) else dtype
+        if np.dtype(arr.dtype) not in [np.dtype(d) for d in dtypes]:
+            raise TypeError(f"{name} must have dtype {dtype_names(dtypes)}, got {arr.dtype}")
+    if finite and isinstance(arr, np.ndarray) and arr.dtype.kind in "fc":
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{name} must be finite, but it holds NaN or infinity")
+    if contiguous and isinstance(arr, np.ndarray) and not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    return arr
+
+
+def check_same_shape(a, b, *, name_a: str, name_b: str) -> None:
+    """Raise ``ValueError`` unless ``a`` and ``b`` have the same shape."""
+    if tuple(a.shape) != tuple(b.shape):
+        raise ValueError(
+            f"{name_a} and {name_b} must have the same shape, got {tuple(a.shape)} and "
+            f"{tuple(b.shape)}"
+        )
+
+
+def check_scalar(
+    value,
+    *,
+    name: str,
+    kind=numbers.Real,
+    low=None,
+    high=None,
+    low_inclusive: bool = True,
+    high_inclusive: bool = True,
+):
+    """Check a hyper-parameter: its type, finiteness and range; return it unchanged.
+
+    ``kind`` is ``numbers.Real`` or ``numbers.Integral``. Booleans are never numbers here.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, kind):
+        what = "an integer" if kind is numbers.Integral else "a real number"
+        raise TypeError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+    if kind is numbers.Real:
+        try:
+            finite = math.isfinite(float(value))
+        except OverflowError:  # an int too large for a float
+            finite = False
+        if not finite:
+            raise ValueError(f"{name} must be finite, got {value!r}")
+    if low is not None and (value < low or (value == low and not low_inclusive)):
+        op = ">=" if low_inclusive else ">"
+        raise ValueError(f"{name} must be {op} {low}, got {value!r}")
+    if high is not None and (value > high or (value == high and not high_inclusive)):
+        op = "<=" if high_inclusive else "<"
+        raise ValueError(f"{name} must be {op} {high}, got {value!r}")
+    return value
+
+
+def check_choice(value, *, name: str, choices) -> str:
+    """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        options = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {options}; got {value!r}")
+    return value

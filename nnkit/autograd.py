@@ -1,0 +1,781 @@
+"""Reverse-mode automatic differentiation: ``nk.Tensor``, ``nk.no_grad`` and the op set.
+
+A ``Tensor`` wraps an array (NumPy, or CuPy on the GPU) in ``.data``. Every op on tensors
+that require grad records a node: its parent tensors and a closure that maps the output's
+gradient to one gradient per parent. ``backward()`` sorts the recorded graph topologically
+(iteratively, so a long unrolled RNN does not hit Python's recursion limit), then walks it
+in reverse, summing the gradients that reach a tensor along several paths.
+
+Each closure is the backward half of a forward/backward pair; closures are dropped after
+use, so calling ``backward`` twice through the same graph raises unless
+``retain_graph=True``.
+
+Examples
+--------
+>>> import nnkit as nk
+>>> x = nk.tensor([1.0, 2.0, 3.0], requires_grad=True)
+>>> y = (x * x).sum()
+>>> y.backward()
+>>> x.grad
+array([2., 4., 6.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import numpy as np
+from scipy import special
+
+from ._backend import array_module
+
+__all__ = [
+    "Tensor",
+    "tensor",
+    "no_grad",
+    "enable_grad",
+    "is_grad_enabled",
+    "concat",
+    "stack",
+    "where",
+    "maximum",
+    "as_tensor",
+    "unbroadcast",
+    "make_result",
+]
+
+_mode = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    """True unless inside ``nk.no_grad()`` (per thread)."""
+    return getattr(_mode, "enabled", True)
+
+
+class _GradMode(contextlib.ContextDecorator):
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def __enter__(self):
+        self.previous = is_grad_enabled()
+        _mode.enabled = self.enabled
+        return self
+
+    def __exit__(self, *exc):
+        _mode.enabled = self.previous
+        return False
+
+
+def no_grad():
+    """Context manager (or decorator) in which ops record no graph."""
+    return _GradMode(False)
+
+
+def enable_grad():
+    """Context manager (or decorator) that turns recording back on inside ``no_grad``."""
+    return _GradMode(True)
+
+
+class _Node:
+    """What backward needs of one op: its parents and the gradient closure."""
+
+    __slots__ = ("parents", "backward", "name")
+
+    def __init__(self, parents, backward, name):
+        self.parents = parents
+        self.backward = backward
+        self.name = name
+
+
+def _default_float(arr):
+    """Python floats become float32 (torch's default); arrays keep their dtype."""
+    return arr.astype(np.float32) if arr.dtype == np.float64 else arr
+
+
+def _to_array(data, dtype=None, copy=False):
+    if isinstance(data, Tensor):
+        data = data.data
+    if hasattr(data, "__cuda_array_interface__") and not isinstance(data, np.ndarray):
+        xp = array_module(data)
+        arr = xp.asarray(data, dtype=dtype)
+        return arr.copy() if copy else arr
+    from_python = not isinstance(data, (np.ndarray, np.generic))
+    try:
+        arr = np.array(data, dtype=dtype, copy=copy) if copy else np.asarray(data, dtype=dtype)
+    except OverflowError as exc:
+        raise ValueError(f"cannot make a tensor of dtype {dtype}: {exc}") from None
+    if arr.dtype.kind not in "biufc":
+        raise TypeError(f"cannot make a tensor of {type(data).__name__}: it holds non-numbers "
+                        f"(dtype {arr.dtype})")
+    if dtype is None and from_python:
+        with np.errstate(over="ignore"):  # 1e39 -> inf in float32, as torch
+            arr = _default_float(arr)
+    return arr
+
+
+def _check_grad_dtype(arr, requires_grad):
+    if requires_grad and arr.dtype.kind not in "fc":
+        raise TypeError(
+            f"only floating-point and complex tensors can require gradients, got dtype {arr.dtype}"
+        )
+
+
+class Tensor:
+    """An array with an optional gradient and the record of the op that made it.
+
+    Parameters
+    ----------
+    data : array_like
+        The values. NumPy arrays keep their dtype; Python floats and lists of floats become
+        float32. CuPy arrays stay on the GPU.
+    requires_grad : bool
+        Record ops on this tensor and accumulate ``.grad`` in ``backward``.
+    dtype : dtype, optional
+        Cast the data to this dtype first.
+
+    Attributes
+    ----------
+    data : ndarray
+        The values (shared, not copied, with the array passed in when no cast is needed).
+    grad : ndarray or None
+        The accumulated gradient after ``backward`` (leaf tensors only), same shape as data.
+    """
+
+    __slots__ = ("data", "grad", "requires_grad", "_ctx", "__weakref__")
+    __array_ufunc__ = None  # ndarray (op) Tensor defers to the Tensor's reflected op
+
+    def __init__(self, data, requires_grad: bool = False, dtype=None):
+        arr = _to_array(data, dtype)
+        _check_grad_dtype(arr, requires_grad)
+        self.data = arr
+        self.grad = None
+        self.requires_grad = bool(requires_grad)
+        self._ctx = None
+
+    # ----- basic properties -------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.data.shape)
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._ctx is None
+
+    @property
+    def T(self) -> Tensor:
+        return self.transpose()
+
+    def numel(self) -> int:
+        return int(self.data.size)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def numpy(self):
+        """The data as a NumPy array (copied to the host for a GPU tensor)."""
+        data = self.data
+        return data if isinstance(data, np.ndarray) else data.get()
+
+    def item(self):
+        return self.data.item()
+
+    def detach(self) -> Tensor:
+        """A tensor sharing the data, cut off from the graph."""
+        return Tensor(self.data)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        _check_grad_dtype(self.data, requires_grad)
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def astype(self, dtype) -> Tensor:
+        """A differentiable cast (the gradient is cast back)."""
+        src = self.data.dtype
+        return make_result(self.data.astype(dtype), (self,), lambda g: (g.astype(src),), "cast")
+
+    def float(self) -> Tensor:
+        return self.astype(np.float32)
+
+    def double(self) -> Tensor:
+        return self.astype(np.float64)
+
+    def __repr__(self) -> str:
+        body = np.array2string(np.asarray(self.numpy()), separator=", ", prefix="tensor(")
+        extra = f", dtype={self.dtype}" if self.dtype != np.float32 else ""
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        return f"tensor({body}{extra}{grad})"
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype)
+
+    __hash__ = object.__hash__
+
+    # ----- backward ---------------------------------------------------------------------
+    def backward(self, gradient=None, retain_graph: bool = False) -> None:
+        """Accumulate d(self)/d(leaf) * gradient into every leaf's ``.grad``.
+
+        Parameters
+        ----------
+        gradient : array_like, optional
+            The upstream gradient, shape of ``self``; may be omitted for a one-element tensor.
+        retain_graph : bool
+            Keep the graph so that ``backward`` can run through it again.
+        """
+        if not self.requires_grad:
+            raise RuntimeError(
+                "backward() called on a tensor that does not require grad: no input of the "
+                "computation had requires_grad=True (or it ran under nk.no_grad())"
+            )
+        xp = array_module(self.data)
+        if gradient is None:
+            if self.data.size != 1:
+                raise RuntimeError(
+                    f"backward() without a gradient needs a one-element tensor, got shape "
+                    f"{self.shape}; pass gradient= of that shape"
+                )
+            gradient = xp.ones_like(self.data)
+        else:
+            gradient = xp.asarray(_to_array(gradient), dtype=self.data.dtype)
+            if gradient.shape != self.data.shape:
+                raise ValueError(
+                    f"gradient has shape {tuple(gradient.shape)} but the tensor has shape "
+                    f"{self.shape}"
+                )
+        _run_backward(self, gradient, retain_graph)
+
+    # ----- arithmetic -------------------------------------------------------------------
+    def __add__(self, other):
+        return _add(self, other)
+
+    def __radd__(self, other):
+        return _add(self, other)
+
+    def __sub__(self, other):
+        return _add(self, -other if not isinstance(other, Tensor) else other.__neg__())
+
+    def __rsub__(self, other):
+        return _add(self.__neg__(), other)
+
+    def __mul__(self, other):
+        return _mul(self, other)
+
+    def __rmul__(self, other):
+        return _mul(self, other)
+
+    def __truediv__(self, other):
+        return _div(self, other)
+
+    def __rtruediv__(self, other):
+        return _div(as_tensor(other, like=self), self)
+
+    def __neg__(self):
+        return make_result(-self.data, (self,), lambda g: (-g,), "neg")
+
+    def __pos__(self):
+        return self
+
+    def __pow__(self, exponent):
+        return _pow(self, exponent)
+
+    def __rpow__(self, base):
+        return _pow(as_tensor(base, like=self), self)
+
+    def __matmul__(self, other):
+        return _matmul(self, as_tensor(other, like=self))
+
+    def __rmatmul__(self, other):
+        return _matmul(as_tensor(other, like=self), self)
+
+    # comparisons give plain boolean arrays: they have no gradient
+    def __lt__(self, other):
+        return self.data < _data(other)
+
+    def __le__(self, other):
+        return self.data <= _data(other)
+
+    def __gt__(self, other):
+        return self.data > _data(other)
+
+    def __ge__(self, other):
+        return self.data >= _data(other)
+
+    # ----- elementwise ------------------------------------------------------------------
+    def exp(self):
+        y = array_module(self.data).exp(self.data)
+        return make_result(y, (self,), lambda g: (g * _conj(y),), "exp")
+
+    def log(self):
+        x = self.data
+        return make_result(array_module(x).log(x), (self,), lambda g: (g / _conj(x),), "log")
+
+    def sqrt(self):
+        y = array_module(self.data).sqrt(self.data)
+        return make_result(y, (self,), lambda g: (g / (2 * _conj(y)),), "sqrt")
+
+    def abs(self):
+        x = self.data
+        xp = array_module(x)
+        return make_result(xp.abs(x), (self,), lambda g: (g * xp.sign(x),), "abs")
+
+    def tanh(self):
+        y = array_module(self.data).tanh(self.data)
+        return make_result(y, (self,), lambda g: (g * _conj(1 - y * y),), "tanh")
+
+    def sigmoid(self):
+        y = special.expit(self.data) if isinstance(self.data, np.ndarray) else _gpu_expit(self.data)
+        return make_result(y, (self,), lambda g: (g * y * (1 - y),), "sigmoid")
+
+    def relu(self):
+        x = self.data
+        mask = x > 0
+        return make_result(x * mask, (self,), lambda g: (g * mask,), "relu")
+
+    def clip(self, min=None, max=None):
+        """Clamp to [min, max]; the gradient flows where the value was not clamped."""
+        x = self.data
+        xp = array_module(x)
+        y = xp.clip(x, min, max)
+        inside = y == x
+        return make_result(y, (self,), lambda g: (g * inside,), "clip")
+
+    # ----- reductions -------------------------------------------------------------------
+    def sum(self, axis=None, keepdims: bool = False):
+        x = self.data
+        y = x.sum(axis=axis, keepdims=keepdims)
+        shape = x.shape
+
+        def backward(g):
+            return (_expand_reduced(g, shape, axis, keepdims),)
+
+        return make_result(_as_array_like(y, x), (self,), backward, "sum")
+
+    def mean(self, axis=None, keepdims: bool = False):
+        x = self.data
+        count = x.size if axis is None else int(np.prod([x.shape[a] for a in _axes(axis)]))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            y = x.sum(axis=axis, keepdims=keepdims) / count  # count 0: NaN, silently (torch)
+        shape = x.shape
+
+        def backward(g):
+            return (_expand_reduced(g, shape, axis, keepdims) / count,)
+
+        return make_result(_as_array_like(y, x), (self,), backward, "mean")
+
+    def max(self, axis=None, keepdims: bool = False):
+        """Largest value along ``axis``; the gradient is split evenly between ties."""
+        return self._extreme(axis, keepdims, "max")
+
+    def min(self, axis=None, keepdims: bool = False):
+        """Smallest value along ``axis``; the gradient is split evenly between ties."""
+        return self._extreme(axis, keepdims, "min")
+
+    def _extreme(self, axis, keepdims, kind):
+        x = self.data
+        if x.size == 0:
+            raise ValueError(f"{kind}() of an empty tensor of shape {self.shape} is undefined")
+        yk = x.max(axis=axis, keepdims=True) if kind == "max" else x.min(axis=axis, keepdims=True)
+        y = yk if keepdims else (yk.reshape(()) if axis is None else yk.squeeze(axis=axis))
+
+        def backward(g):
+            mask = (x == yk) | (array_module(x).isnan(x) & array_module(x).isnan(yk))
+            share = mask / mask.sum(axis=axis, keepdims=True)
+            return (_expand_reduced(g, x.shape, axis, keepdims) * share,)
+
+        return make_result(_as_array_like(y, x), (self,), backward, kind)
+
+    # ----- shape ------------------------------------------------------------------------
+    def reshape(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        src = self.data.shape
+        return make_result(self.data.reshape(shape), (self,), lambda g: (g.reshape(src),),
+                           "reshape")
+
+    def view(self, *shape):
+        return self.reshape(*shape)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1):
+        shape = self.shape
+        nd = len(shape)
+        if nd == 0:
+            return self.reshape(1)
+        for name, d in (("start_dim", start_dim), ("end_dim", end_dim)):
+            if not -nd <= d < nd:
+                raise ValueError(f"{name}={d} is out of range for a {nd}-dimensional tensor "
+                                 f"of shape {shape}; expected a dim in [{-nd}, {nd - 1}]")
+        s, e = start_dim % nd, end_dim % nd
+        merged = int(np.prod(shape[s : e + 1]))
+        return self.reshape(shape[:s] + (merged,) + shape[e + 1 :])
+
+    def transpose(self, *axes):
+        """Permute the axes as ``np.transpose`` (reversed when none are given)."""
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        if not axes:
+            axes = tuple(range(self.ndim - 1, -1, -1))
+        if sorted(a % max(self.ndim, 1) for a in axes) != list(range(self.ndim)):
+            raise ValueError(
+                f"transpose needs a permutation of all {self.ndim} axes, got {axes}; "
+                "use swapaxes(a, b) to exchange two axes"
+            )
+        inverse = tuple(np.argsort([a % self.ndim for a in axes]))
+        return make_result(self.data.transpose(axes), (self,),
+                           lambda g: (g.transpose(inverse),), "transpose")
+
+    def permute(self, *axes):
+        """Alias of ``transpose(*axes)`` (torch's name)."""
+        return self.transpose(*axes)
+
+    def swapaxes(self, axis1: int, axis2: int):
+        """Exchange two axes (torch's ``transpose(dim0, dim1)``)."""
+        perm = list(range(self.ndim))
+        perm[axis1], perm[axis2] = perm[axis2], perm[axis1]
+        return self.transpose(perm)
+
+    def unsqueeze(self, axis: int):
+        return self.reshape(np.expand_dims(self.data, axis).shape)
+
+    def squeeze(self, axis=None):
+        return self.reshape(self.data.squeeze(axis=axis).shape)
+
+    def __getitem__(self, index):
+        index = _data_index(index)
+        x = self.data
+        y = x[index]
+        advanced = _is_advanced(index)
+
+        def backward(g):
+            xp = array_module(g)
+            gx = xp.zeros(x.shape, dtype=g.dtype)
+            if advanced:
+                xp.add.at(gx, index, g)
+            else:
+                gx[index] = g
+            return (gx,)
+
+        return make_result(_as_array_like(y, x), (self,), backward, "getitem")
+
+
+# ----- graph walking ------------------------------------------------------------------------
+def _topological_order(root):
+    """Tensors reachable from ``root`` that need grad, parents before children (iterative)."""
+    order, visited = [], set()
+    stack = [(root, False)]
+    while stack:
+        t, done = stack.pop()
+        if done:
+            order.append(t)
+            continue
+        if id(t) in visited:
+            continue
+        visited.add(id(t))
+        stack.append((t, True))
+        ctx = t._ctx
+        if ctx is not None:
+            for p in ctx.parents:
+                if p.requires_grad and id(p) not in visited:
+                    stack.append((p, False))
+    return order
+
+
+def _run_backward(root, gradient, retain_graph):
+    grads = {id(root): gradient}
+    for t in reversed(_topological_order(root)):
+        g = grads.pop(id(t), None)
+        if g is None:
+            continue
+        ctx = t._ctx
+        if ctx is None:
+            _accumulate_leaf(t, g)
+            continue
+        if ctx.backward is None:
+            raise RuntimeError(
+                f"trying to backward through the graph a second time (at a '{ctx.name}' op): "
+                "its saved values were freed after the first backward; call "
+                "backward(retain_graph=True) the first time if you need to go through it again"
+            )
+        parent_grads = ctx.backward(g)
+        if not retain_graph:
+            ctx.backward = None
+        for p, pg in zip(ctx.parents, parent_grads):
+            if pg is None or not p.requires_grad:
+                continue
+            key = id(p)
+            grads[key] = pg if key not in grads else grads[key] + pg
+
+
+def _accumulate_leaf(t, g):
+    if isinstance(g, np.generic):
+        g = np.asarray(g)
+    if g.dtype.kind == "c" and t.data.dtype.kind != "c":
+        g = g.real  # a real leaf of a complex graph: dL/dx is the real part
+    if g.dtype != t.data.dtype:
+        g = g.astype(t.data.dtype)
+    if g.shape != t.data.shape:
+        g = unbroadcast(g, t.data.shape)
+    if t.grad is None:
+        t.grad = g.copy()  # own it: one gradient array may reach several leaves (x + x)
+    else:
+        t.grad = t.grad + g
+
+
+# ----- op plumbing ------------------------------------------------------------------------
+def make_result(data, parents, backward, name: str = "op") -> Tensor:
+    """Wrap ``data`` as the output of an op on ``parents`` with gradient closure ``backward``.
+
+    ``backward(g)`` returns one gradient (or None) per parent, in order, each the shape of
+    that parent's data (broadcast gradients are reduced by the op itself or by
+    ``unbroadcast``). No node is recorded under ``no_grad`` or when no parent needs grad.
+    """
+    out = Tensor.__new__(Tensor)
+    out.data = np.asarray(data) if isinstance(data, np.generic) else data  # 0-d stays an array
+    out.grad = None
+    if is_grad_enabled() and any(p.requires_grad for p in parents):
+        out.requires_grad = True
+        out._ctx = _Node(parents, backward, name)
+    else:
+        out.requires_grad = False
+        out._ctx = None
+    return out
+
+
+def as_tensor(value, like: Tensor | None = None) -> Tensor:
+    """``value`` as a Tensor (unchanged when it is one); scalars take ``like``'s dtype."""
+    if isinstance(value, Tensor):
+        return value
+    if like is not None and np.isscalar(value):
+        return Tensor(array_module(like.data).asarray(value, dtype=like.data.dtype))
+    return Tensor(value)
+
+
+def _data(value):
+    return value.data if isinstance(value, Tensor) else value
+
+
+def unbroadcast(grad, shape):
+    """Sum ``grad`` over the axes that broadcasting added or stretched to reach ``shape``."""
+    shape = tuple(shape)
+    if grad.shape == shape:
+        return grad
+    extra = grad.ndim - len(shape)
+    if extra > 0:
+        grad = grad.sum(axis=tuple(range(extra)))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    if stretched:
+        grad = grad.sum(axis=stretched, keepdims=True)
+    return grad.reshape(shape)
+
+
+def _axes(axis):
+    return (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+
+
+def _expand_reduced(g, shape, axis, keepdims):
+    """Broadcast the gradient of a reduction back to the input's ``shape``."""
+    xp = array_module(g)
+    if axis is not None and not keepdims:
+        axes = tuple(a % len(shape) for a in _axes(axis))
+        g = g.reshape([1 if i in axes else n for i, n in enumerate(shape)])
+    return xp.broadcast_to(g, shape)
+
+
+def _as_array_like(y, x):
+    """Reductions of NumPy arrays may return NumPy scalars; keep them 0-d arrays."""
+    return np.asarray(y) if isinstance(x, np.ndarray) else y
+
+
+def _data_index(index):
+    if isinstance(index, Tensor):
+        return index.data
+    if isinstance(index, tuple):
+        return tuple(i.data if isinstance(i, Tensor) else i for i in index)
+    return index
+
+
+def _is_advanced(index):
+    """True when the index holds integer arrays, which may repeat positions."""
+    items = index if isinstance(index, tuple) else (index,)
+    for i in items:
+        if isinstance(i, (int, np.integer, slice, type(None), type(Ellipsis))):
+            continue
+        if getattr(i, "dtype", None) is not None and i.dtype == bool:
+            continue  # a boolean mask selects each position at most once
+        return True
+    return False
+
+
+def _conj(x):
+    """Complex conjugate for complex arrays, the array itself otherwise.
+
+    Backward rules of holomorphic ops multiply by conj(f'(z)): the gradient of a real loss
+    with respect to z = x + iy is dL/dx + i dL/dy, as in torch.
+    """
+    return x.conj() if getattr(x, "dtype", None) is not None and x.dtype.kind == "c" else x
+
+
+def _gpu_expit(x):
+    xp = array_module(x)
+    return 0.5 * (xp.tanh(0.5 * x) + 1)
+
+
+def _binary(a, b):
+    """Operands as (Tensor, Tensor-or-constant array); constants never get a node."""
+    if isinstance(b, Tensor):
+        return a, b, b.data
+    return a, None, b
+
+
+def _add(a, b):
+    a, bt, bd = _binary(a, b)
+    y = a.data + bd
+    if bt is None:
+        ash = a.data.shape
+        return make_result(y, (a,), lambda g: (unbroadcast(g, ash),), "add")
+    ash, bsh = a.data.shape, bd.shape
+    return make_result(y, (a, bt), lambda g: (unbroadcast(g, ash), unbroadcast(g, bsh)), "add")
+
+
+def _mul(a, b):
+    a, bt, bd = _binary(a, b)
+    ad = a.data
+    y = ad * bd
+    if bt is None:
+        return make_result(y, (a,), lambda g: (unbroadcast(g * _conj(bd), ad.shape),), "mul")
+
+    def backward(g):
+        return unbroadcast(g * _conj(bd), ad.shape), unbroadcast(g * _conj(ad), bd.shape)
+
+    return make_result(y, (a, bt), backward, "mul")
+
+
+def _div(a, b):
+    a, bt, bd = _binary(a, b)
+    ad = a.data
+    y = ad / bd
+    if bt is None:
+        return make_result(y, (a,), lambda g: (unbroadcast(g / _conj(bd), ad.shape),), "div")
+
+    def backward(g):
+        gb = -g * _conj(y / bd)
+        return unbroadcast(g / _conj(bd), ad.shape), unbroadcast(gb, bd.shape)
+
+    return make_result(y, (a, bt), backward, "div")
+
+
+def _pow(a, exponent):
+    ad = a.data
+    if not isinstance(exponent, Tensor):
+        p = exponent
+        y = ad**p
+        return make_result(y, (a,), lambda g: (unbroadcast(g * _conj(p * ad ** (p - 1)),
+                                                           ad.shape),), "pow")
+    pd = exponent.data
+    y = ad**pd
+    xp = array_module(ad)
+
+    def backward(g):
+        ga = unbroadcast(g * _conj(pd * ad ** (pd - 1)), ad.shape)
+        if ad.dtype.kind == "c" or pd.dtype.kind == "c":
+            log_a = xp.log(ad.astype(complex))
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                log_a = xp.where(ad > 0, xp.log(xp.where(ad > 0, ad, 1)), 0)
+        gp = unbroadcast(g * _conj(y * log_a), pd.shape)
+        return ga, gp
+
+    return make_result(y, (a, exponent), backward, "pow")
+
+
+def _matmul(a, b):
+    ad, bd = a.data, b.data
+    if ad.ndim == 0 or bd.ndim == 0:
+        raise ValueError("matmul needs operands of at least 1 dimension; use * for scalars")
+    y = ad @ bd
+
+    def backward(g):
+        if ad.ndim == 1 and bd.ndim == 1:  # inner product
+            return g * _conj(bd), _conj(ad) * g
+        a2 = ad[None, :] if ad.ndim == 1 else ad
+        b2 = bd[:, None] if bd.ndim == 1 else bd
+        g2 = g
+        if ad.ndim == 1:
+            g2 = g2[..., None, :]
+        if bd.ndim == 1:
+            g2 = g2[..., None]
+        ga = g2 @ _conj(b2.swapaxes(-1, -2))
+        gb = _conj(a2.swapaxes(-1, -2)) @ g2
+        ga = unbroadcast(ga, a2.shape).reshape(ad.shape)
+        gb = unbroadcast(gb, b2.shape).reshape(bd.shape)
+        return ga, gb
+
+    return make_result(_as_array_like(y, ad), (a, b), backward, "matmul")
+
+
+# ----- functions over several tensors --------------------------------------------------------
+def concat(tensors, axis: int = 0) -> Tensor:
+    """Join tensors along an existing axis (``np.concatenate``)."""
+    tensors = [as_tensor(t) for t in tensors]
+    if not tensors:
+        raise ValueError("concat needs at least one tensor, got an empty sequence")
+    xp = array_module(tensors[0].data)
+    y = xp.concatenate([t.data for t in tensors], axis=axis)
+    bounds = np.cumsum([t.data.shape[axis] for t in tensors])[:-1]
+
+    def backward(g):
+        return tuple(xp.split(g, bounds, axis=axis))
+
+    return make_result(y, tuple(tensors), backward, "concat")
+
+
+def stack(tensors, axis: int = 0) -> Tensor:
+    """Join tensors along a new axis (``np.stack``)."""
+    tensors = [as_tensor(t) for t in tensors]
+    if not tensors:
+        raise ValueError("stack needs at least one tensor, got an empty sequence")
+    xp = array_module(tensors[0].data)
+    y = xp.stack([t.data for t in tensors], axis=axis)
+
+    def backward(g):
+        return tuple(xp.moveaxis(g, axis, 0))
+
+    return make_result(y, tuple(tensors), backward, "stack")
+
+
+def where(condition, x, y) -> Tensor:
+    """``x`` where ``condition`` else ``y``, elementwise with broadcasting."""
+    cond = _data(condition)
+    xt, yt = as_tensor(x), as_tensor(y)
+    xp = array_module(xt.data)
+    out = xp.where(cond, xt.data, yt.data)
+    xs, ys = xt.data.shape, yt.data.shape
+
+    def backward(g):
+        zero = xp.zeros_like(g)
+        return (unbroadcast(xp.where(cond, g, zero), xs), unbroadcast(xp.where(cond, zero, g), ys))
+
+    return make_result(out, (xt, yt), backward, "where")
+
+
+def maximum(x, y) -> Tensor:
+    """Elementwise maximum; at ties the gradient goes to ``x``."""
+    xt, yt = as_tensor(x), as_tensor(y)
+    return where(xt.data >= yt.data, xt, yt)
+
+
+def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:
+    """A new leaf tensor holding a copy of ``data`` (see ``Tensor``)."""
+    t = Tensor.__new__(Tensor)
+    arr = _to_array(data, dtype, copy=True)
+    _check_grad_dtype(arr, requires_grad)
+    t.data, t.grad, t.requires_grad, t._ctx = arr, None, bool(requires_grad), None
+    return t

@@ -1,0 +1,136 @@
+"""The ``nnkit`` command: ``nnkit tour`` (the main job), ``nnkit bench``, ``nnkit info``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import platform
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _version(module: str) -> str:
+    try:
+        mod = __import__(module)
+        return getattr(mod, "__version__", "installed")
+    except ImportError:
+        return "not installed"
+
+
+def info() -> dict:
+    """Versions, threading and backends, as a dict (printed by ``nnkit info``)."""
+    import numba
+
+    import nnkit
+
+    from ._backend import cuda_available
+
+    numba.njit(lambda: 0)()  # start numba so its threading layer is known
+    rows = {
+        "nnkit": nnkit.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "numpy": _version("numpy"),
+        "numba": numba.__version__,
+        "scipy": _version("scipy"),
+        "scikit-learn": _version("sklearn"),
+        "numba threads": str(numba.get_num_threads()),
+        "numba threading layer": _threading_layer(),
+        "cython kernels": _cython_status(),
+        "CUDA available": "yes" if cuda_available() else "no",
+        "cupy": _version("cupy"),
+        "torch (optional, tests)": _version("torch"),
+        "matplotlib (plots)": _version("matplotlib"),
+    }
+    try:
+        from threadpoolctl import threadpool_info
+
+        for pool in threadpool_info():
+            rows[f"BLAS {pool.get('internal_api')}"] = (
+                f"{pool.get('version')} {pool.get('architecture')} x{pool.get('num_threads')}"
+            )
+    except ImportError:
+        pass
+    return rows
+
+
+def _threading_layer() -> str:
+    import numba
+    from numba import prange
+
+    @numba.njit(parallel=True)
+    def _touch(n):
+        s = 0
+        for i in prange(n):
+            s += i
+        return s
+
+    try:
+        _touch(8)
+        return numba.threading_layer()
+    except Exception as exc:  # no usable layer: say so rather than fail
+        return f"unavailable ({exc})"
+
+
+def _cython_status() -> str:
+    return "built" if importlib.util.find_spec("nnkit._ext.softmax_cy") else "NOT BUILT"
+
+
+def _find_benchmarks() -> Path | None:
+    here = Path(__file__).resolve().parent.parent / "benchmarks"
+    for candidate in (Path.cwd() / "benchmarks", here):
+        if candidate.is_dir() and any(candidate.glob("bench_*.py")):
+            return candidate
+    return None
+
+
+def bench(quick: bool, only: str | None) -> int:
+    """Run every ``benchmarks/bench_*.py`` (its ``run(quick)``) and print ratio tables."""
+    from .tour import format_table
+
+    folder = _find_benchmarks()
+    if folder is None:
+        print("nnkit bench runs the scripts in benchmarks/ of a source checkout; run it from the "
+              "repository root", file=sys.stderr)
+        return 2
+    for path in sorted(folder.glob("bench_*.py")):
+        if only and only not in path.stem:
+            continue
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        print(f"\n== {path.stem} ==")
+        rows = module.run(quick=quick)
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        print(format_table(rows, columns))
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="nnkit", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_tour = sub.add_parser("tour", help="train the tour's models and print a results table")
+    p_tour.add_argument("--quick", action="store_true", help="fewer epochs (a smoke run)")
+    p_tour.add_argument("--out", default="nnkit-tour", help="folder for the plots")
+    p_tour.add_argument("--seed", type=int, default=0)
+    p_bench = sub.add_parser("bench", help="run benchmarks/ and print ratio tables")
+    p_bench.add_argument("--quick", action="store_true", help="small sizes, few repetitions")
+    p_bench.add_argument("--only", help="run only the benchmarks whose name contains this")
+    sub.add_parser("info", help="versions, threads, CUDA")
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        for key, value in info().items():
+            print(f"{key:26s} {value}")
+        return 0
+    if args.command == "bench":
+        return bench(args.quick, args.only)
+    from .tour import run_tour
+
+    rows = run_tour(args.out, quick=args.quick, seed=args.seed)
+    return 0 if all(r.get("ok", True) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,316 @@
+"""Differentiable functions (``import nnkit.functional as F``), torch's names and semantics.
+
+Every function takes ``nk.Tensor``s or plain arrays (wrapped as constants); integer
+inputs (class targets, token ids) are plain arrays. The fused ones (softmax, log_softmax,
+cross_entropy, layer_norm, linear) call a forward/backward pair from ``nnkit.kernels``;
+the others compose Tensor ops.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+from scipy import special
+
+from . import kernels
+from ._backend import array_module
+from ._random import get_rng
+from ._validation import check_array, check_choice, check_scalar
+from .autograd import Tensor, as_tensor, make_result, unbroadcast
+
+__all__ = [
+    "linear",
+    "sigmoid",
+    "tanh",
+    "relu",
+    "gelu",
+    "softmax",
+    "log_softmax",
+    "cross_entropy",
+    "mse_loss",
+    "binary_cross_entropy_with_logits",
+    "layer_norm",
+    "dropout",
+    "embedding",
+]
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _float_tensor(x, name: str) -> Tensor:
+    t = as_tensor(x)
+    if t.dtype.kind not in "fc":
+        raise TypeError(f"{name} must be a floating-point array or Tensor, got dtype {t.dtype}")
+    return t
+
+
+def _reduce(loss: Tensor, reduction: str) -> Tensor:
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss
+
+
+def linear(x, weight, bias=None) -> Tensor:
+    """y = x @ weight.T + bias.
+
+    Parameters
+    ----------
+    x : Tensor (..., in_features)
+    weight : Tensor (out_features, in_features)
+    bias : Tensor (out_features,) or None
+
+    Returns
+    -------
+    Tensor (..., out_features)
+    """
+    x, weight = _float_tensor(x, "x"), _float_tensor(weight, "weight")
+    if weight.ndim != 2:
+        raise ValueError(f"weight must be 2-D (out_features, in_features), got {weight.shape}")
+    if x.ndim == 0 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"x has shape {x.shape} but weight has shape {weight.shape}: the last axis of x "
+            f"must have in_features={weight.shape[1]} entries"
+        )
+    xd, wd = x.data, weight.data
+    y = xd @ wd.T
+    parents = (x, weight)
+    if bias is not None:
+        bias = _float_tensor(bias, "bias")
+        if bias.shape != (weight.shape[0],):
+            raise ValueError(f"bias must have shape ({weight.shape[0]},), got {bias.shape}")
+        y += bias.data
+        parents = (x, weight, bias)
+
+    def backward(g):
+        g2 = g.reshape(-1, g.shape[-1])  # (M, out)
+        gx = g @ wd
+        gw = g2.T @ xd.reshape(-1, xd.shape[-1])  # (out, in)
+        if len(parents) == 3:
+            return gx, gw, g2.sum(axis=0)
+        return gx, gw
+
+    return make_result(y, parents, backward, "linear")
+
+
+def sigmoid(x) -> Tensor:
+    """1 / (1 + exp(-x)), computed without overflow."""
+    return _float_tensor(x, "x").sigmoid()
+
+
+def tanh(x) -> Tensor:
+    return _float_tensor(x, "x").tanh()
+
+
+def relu(x) -> Tensor:
+    """max(x, 0); the gradient at 0 is 0, as torch."""
+    return _float_tensor(x, "x").relu()
+
+
+def gelu(x, approximate: str = "none") -> Tensor:
+    """x * Phi(x) (Phi the standard normal CDF), or its tanh approximation.
+
+    approximate='tanh': 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as torch.
+    """
+    check_choice(approximate, name="approximate", choices=("none", "tanh"))
+    x = _float_tensor(x, "x")
+    xd_in = x.data
+    # beyond |x| = 10 gelu is relu to within float64 rounding; evaluating the formula there
+    # overflows x**3 and x*x (and 0 * inf gives NaN gradients)
+    big = np.abs(xd_in) > 10
+    xd = np.where(big, 0, xd_in).astype(xd_in.dtype, copy=False)
+    if approximate == "tanh":
+        c = math.sqrt(2.0 / math.pi)
+        inner = c * (xd + 0.044715 * xd**3)
+        t = np.tanh(inner)
+        y = 0.5 * xd * (1 + t)
+
+        def backward(g):
+            dinner = c * (1 + 3 * 0.044715 * xd**2)
+            return (g * np.where(big, xd_in > 0, 0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * dinner),)
+    else:
+        cdf = 0.5 * (1 + special.erf(xd / math.sqrt(2.0)))
+        y = xd * cdf
+
+        def backward(g):
+            pdf = np.exp(-0.5 * xd * xd) / math.sqrt(2 * math.pi)
+            return (g * np.where(big, xd_in > 0, cdf + xd * pdf),)
+
+    y = np.where(big, np.maximum(xd_in, 0), y)
+    return make_result(y.astype(xd.dtype, copy=False), (x,), backward, "gelu")
+
+
+def softmax(x, axis: int = -1) -> Tensor:
+    """exp(x - max) / sum exp(x - max) along ``axis`` (fused kernel, forward and backward)."""
+    x = _float_tensor(x, "x")
+    y = kernels.softmax_forward(x.data, axis=axis)
+    return make_result(y, (x,), lambda g: (kernels.softmax_backward(g, y, axis=axis),),
+                       "softmax")
+
+
+def log_softmax(x, axis: int = -1) -> Tensor:
+    """x - logsumexp(x) along ``axis`` (fused kernel, forward and backward)."""
+    x = _float_tensor(x, "x")
+    y = kernels.log_softmax_forward(x.data, axis=axis)
+    return make_result(y, (x,), lambda g: (kernels.log_softmax_backward(g, y, axis=axis),),
+                       "log_softmax")
+
+
+def _check_target(target, n: int, name="target"):
+    target = check_array(target, name=name, ndim=1)
+    if target.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integer class indices, got dtype {target.dtype}")
+    if target.shape[0] != n:
+        raise ValueError(f"{name} has {target.shape[0]} entries but the input has {n} rows")
+    return target
+
+
+def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+    """Cross-entropy of class ``target`` under softmax(``logits``), torch's ``cross_entropy``.
+
+    Parameters
+    ----------
+    logits : Tensor (N, C) float
+    target : array (N,) int, class indices in [0, C) or ``ignore_index``
+    ignore_index : int
+        Rows with this target contribute nothing and are not counted in the mean.
+    reduction : {'mean', 'sum', 'none'}
+        'mean' (the fused kernel) averages over the non-ignored rows (NaN if there are
+        none, as torch); 'none' returns the (N,) per-row losses (0 where ignored).
+    """
+    check_choice(reduction, name="reduction", choices=_REDUCTIONS)
+    check_scalar(ignore_index, name="ignore_index", kind=numbers.Integral, low=-(2**63),
+                 high=2**63 - 1)
+    logits = _float_tensor(logits, "logits")
+    if logits.ndim != 2:
+        raise ValueError(f"logits must be 2-D (N, C), got shape {logits.shape}")
+    target = _check_target(target, logits.shape[0])
+    if reduction == "mean":
+        loss, lse = kernels.cross_entropy_forward(logits.data, target, ignore_index)
+        ld = logits.data
+
+        def backward(g):
+            return (kernels.cross_entropy_backward(g, ld, target, lse, ignore_index),)
+
+        return make_result(loss, (logits,), backward, "cross_entropy")
+    valid = target != ignore_index
+    if np.any(valid & ((target < 0) | (target >= logits.shape[1]))):
+        bad = target[valid & ((target < 0) | (target >= logits.shape[1]))][0]
+        raise ValueError(
+            f"target holds class {bad}, outside [0, {logits.shape[1]}) for C={logits.shape[1]}"
+        )
+    rows = np.arange(logits.shape[0])
+    picked = log_softmax(logits)[rows, np.where(valid, target, 0)]
+    per_row = -picked * valid.astype(logits.dtype)
+    return _reduce(per_row, reduction)
+
+
+def mse_loss(pred, target, reduction: str = "mean") -> Tensor:
+    """Mean (or sum, or elementwise) squared error; shapes must match or broadcast."""
+    check_choice(reduction, name="reduction", choices=_REDUCTIONS)
+    pred = _float_tensor(pred, "pred")
+    target = as_tensor(target, like=pred)
+    try:
+        np.broadcast_shapes(pred.shape, target.shape)
+    except ValueError:
+        raise ValueError(
+            f"pred has shape {pred.shape} and target has shape {target.shape}: they do not "
+            "broadcast"
+        ) from None
+    diff = pred - target
+    return _reduce(diff * diff, reduction)
+
+
+def binary_cross_entropy_with_logits(logits, target, weight=None, pos_weight=None,
+                                     reduction: str = "mean") -> Tensor:
+    """-[p y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))] computed stably, as torch.
+
+    ``weight`` multiplies each element's loss; ``pos_weight`` (p, broadcast along the last
+    axis) weights the positive term. The gradient with respect to the logits is
+    ``sigmoid(x) (p y + 1 - y) - p y`` times the weight.
+    """
+    check_choice(reduction, name="reduction", choices=_REDUCTIONS)
+    x = _float_tensor(logits, "logits")
+    y = np.asarray(target.data if isinstance(target, Tensor) else target, dtype=x.dtype)
+    if y.shape != x.shape:
+        raise ValueError(f"target has shape {y.shape} but logits have shape {x.shape}")
+    xd = x.data
+    p = 1.0 if pos_weight is None else np.asarray(getattr(pos_weight, "data", pos_weight),
+                                                    dtype=xd.dtype)
+    w = 1.0 if weight is None else np.asarray(getattr(weight, "data", weight), dtype=xd.dtype)
+    coef = p * y + 1 - y
+    # log(1 + exp(-|x|)) + max(-x, 0) = -log sigmoid(x), without overflow
+    softplus_neg = np.log1p(np.exp(-np.abs(xd))) + np.maximum(-xd, 0)
+    loss = w * ((1 - y) * xd + coef * softplus_neg)
+    sig = special.expit(xd)
+
+    def backward(g):
+        return (unbroadcast(g * w * (sig * coef - p * y), xd.shape),)
+
+    per_elem = make_result(np.asarray(loss, dtype=xd.dtype), (x,), backward, "bce_with_logits")
+    return _reduce(per_elem, reduction)
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
+    """(x - mean) / sqrt(var + eps) * weight + bias over the trailing ``normalized_shape``.
+
+    Parameters
+    ----------
+    x : Tensor (..., *normalized_shape)
+    weight, bias : Tensor of shape ``normalized_shape`` or None
+    """
+    x = _float_tensor(x, "x")
+    w = _float_tensor(weight, "weight") if weight is not None else None
+    b = _float_tensor(bias, "bias") if bias is not None else None
+    y, mean, rstd = kernels.layer_norm_forward(
+        x.data, normalized_shape, None if w is None else w.data, None if b is None else b.data,
+        eps,
+    )
+    xd = x.data
+    parents = tuple(t for t in (x, w, b) if t is not None)
+
+    def backward(g):
+        dx, dw, db = kernels.layer_norm_backward(
+            g, xd, mean, rstd, None if w is None else w.data, None if b is None else b.data
+        )
+        return tuple(d for d in (dx, dw, db) if d is not None)
+
+    return make_result(y, parents, backward, "layer_norm")
+
+
+def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
+    """Zero each element with probability ``p`` and scale the rest by 1/(1-p) (training only).
+
+    ``rng`` defaults to nnkit's global generator (``nk.manual_seed``).
+    """
+    check_scalar(p, name="p", low=0.0, high=1.0)
+    x = _float_tensor(x, "x")
+    if not training or p == 0.0:
+        return x
+    xp = array_module(x.data)
+    if p == 1.0:
+        return x * xp.zeros_like(x.data)
+    keep = get_rng(rng).random(x.shape) >= p
+    mask = xp.asarray(keep, dtype=x.dtype) / (1.0 - p)
+    return x * mask
+
+
+def embedding(ids, weight) -> Tensor:
+    """Rows of ``weight`` (num_embeddings, dim) picked by integer ``ids`` (any shape)."""
+    weight = _float_tensor(weight, "weight")
+    ids = check_array(ids, name="ids", contiguous=False)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"ids must be integer token indices, got dtype {ids.dtype}")
+    if weight.ndim != 2:
+        raise ValueError(f"weight must be 2-D (num_embeddings, embedding_dim), got shape "
+                         f"{weight.shape}")
+    n = weight.shape[0]
+    if ids.size and (ids.min() < 0 or ids.max() >= n):
+        raise ValueError(
+            f"ids must lie in [0, {n}) for num_embeddings={n}; got values in "
+            f"[{ids.min()}, {ids.max()}]"
+        )
+    return weight[ids]

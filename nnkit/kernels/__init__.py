@@ -1,0 +1,29 @@
+"""Validated NumPy-level forward/backward kernels with backend dispatch.
+
+Each function checks its inputs once, picks the backend by array type (NumPy -> the
+compiled CPU kernels in ``nnkit._ext``, CuPy/device arrays -> the Numba CUDA kernels) and
+returns plain arrays. ``nnkit.kernels.reference`` holds the naive twin of each.
+"""
+
+from . import reference
+from .layer_norm import layer_norm_backward, layer_norm_forward
+from .softmax import (
+    cross_entropy_backward,
+    cross_entropy_forward,
+    log_softmax_backward,
+    log_softmax_forward,
+    softmax_backward,
+    softmax_forward,
+)
+
+__all__ = [
+    "reference",
+    "softmax_forward",
+    "softmax_backward",
+    "log_softmax_forward",
+    "log_softmax_backward",
+    "cross_entropy_forward",
+    "cross_entropy_backward",
+    "layer_norm_forward",
+    "layer_norm_backward",
+]

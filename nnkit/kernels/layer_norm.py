@@ -1,0 +1,227 @@
+"""Layer normalisation: validated forward/backward with CPU/CUDA dispatch.
+
+``layer_norm_forward`` normalises over the trailing ``len(normalized_shape)`` axes of ``x``
+(biased variance, torch's ``layer_norm`` semantics) and returns the per-row ``mean`` and
+``rstd`` it used; ``layer_norm_backward`` takes them back as its cache. NumPy arrays run on
+``nnkit._ext.layer_norm_cpu`` (Numba, parallel over rows), GPU arrays (CuPy) on
+``nnkit._ext.layer_norm_cuda``. Both accumulate in float64; see those modules for the
+numerics and the deterministic reduction of dweight/dbias.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .._backend import array_module, is_gpu_array
+from .._validation import FLOATS, check_array, check_same_shape, check_scalar
+
+__all__ = ["layer_norm_forward", "layer_norm_backward"]
+
+
+def _check_normalized_shape(normalized_shape) -> tuple[int, ...]:
+    if isinstance(normalized_shape, (numbers.Integral, np.integer)) and not isinstance(
+        normalized_shape, (bool, np.bool_)
+    ):
+        shape = (normalized_shape,)
+    elif isinstance(normalized_shape, (tuple, list)):
+        shape = tuple(normalized_shape)
+    else:
+        raise TypeError(
+            f"normalized_shape must be an int or a tuple of ints, got {normalized_shape!r} "
+            f"({type(normalized_shape).__name__})"
+        )
+    if not shape:
+        raise ValueError("normalized_shape must have at least one dimension, got ()")
+    for n in shape:
+        check_scalar(n, name="normalized_shape entries", kind=numbers.Integral, low=0)
+    return tuple(int(n) for n in shape)
+
+
+def _check_param(p, name, shape, x):
+    """weight/bias: None, or an array of ``shape`` with x's dtype on x's device."""
+    if p is None:
+        return None
+    p = check_array(p, name=name, dtype=FLOATS)
+    if is_gpu_array(p) != is_gpu_array(x):
+        where = "a GPU array" if is_gpu_array(x) else "a NumPy array"
+        raise TypeError(f"{name} must be {where} like x, got {type(p).__name__}")
+    if tuple(p.shape) != shape:
+        raise ValueError(
+            f"{name} must have shape normalized_shape={shape}, got shape {tuple(p.shape)}"
+        )
+    if p.dtype != x.dtype:
+        raise TypeError(
+            f"{name} has dtype {p.dtype} but x has dtype {x.dtype}; cast {name} with "
+            f"{name}.astype(x.dtype)"
+        )
+    return p
+
+
+def _same_device_and_dtype(a, name, x):
+    if is_gpu_array(a) != is_gpu_array(x):
+        where = "a GPU array" if is_gpu_array(x) else "a NumPy array"
+        raise TypeError(f"{name} must be {where} like x, got {type(a).__name__}")
+    if a.dtype != x.dtype:
+        raise TypeError(f"{name} has dtype {a.dtype} but x has dtype {x.dtype}; they must match")
+
+
+def _backend(x):
+    """(kernel module, array module) for x: numpy + layer_norm_cpu, or cupy + layer_norm_cuda."""
+    if is_gpu_array(x):
+        xp = array_module(x)
+        if xp is np:
+            raise TypeError(
+                f"GPU arrays must be CuPy arrays here, got {type(x).__name__}; wrap it with "
+                "cupy.asarray(x)"
+            )
+        from .._ext import layer_norm_cuda
+
+        return layer_norm_cuda, xp
+    from .._ext import layer_norm_cpu
+
+    return layer_norm_cpu, np
+
+
+def _contiguous(a, xp):
+    return a if xp is np else xp.ascontiguousarray(a)  # check_array already did NumPy's
+
+
+def layer_norm_forward(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Layer normalisation over the trailing axes of ``x`` (Ba et al. 2016; torch semantics).
+
+    With the statistics taken over the trailing ``len(normalized_shape)`` axes::
+
+        y = (x - mean) / sqrt(var + eps) * weight + bias,   var biased (divides by D)
+
+    Parameters
+    ----------
+    x : ndarray (..., *normalized_shape), float32 or float64
+        NumPy array (CPU kernels) or CuPy array (CUDA kernels).
+    normalized_shape : int or tuple of int
+        The trailing shape of ``x`` to normalise over.
+    weight, bias : ndarray of shape normalized_shape, x's dtype, optional
+        Elementwise affine parameters; None means 1 and 0.
+    eps : float
+        Added to the variance; finite and > 0.
+
+    Returns
+    -------
+    y : ndarray, shape and dtype of x
+    mean, rstd : ndarray (x.shape[:-len(normalized_shape)]), x's dtype
+        The row mean and 1 / sqrt(var + eps): the cache for ``layer_norm_backward``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nnkit.kernels import layer_norm_forward
+    >>> y, mean, rstd = layer_norm_forward(np.array([[1.0, 2.0, 3.0]]), 3)
+    >>> np.round(y, 4), mean
+    (array([[-1.2247,  0.    ,  1.2247]]), array([2.]))
+    """
+    shape = _check_normalized_shape(normalized_shape)
+    x = check_array(x, name="x", dtype=FLOATS)
+    k = len(shape)
+    if x.ndim < k or tuple(x.shape[x.ndim - k:]) != shape:
+        raise ValueError(
+            f"x has shape {tuple(x.shape)} but normalized_shape={shape}: the trailing {k} "
+            f"axes of x must equal normalized_shape, i.e. x of shape (..., "
+            f"{', '.join(str(n) for n in shape)})"
+        )
+    weight = _check_param(weight, "weight", shape, x)
+    bias = _check_param(bias, "bias", shape, x)
+    eps = float(check_scalar(eps, name="eps", low=0, low_inclusive=False))
+    kernels, xp = _backend(x)
+    x = _contiguous(x, xp)
+
+    batch = tuple(x.shape[: x.ndim - k])
+    M, D = math.prod(batch), math.prod(shape)
+    x2 = x.reshape(M, D)  # (M, D), a view of the contiguous x
+    y = xp.empty((M, D), dtype=x.dtype)
+    mean = xp.empty(M, dtype=x.dtype)
+    rstd = xp.empty(M, dtype=x.dtype)
+    if D == 0:  # torch: mean 0, rstd NaN (the variance of nothing)
+        mean[...] = 0
+        rstd[...] = math.nan
+    else:
+        w = xp.ones(D, dtype=x.dtype) if weight is None else _contiguous(weight, xp).reshape(D)
+        b = xp.zeros(D, dtype=x.dtype) if bias is None else _contiguous(bias, xp).reshape(D)
+        kernels.layer_norm_rows(x2, w, b, eps, y, mean, rstd)
+    return y.reshape(x.shape), mean.reshape(batch), rstd.reshape(batch)
+
+
+def layer_norm_backward(dy, x, mean, rstd, weight=None, bias=None):
+    """Gradients of ``layer_norm_forward``: (dx, dweight, dbias).
+
+    With xhat = (x - mean) * rstd and g = dy * weight, over the normalised axes::
+
+        dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+        dweight = sum over the leading axes of dy * xhat;   dbias = sum of dy
+
+    Parameters
+    ----------
+    dy, x : ndarray (..., *normalized_shape), same shape and dtype
+        Upstream gradient and the forward's input.
+    mean, rstd : ndarray (...), x's dtype
+        The forward's cache; their rank fixes normalized_shape = x.shape[mean.ndim:].
+    weight : ndarray of shape normalized_shape, optional
+        The forward's weight (None: 1).
+    bias : ndarray of shape normalized_shape, optional
+        Only says whether the forward had a bias (dbias is returned when it is given).
+
+    Returns
+    -------
+    dx : ndarray, shape and dtype of x
+    dweight, dbias : ndarray of shape normalized_shape, or None
+        None when ``weight`` (resp. ``bias``) is None.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nnkit.kernels import layer_norm_backward, layer_norm_forward
+    >>> x = np.array([[1.0, 2.0, 4.0]]); w = np.ones(3); b = np.zeros(3)
+    >>> y, mean, rstd = layer_norm_forward(x, 3, w, b)
+    >>> dx, dw, db = layer_norm_backward(np.ones_like(x), x, mean, rstd, w, b)
+    >>> np.allclose(dx, 0), db
+    (True, array([1., 1., 1.]))
+    """
+    x = check_array(x, name="x", dtype=FLOATS)
+    dy = check_array(dy, name="dy", dtype=FLOATS)
+    mean = check_array(mean, name="mean", dtype=FLOATS)
+    rstd = check_array(rstd, name="rstd", dtype=FLOATS)
+    check_same_shape(dy, x, name_a="dy", name_b="x")
+    check_same_shape(mean, rstd, name_a="mean", name_b="rstd")
+    for a, name in ((dy, "dy"), (mean, "mean"), (rstd, "rstd")):
+        _same_device_and_dtype(a, name, x)
+    nb = mean.ndim
+    if nb >= x.ndim or tuple(x.shape[:nb]) != tuple(mean.shape):
+        raise ValueError(
+            f"mean has shape {tuple(mean.shape)} but x has shape {tuple(x.shape)}: mean and "
+            f"rstd must have shape x.shape[:-len(normalized_shape)], as layer_norm_forward "
+            f"returns them"
+        )
+    shape = tuple(x.shape[nb:])  # normalized_shape
+    weight = _check_param(weight, "weight", shape, x)
+    bias = _check_param(bias, "bias", shape, x)
+    kernels, xp = _backend(x)
+    x, dy = _contiguous(x, xp), _contiguous(dy, xp)
+    mean, rstd = _contiguous(mean, xp), _contiguous(rstd, xp)
+
+    M, D = math.prod(x.shape[:nb]), math.prod(shape)
+    dx = xp.empty((M, D), dtype=x.dtype)
+    dweight = None if weight is None else xp.empty(D, dtype=x.dtype)
+    dbias = None if bias is None else xp.empty(D, dtype=x.dtype)
+    if D > 0:
+        w = xp.ones(D, dtype=x.dtype) if weight is None else _contiguous(weight, xp).reshape(D)
+        kernels.layer_norm_backward_rows(
+            dy.reshape(M, D), x.reshape(M, D), mean.reshape(M), rstd.reshape(M), w, dx,
+            dweight, dbias,
+        )
+    dx = dx.reshape(x.shape)
+    if dweight is not None:
+        dweight = dweight.reshape(shape)
+    if dbias is not None:
+        dbias = dbias.reshape(shape)
+    return dx, dweight, dbias

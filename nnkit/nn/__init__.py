@@ -1,0 +1,42 @@
+"""Layers and containers (``nk.nn``), torch-compatible names and ``state_dict`` layouts."""
+
+from . import init
+from .layers import (
+    GELU,
+    Dropout,
+    Embedding,
+    Flatten,
+    Identity,
+    LayerNorm,
+    Linear,
+    ReLU,
+    Residual,
+    Sigmoid,
+    Softmax,
+    Tanh,
+)
+from .loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
+from .module import Module, ModuleList, Parameter, Sequential
+
+__all__ = [
+    "init",
+    "Module",
+    "Parameter",
+    "Sequential",
+    "ModuleList",
+    "Linear",
+    "Embedding",
+    "LayerNorm",
+    "Dropout",
+    "ReLU",
+    "Sigmoid",
+    "Tanh",
+    "GELU",
+    "Softmax",
+    "Flatten",
+    "Identity",
+    "Residual",
+    "MSELoss",
+    "CrossEntropyLoss",
+    "BCEWithLogitsLoss",
+]

@@ -1,0 +1,356 @@
+"""``nn.Module``, ``nn.Parameter`` and the containers, with torch's ``state_dict`` names.
+
+A Module registers ``Parameter``s, buffers and sub-modules assigned as attributes, in
+assignment order; ``named_parameters()`` walks them depth-first with dotted names
+(``layers.0.weight``), exactly as torch does, so ``state_dict`` keys port both ways.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from ..autograd import Tensor
+
+__all__ = ["Parameter", "Module", "Sequential", "ModuleList"]
+
+
+class Parameter(Tensor):
+    """A leaf tensor that a Module registers as a learnable parameter (requires grad)."""
+
+    __slots__ = ()
+
+    def __init__(self, data, requires_grad: bool = True):
+        super().__init__(data.data if isinstance(data, Tensor) else data,
+                         requires_grad=requires_grad)
+
+    def __repr__(self) -> str:
+        return "Parameter containing:\n" + super().__repr__()
+
+
+def _host_array(value):
+    """An array from a state_dict value: nnkit Tensor, NumPy/CuPy array or a torch tensor."""
+    if isinstance(value, Tensor):
+        return value.data
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without torch
+        return value.detach().cpu().numpy()
+    return value if hasattr(value, "__cuda_array_interface__") else np.asarray(value)
+
+
+class Module:
+    """Base class of every layer and model.
+
+    Subclasses assign parameters and sub-modules in ``__init__`` (after
+    ``super().__init__()``) and define ``forward``; calling the module calls ``forward``.
+    """
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    # ----- registration ----------------------------------------------------------------
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(
+                f"cannot assign '{name}' before Module.__init__() ran: call "
+                f"super().__init__() first in {type(self).__name__}.__init__"
+            )
+        for store in (self._parameters, self._buffers, self._modules):
+            store.pop(name, None)
+        if isinstance(value, Parameter):
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._modules[name] = value
+        else:
+            object.__setattr__(self, name, value)
+            return
+        self.__dict__.pop(name, None)
+
+    def __getattr__(self, name):
+        d = self.__dict__
+        for store in ("_parameters", "_buffers", "_modules"):
+            if store in d and name in d[store]:
+                return d[store][name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name):
+        for store in (self._parameters, self._buffers, self._modules):
+            if name in store:
+                del store[name]
+                return
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name: str, param) -> None:
+        """Register ``param`` (a Parameter, or None for an absent optional one, as torch)."""
+        if param is None:
+            self._parameters.pop(name, None)
+            object.__setattr__(self, name, None)
+        else:
+            setattr(self, name, param)
+
+    def register_buffer(self, name: str, value) -> None:
+        """Register a non-learnable array saved in ``state_dict`` (e.g. running statistics)."""
+        self.__dict__.pop(name, None)
+        self._buffers[name] = value
+
+    def add_module(self, name: str, module) -> None:
+        setattr(self, name, module)
+
+    # ----- traversal --------------------------------------------------------------------
+    def named_modules(self, prefix: str = "", remove_duplicate: bool = True):
+        """(name, module) for this module and every descendant, depth-first, no repeats
+        (with ``remove_duplicate=False``, a module registered twice comes under each name)."""
+        seen = set()
+        stack = [(prefix, self)]
+        while stack:
+            name, module = stack.pop()
+            if remove_duplicate and id(module) in seen:
+                continue
+            seen.add(id(module))
+            yield name, module
+            children = [(f"{name}.{k}" if name else k, m) for k, m in module._modules.items()
+                        if m is not None]
+            stack.extend(reversed(children))
+
+    def modules(self):
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self):
+        yield from ((k, m) for k, m in self._modules.items() if m is not None)
+
+    def children(self):
+        for _, m in self.named_children():
+            yield m
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True):
+        """(dotted name, Parameter) pairs in registration order; shared ones once."""
+        seen = set()
+        modules = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mname, module in modules:
+            for pname, p in module._parameters.items():
+                if p is None or id(p) in seen:
+                    continue
+                seen.add(id(p))
+                yield (f"{mname}.{pname}" if mname else pname), p
+
+    def parameters(self, recurse: bool = True):
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix: str = ""):
+        for mname, module in self.named_modules(prefix):
+            for bname, b in module._buffers.items():
+                if b is not None:
+                    yield (f"{mname}.{bname}" if mname else bname), b
+
+    # ----- state --------------------------------------------------------------------------
+    def state_dict(self) -> OrderedDict:
+        """Parameters and buffers by dotted name, as arrays (shared, not copied, as torch)."""
+        state = OrderedDict()
+        for mname, module in self.named_modules(remove_duplicate=False):  # as torch
+            for pname, p in module._parameters.items():
+                if p is not None:
+                    state[f"{mname}.{pname}" if mname else pname] = p.data
+            for bname, b in module._buffers.items():
+                if b is not None:
+                    state[f"{mname}.{bname}" if mname else bname] = _host_array(b)
+        return state
+
+    def load_state_dict(self, state_dict, strict: bool = True):
+        """Copy arrays into the parameters and buffers (torch tensors are accepted too).
+
+        Shapes must match exactly. With ``strict``, the keys must match exactly too;
+        otherwise the missing and unexpected keys are returned.
+
+        Returns
+        -------
+        (missing_keys, unexpected_keys) : tuple of lists
+        """
+        own = self._state_slots()
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        if strict and (missing or unexpected):
+            raise KeyError(
+                f"state_dict does not match {type(self).__name__}: missing keys {missing}, "
+                f"unexpected keys {unexpected}"
+            )
+        checked = []
+        for key, (module, name, kind) in own.items():  # check everything, then copy
+            if key not in state_dict:
+                continue
+            value = _host_array(state_dict[key])
+            current = module._parameters[name].data if kind == "p" else module._buffers[name]
+            if getattr(value, "dtype", np.dtype(object)).kind not in "biuf":
+                raise TypeError(
+                    f"state_dict['{key}'] must be a real numeric array, got "
+                    f"{type(state_dict[key]).__name__} of dtype "
+                    f"{getattr(value, 'dtype', None)}"
+                )
+            if tuple(value.shape) != tuple(current.shape):
+                raise ValueError(
+                    f"state_dict['{key}'] has shape {tuple(value.shape)} but the module's "
+                    f"'{key}' has shape {tuple(current.shape)}"
+                )
+            checked.append((key, module, name, kind, value, current))
+        for _key, module, name, kind, value, current in checked:
+            if kind == "p":
+                module._parameters[name].data = _as_module_array(value, current)
+            else:
+                module._buffers[name] = _as_module_array(value, current)
+        return missing, unexpected
+
+    def _state_slots(self):
+        slots = OrderedDict()
+        for mname, module in self.named_modules(remove_duplicate=False):
+            for name, p in module._parameters.items():
+                if p is not None:
+                    slots[f"{mname}.{name}" if mname else name] = (module, name, "p")
+            for name, b in module._buffers.items():
+                if b is not None:
+                    slots[f"{mname}.{name}" if mname else name] = (module, name, "b")
+        return slots
+
+    # ----- modes and gradients -----------------------------------------------------------
+    def train(self, mode: bool = True):
+        for m in self.modules():
+            object.__setattr__(m, "training", bool(mode))
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.parameters():
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                p.grad[...] = 0
+
+    def requires_grad_(self, requires_grad: bool = True):
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def apply(self, fn):
+        """Call ``fn(module)`` on every sub-module, children first, then on self."""
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    def astype(self, dtype):
+        """Cast every parameter (and floating buffer) to ``dtype`` in place (``.double()``)."""
+        for p in self.parameters():
+            p.data = p.data.astype(dtype)
+            p.grad = None
+        for m in self.modules():
+            for name, b in m._buffers.items():
+                if b is not None and b.dtype.kind == "f":
+                    m._buffers[name] = b.astype(dtype)
+        return self
+
+    def double(self):
+        return self.astype(np.float64)
+
+    def float(self):
+        return self.astype(np.float32)
+
+    # ----- calling ----------------------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        raise TypeError(f"{type(self).__name__} does not define forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__}({self.extra_repr()}"]
+        children = list(self.named_children())
+        if not children:
+            return lines[0] + ")"
+        for name, m in children:
+            body = repr(m).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {body}")
+        return "\n".join(lines) + "\n)"
+
+
+def _as_module_array(value, current):
+    """``value`` copied into a fresh array of ``current``'s dtype and array module."""
+    if isinstance(current, np.ndarray):
+        return np.array(value, dtype=current.dtype, copy=True)
+    from .._backend import array_module
+
+    return array_module(current).array(value, dtype=current.dtype, copy=True)
+
+
+class Sequential(Module):
+    """Modules applied in order; sub-modules named '0', '1', ... as torch."""
+
+    def __init__(self, *modules):
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], (dict, OrderedDict)):
+            for name, m in modules[0].items():
+                self.add_module(name, m)
+        else:
+            for i, m in enumerate(modules):
+                if not isinstance(m, Module):
+                    raise TypeError(f"Sequential takes Modules; argument {i} is "
+                                    f"{type(m).__name__}")
+                self.add_module(str(i), m)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __getitem__(self, i):
+        mods = list(self._modules.values())
+        if isinstance(i, slice):
+            return Sequential(*mods[i])
+        return mods[i]
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module):
+        self.add_module(str(len(self._modules)), module)
+        return self
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+
+class ModuleList(Module):
+    """A list of modules, registered as '0', '1', ... (no forward of its own)."""
+
+    def __init__(self, modules=()):
+        super().__init__()
+        for m in modules:
+            self.append(m)
+
+    def append(self, module):
+        if not isinstance(module, Module):
+            raise TypeError(f"ModuleList holds Modules, got {type(module).__name__}")
+        self.add_module(str(len(self._modules)), module)
+        return self
+
+    def extend(self, modules):
+        for m in modules:
+            self.append(m)
+        return self
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __getitem__(self, i):
+        mods = list(self._modules.values())
+        return ModuleList(mods[i]) if isinstance(i, slice) else mods[i]
+
+    def __iter__(self):
+        return iter(self._modules.values())

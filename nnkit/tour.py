@@ -1,0 +1,135 @@
+"""``nnkit tour``: the main job, one section per capability, a results table at the end.
+
+Each section is a function ``section(ctx) -> list of result rows`` registered in
+``SECTIONS``; later capabilities add theirs. A row is a dict with 'section', 'result',
+'value' and 'target'. Plots go to ``ctx.out_dir`` when matplotlib is installed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import nn, optim
+from . import functional as F
+from ._random import manual_seed
+from .datasets import load_digits
+from .training import accuracy, minibatches
+
+__all__ = ["TourContext", "SECTIONS", "run_tour", "train_mlp_digits"]
+
+
+@dataclass
+class TourContext:
+    out_dir: Path
+    quick: bool = False
+    seed: int = 0
+    plots: bool = True
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        return plt
+    except ImportError:
+        return None
+
+
+def train_mlp_digits(epochs: int = 30, hidden: int = 128, batch_size: int = 64,
+                     lr: float = 1e-3, seed: int = 0, progress: bool = True):
+    """Train an MLP 64-hidden-hidden-10 with Adam on scikit-learn's digits.
+
+    Returns
+    -------
+    model : nn.Sequential
+    history : dict of lists ('loss' per epoch, 'test_accuracy' per epoch)
+    split : nnkit.datasets.Split
+    """
+    manual_seed(seed)
+    split = load_digits(random_state=seed)
+    model = nn.Sequential(
+        nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+        nn.Linear(hidden, 10),
+    )
+    opt = optim.Adam(model.parameters(), lr=lr)
+    history = {"loss": [], "test_accuracy": []}
+    bar = tqdm(range(epochs), desc="MLP on digits", unit="epoch", disable=not progress)
+    for _ in bar:
+        losses = []
+        for idx in minibatches(len(split.X_train), batch_size):
+            loss = F.cross_entropy(model(split.X_train[idx]), split.y_train[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        history["loss"].append(float(np.mean(losses)))
+        history["test_accuracy"].append(accuracy(model, split.X_test, split.y_test))
+        bar.set_postfix(loss=f"{history['loss'][-1]:.3f}",
+                        test_acc=f"{history['test_accuracy'][-1]:.3f}")
+    return model, history, split
+
+
+def mlp_section(ctx: TourContext) -> list[dict]:
+    """MLP on digits: the foundation's end-to-end check (target >= 95% test accuracy)."""
+    start = time.perf_counter()
+    model, history, split = train_mlp_digits(epochs=10 if ctx.quick else 30, seed=ctx.seed)
+    seconds = time.perf_counter() - start
+    acc = history["test_accuracy"][-1]
+    plt = _pyplot() if ctx.plots else None
+    if plt is not None:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
+        ax1.plot(history["loss"], label="train loss")
+        ax1.set_xlabel("epoch")
+        ax1.set_ylabel("cross-entropy")
+        ax1.legend()
+        ax2.plot(history["test_accuracy"], color="C1", label="test accuracy")
+        ax2.axhline(0.95, color="gray", linestyle=":", label="target 0.95")
+        ax2.set_xlabel("epoch")
+        ax2.legend()
+        fig.suptitle(f"MLP 64-128-128-10 on digits: test accuracy {acc:.3f}")
+        fig.tight_layout()
+        fig.savefig(ctx.out_dir / "mlp_digits.png", dpi=110)
+        plt.close(fig)
+    return [
+        {"section": "MLP on digits", "result": "test accuracy", "value": f"{acc:.4f}",
+         "target": ">= 0.95", "ok": acc >= 0.95},
+        {"section": "MLP on digits", "result": "training time", "value": f"{seconds:.1f} s",
+         "target": "", "ok": True},
+    ]
+
+
+SECTIONS = [mlp_section]
+
+
+def run_tour(out_dir="nnkit-tour", quick: bool = False, seed: int = 0) -> list[dict]:
+    """Run every section, print the results table, return its rows."""
+    ctx = TourContext(out_dir=Path(out_dir), quick=quick, seed=seed)
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    ctx.plots = _pyplot() is not None
+    rows = []
+    for section in SECTIONS:
+        rows.extend(section(ctx))
+    print(format_table(rows, ["section", "result", "value", "target", "ok"]))
+    if ctx.plots:
+        print(f"plots written to {ctx.out_dir.resolve()}/")
+    else:
+        print("matplotlib is not installed: no plots (pip install 'nnkit[plot]')")
+    return rows
+
+
+def format_table(rows: list[dict], columns: list[str]) -> str:
+    """A plain-text table of ``rows`` (dicts) with the given ``columns``."""
+    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    line = "  ".join(c.ljust(w) for c, w in zip(columns, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(out)

@@ -1,0 +1,24 @@
+"""Build script for nnkit's compiled Cython kernels (everything else is in pyproject.toml)."""
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+# One Extension per .pyx in nnkit/_ext; numpy's headers for the typed memoryviews.
+EXTENSIONS = [
+    Extension(
+        "nnkit._ext.softmax_cy",
+        ["nnkit/_ext/softmax_cy.pyx"],
+        include_dirs=[numpy.get_include()],
+        extra_compile_args=["-O3"],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    ),
+]
+
+setup(
+    ext_modules=cythonize(
+        EXTENSIONS,
+        language_level=3,
+        compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True},
+    ),
+)

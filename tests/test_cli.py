@@ -1,0 +1,69 @@
+"""The nnkit command, the tour and the examples, run as a user would."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nnkit import cli
+from nnkit.tour import format_table, train_mlp_digits
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_info_reports_versions_threads_and_cuda(capsys):
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    for key in ("numpy", "numba threads", "numba threading layer", "CUDA available",
+                "cython kernels"):
+        assert key in out
+    assert "NOT BUILT" not in out, "the Cython extension must be compiled at install"
+
+
+def test_mlp_reaches_95_percent_on_digits():
+    _, history, _ = train_mlp_digits(epochs=30, progress=False)
+    assert history["test_accuracy"][-1] >= 0.95
+    assert history["loss"][-1] < history["loss"][0]
+
+
+def test_tour_quick_prints_table_and_writes_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    status = cli.main(["tour", "--quick", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "MLP on digits" in out and "test accuracy" in out
+    assert (tmp_path / "mlp_digits.png").stat().st_size > 1000
+    assert status in (0, 1)
+
+
+def test_bench_quick_runs_every_benchmark(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["bench", "--quick", "--only", "mlp"]) == 0
+    assert "MLP 64-256-256-10" in capsys.readouterr().out
+
+
+def test_console_script_entry_point():
+    result = subprocess.run([sys.executable, "-m", "nnkit.cli", "info"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "nnkit" in result.stdout
+
+
+def test_unknown_command_is_a_usage_error():
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["frobnicate"])
+    assert exc.value.code == 2
+
+
+def test_format_table_aligns_columns():
+    text = format_table([{"a": "x", "b": "long value"}, {"a": "yy", "b": "z"}], ["a", "b"])
+    lines = text.splitlines()
+    assert lines[0].startswith("a ") and len({len(line.rstrip()) > 0 for line in lines}) == 1
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "examples").glob("*.py")))
+def test_example_runs_with_small_flag(script, tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / script), "--small",
+                             "--out", str(tmp_path / "plot.png")],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr

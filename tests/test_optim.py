@@ -1,0 +1,648 @@
+"""nk.optim: torch.optim equivalence, the lecture notes' formulas, state_dict resumption,
+gradient clipping and hyper-parameter validation.
+
+Tests that need torch call ``import_torch()`` (they skip without it); the rest run on NumPy
+alone: the heavy ball's closed form, Adam's first step, the sufficient-decrease inequality
+of gradient descent, state_dict round trips, clip_grad_norm_ by hand, error messages.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+import pytest
+from helpers import import_torch, tolerance
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import nnkit as nk
+from nnkit import optim
+
+SHAPES = [(3, 4), (5,), (2, 3, 2), ()]
+STEPS = 12
+
+
+# ----- a torch-free twin of the update loop -------------------------------------------------
+def _params(rng, dtype, shapes=SHAPES):
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def _grad_sequence(rng, dtype, steps=STEPS, shapes=SHAPES):
+    """Random gradients; parameter 1 has no gradient on every third step (it is skipped)."""
+    seq = []
+    for t in range(steps):
+        seq.append([None if (i == 1 and t % 3 == 2) else
+                    rng.standard_normal(s).astype(dtype) for i, s in enumerate(shapes)])
+    return seq
+
+
+def _group_specs(n_params, groups):
+    """Parameter groups as (indices, options); None: one group of everything."""
+    return [(list(range(n_params)), {})] if groups is None else groups
+
+
+def _run_nnkit(cls, kwargs, init, grads, groups=None, halve_lr_at=6):
+    params = [nk.nn.Parameter(a.copy()) for a in init]
+    specs = _group_specs(len(params), groups)
+    arg = [{"params": [params[i] for i in idx], **opts} for idx, opts in specs]
+    opt = cls(arg if groups is not None else params, **kwargs)
+    for t, gs in enumerate(grads):
+        if t == halve_lr_at:  # an lr schedule edits the groups
+            for group in opt.param_groups:
+                group["lr"] *= 0.5
+        for p, g in zip(params, gs, strict=True):
+            p.grad = None if g is None else g.copy()
+        opt.step()
+    return [p.data for p in params], opt
+
+
+def _run_torch(torch_cls, kwargs, init, grads, groups=None, halve_lr_at=6):
+    torch = import_torch()
+    params = [torch.nn.Parameter(torch.from_numpy(a.copy())) for a in init]
+    specs = _group_specs(len(params), groups)
+    arg = [{"params": [params[i] for i in idx], **opts} for idx, opts in specs]
+    opt = torch_cls(arg if groups is not None else params, **kwargs, foreach=False)
+    for t, gs in enumerate(grads):
+        if t == halve_lr_at:
+            for group in opt.param_groups:
+                group["lr"] *= 0.5
+        for p, g in zip(params, gs, strict=True):
+            p.grad = None if g is None else torch.from_numpy(g.copy())
+        opt.step()
+    return [p.detach().numpy() for p in params], opt
+
+
+def _assert_params_close(actual, expected, dtype, factor=64.0):
+    for a, e in zip(actual, expected, strict=True):
+        assert a.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(a, e, **tolerance(dtype, factor))
+
+
+# ----- torch equivalence ------------------------------------------------------------------
+SGD_CASES = [
+    {"lr": 0.1},
+    {"lr": 0.05, "momentum": 0.9},
+    {"lr": 0.05, "momentum": 0.9, "dampening": 0.3},
+    {"lr": 0.05, "momentum": 0.8, "nesterov": True},
+    {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.1},
+    {"lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 0.05, "maximize": True},
+    {"lr": 0.1, "maximize": True, "weight_decay": 0.2},
+]
+ADAGRAD_CASES = [
+    {"lr": 0.1},
+    {"lr": 0.1, "lr_decay": 0.05},
+    {"lr": 0.1, "weight_decay": 0.1, "initial_accumulator_value": 0.5},
+    {"lr": 0.1, "eps": 1e-6, "maximize": True, "lr_decay": 0.01},
+]
+ADAM_CASES = [
+    {"lr": 0.01},
+    {"lr": 0.01, "betas": (0.8, 0.99), "eps": 1e-6},
+    {"lr": 0.01, "amsgrad": True},
+    {"lr": 0.01, "weight_decay": 0.1},
+    {"lr": 0.01, "weight_decay": 0.1, "amsgrad": True, "maximize": True},
+    {"lr": 0.01, "betas": (0.3, 0.5)},  # 1 - beta1 >= 0.5: torch's other lerp branch
+    {"lr": 0.01, "betas": (0.0, 0.0)},
+]
+ADAMW_CASES = [
+    {"lr": 0.01},
+    {"lr": 0.01, "weight_decay": 0.3, "amsgrad": True},
+    {"lr": 0.01, "weight_decay": 0.1, "maximize": True, "betas": (0.5, 0.9)},
+]
+
+
+def _cases():
+    for kw in SGD_CASES:
+        yield "SGD", kw
+    for kw in ADAGRAD_CASES:
+        yield "Adagrad", kw
+    for kw in ADAM_CASES:
+        yield "Adam", kw
+    for kw in ADAMW_CASES:
+        yield "AdamW", kw
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize(("name", "kwargs"), list(_cases()),
+                         ids=[f"{n}-{kw}" for n, kw in _cases()])
+def test_matches_torch(name, kwargs, dtype):
+    torch = import_torch()
+    rng = np.random.default_rng(zlib.crc32(f"{name}{kwargs}".encode()))
+    init, grads = _params(rng, dtype), _grad_sequence(rng, dtype)
+    ours, _ = _run_nnkit(getattr(optim, name), kwargs, init, grads)
+    theirs, _ = _run_torch(getattr(torch.optim, name), kwargs, init, grads)
+    _assert_params_close(ours, theirs, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("kwargs", [ADAM_CASES[4], ADAMW_CASES[1], ADAM_CASES[5]])
+@pytest.mark.parametrize("name", ["Adam", "AdamW"])
+def test_adam_array_path_matches_torch(name, kwargs, dtype, monkeypatch):
+    """The ufunc path (CuPy's, and the debugging path) against torch, kernel switched off."""
+    torch = import_torch()
+    monkeypatch.setattr(optim, "_USE_NUMBA", False)
+    rng = np.random.default_rng(7)
+    init, grads = _params(rng, dtype), _grad_sequence(rng, dtype)
+    ours, _ = _run_nnkit(getattr(optim, name), kwargs, init, grads)
+    theirs, _ = _run_torch(getattr(torch.optim, name), kwargs, init, grads)
+    _assert_params_close(ours, theirs, dtype)
+
+
+GROUPS = [([0, 2], {"lr": 0.03}), ([1, 3], {"weight_decay": 0.2})]
+GROUP_CASES = [
+    ("SGD", {"lr": 0.1, "momentum": 0.9},
+     [([0, 2], {"lr": 0.03, "nesterov": True}), ([1, 3], {"dampening": 0.5})]),
+    # (not a per-group initial_accumulator_value: torch reads the constructor's, see Adagrad)
+    ("Adagrad", {"lr": 0.1, "initial_accumulator_value": 0.2},
+     [([0, 2], {"lr_decay": 0.1}), ([1, 3], {"weight_decay": 0.2, "eps": 1e-6})]),
+    ("Adam", {"lr": 0.01}, [([0, 2], {"amsgrad": True, "betas": (0.7, 0.9)}),
+                            ([1, 3], {"weight_decay": 0.2, "maximize": True})]),
+    ("AdamW", {"lr": 0.01}, GROUPS),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize(("name", "kwargs", "groups"), GROUP_CASES,
+                         ids=[c[0] for c in GROUP_CASES])
+def test_param_groups_match_torch(name, kwargs, groups, dtype):
+    torch = import_torch()
+    rng = np.random.default_rng(3)
+    init, grads = _params(rng, dtype), _grad_sequence(rng, dtype)
+    ours, opt = _run_nnkit(getattr(optim, name), kwargs, init, grads, groups)
+    theirs, topt = _run_torch(getattr(torch.optim, name), kwargs, init, grads, groups)
+    _assert_params_close(ours, theirs, dtype)
+    assert [g["lr"] for g in opt.param_groups] == [g["lr"] for g in topt.param_groups]
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adagrad", "Adam", "AdamW"])
+def test_complex_parameters_match_torch(name):
+    torch = import_torch()
+    rng = np.random.default_rng(11)
+    shapes = [(3, 2), (4,)]
+
+    def draw():
+        return [rng.standard_normal(s) + 1j * rng.standard_normal(s) for s in shapes]
+
+    init = draw()
+    grads = [draw() for _ in range(STEPS)]
+    kwargs = {"lr": 0.05, "weight_decay": 0.1}
+    if name == "SGD":
+        kwargs["momentum"] = 0.9
+    ours, _ = _run_nnkit(getattr(optim, name), kwargs, init, grads)
+    theirs, _ = _run_torch(getattr(torch.optim, name), kwargs, init, grads)
+    _assert_params_close(ours, theirs, np.complex128)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adagrad", "Adam"])
+def test_torch_state_dict_loads_and_resumes(name):
+    """5 torch steps, torch's state_dict into nnkit, 5 more steps each: the same parameters."""
+    torch = import_torch()
+    rng = np.random.default_rng(5)
+    init, grads = _params(rng, np.float64), _grad_sequence(rng, np.float64, steps=10)
+    kwargs = {"lr": 0.05, "momentum": 0.9} if name == "SGD" else {"lr": 0.05}
+    if name == "Adam":
+        kwargs["amsgrad"] = True
+    _, topt = _run_torch(getattr(torch.optim, name), kwargs, init, grads[:5], halve_lr_at=-1)
+    resumed = [nk.nn.Parameter(p.detach().numpy().copy())
+               for p in topt.param_groups[0]["params"]]
+    opt = getattr(optim, name)(resumed, **kwargs)
+    opt.load_state_dict(topt.state_dict())
+    for gs in grads[5:]:
+        for p, g in zip(resumed, gs, strict=True):
+            p.grad = None if g is None else g.copy()
+        opt.step()
+    theirs, _ = _run_torch(getattr(torch.optim, name), kwargs, init, grads, halve_lr_at=-1)
+    _assert_params_close([p.data for p in resumed], theirs, np.float64)
+
+
+# ----- the lecture notes, without torch ---------------------------------------------------
+@given(beta=st.floats(0.0, 0.99), eta=st.floats(1e-3, 1.0),
+       delta=hnp.arrays(np.float64, 4, elements=st.floats(-3, 3)),
+       steps=st.integers(1, 25))
+def test_heavy_ball_constant_gradient_closed_form(beta, eta, delta, steps):
+    """On a constant gradient delta the step after t updates is -eta (sum_{tau<t} beta^tau) delta.
+
+    (The notes print the sum from tau = 1 to t - 1; the plain gradient step tau = 0 belongs to
+    it: with theta_{-1} = theta_0 the first step is -eta delta.)
+    """
+    theta = nk.nn.Parameter(np.zeros(4))
+    opt = optim.SGD([theta], lr=eta, momentum=beta)
+    previous = theta.data.copy()
+    for t in range(1, steps + 1):
+        theta.grad = delta.copy()
+        opt.step()
+        expected_step = -eta * sum(beta**tau for tau in range(t)) * delta
+        np.testing.assert_allclose(theta.data - previous, expected_step, rtol=1e-10, atol=1e-12)
+        previous = theta.data.copy()
+
+
+def test_heavy_ball_is_the_notes_two_term_recurrence(rng):
+    """theta_{t+1} = theta_t - eta grad h(theta_t) + beta (theta_t - theta_{t-1}), theta_{-1} =
+    theta_0, on a quadratic (a non-constant gradient): torch's buffer form is the same."""
+    A = rng.standard_normal((5, 5))
+    A = A @ A.T / 5
+    b = rng.standard_normal(5)
+    eta, beta = 0.1, 0.8
+    theta = nk.nn.Parameter(rng.standard_normal(5))
+    opt = optim.SGD([theta], lr=eta, momentum=beta)
+    cur = theta.data.copy()
+    prev = cur.copy()
+    for _ in range(30):
+        theta.grad = A @ theta.data - b
+        opt.step()
+        cur, prev = cur - eta * (A @ cur - b) + beta * (cur - prev), cur
+        np.testing.assert_allclose(theta.data, cur, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("cls", [optim.Adam, optim.AdamW])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adam_first_step_is_lr_times_sign(cls, dtype, rng):
+    """m_1 / sqrt(v_1) after bias correction is g / |g|: the first step is -lr sign(g)."""
+    g = (rng.uniform(0.1, 10, size=(6, 3)) * rng.choice([-1, 1], size=(6, 3))).astype(dtype)
+    g[0, 0] = 0  # a zero gradient does not move its coordinate
+    theta = nk.nn.Parameter(rng.standard_normal((6, 3)).astype(dtype))
+    before = theta.data.copy()
+    opt = cls([theta], lr=0.01, weight_decay=0)
+    theta.grad = g
+    opt.step()
+    np.testing.assert_allclose(theta.data - before, -0.01 * np.sign(g),
+                               rtol=1e-5, atol=10 * float(np.finfo(dtype).eps))
+    assert theta.data.dtype == np.dtype(dtype)
+
+
+@st.composite
+def _quadratics(draw):
+    n = draw(st.integers(1, 5))
+    elements = st.floats(-2, 2, allow_subnormal=False)
+    M = draw(hnp.arrays(np.float64, (n, n), elements=elements))
+    A = M.T @ M  # symmetric positive semi-definite
+    b = draw(hnp.arrays(np.float64, n, elements=st.floats(-3, 3, allow_subnormal=False)))
+    theta0 = draw(hnp.arrays(np.float64, n, elements=st.floats(-3, 3, allow_subnormal=False)))
+    return A, b, theta0
+
+
+@given(problem=_quadratics())
+def test_gradient_descent_sufficient_decrease(problem):
+    """The notes' Lemma: on an L-smooth h, gradient descent with eta = 1/L decreases h by at
+    least ||grad h||^2 / (2L) per step. Gradients by nnkit autograd, end to end."""
+    A, b, theta0 = problem
+    L = float(np.linalg.eigvalsh(A).max())
+    assume(L > 1e-3)
+    theta = nk.nn.Parameter(theta0.copy())
+    A_t, b_t = nk.tensor(A), nk.tensor(b)
+    opt = optim.SGD([theta], lr=1.0 / L)
+
+    def h_and_grad():
+        opt.zero_grad()
+        h = 0.5 * (theta * (A_t @ theta)).sum() - (b_t * theta).sum()
+        h.backward()
+        return h.item(), theta.grad.copy()
+
+    h, grad = h_and_grad()
+    for _ in range(8):
+        np.testing.assert_allclose(grad, A @ theta.data - b, rtol=1e-9, atol=1e-9)
+        opt.step()
+        h_next, grad_next = h_and_grad()
+        decrease = float(grad @ grad) / (2 * L)
+        slack = 1e-9 * (1 + abs(h) + decrease)
+        assert h_next <= h - decrease + slack, (h_next, h, decrease)
+        h, grad = h_next, grad_next
+
+
+# ----- state, groups, closures --------------------------------------------------------------
+RESUME_CASES = [
+    (optim.SGD, {"lr": 0.05, "momentum": 0.9, "nesterov": True}),
+    (optim.Adagrad, {"lr": 0.1, "lr_decay": 0.01}),
+    (optim.Adam, {"lr": 0.01, "amsgrad": True}),
+    (optim.AdamW, {"lr": 0.01, "weight_decay": 0.1}),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("cls", "kwargs"), RESUME_CASES, ids=[c[0].__name__ for c in RESUME_CASES])
+def test_state_dict_round_trip_resumes_exactly(cls, kwargs, dtype):
+    """5 steps, save, a fresh optimizer loads it, 5 more steps == 10 steps straight."""
+    rng = np.random.default_rng(2)
+    init, grads = _params(rng, dtype), _grad_sequence(rng, dtype, steps=10)
+    straight, _ = _run_nnkit(cls, kwargs, init, grads, halve_lr_at=-1)
+
+    params = [nk.nn.Parameter(a.copy()) for a in init]
+    opt = cls(params, **kwargs)
+    for gs in grads[:5]:
+        for p, g in zip(params, gs, strict=True):
+            p.grad = None if g is None else g.copy()
+        opt.step()
+    saved = opt.state_dict()
+    assert sorted(saved["state"]) == list(range(len(params)))
+    assert saved["param_groups"][0]["params"] == list(range(len(params)))
+    for entry in saved["state"].values():
+        for key, value in entry.items():
+            assert isinstance(value, int) if key == "step" else isinstance(value, np.ndarray)
+    snapshot = [p.data.copy() for p in params]
+    opt.step()  # the saved dict holds copies: stepping on does not change it
+    for p, s in zip(params, snapshot, strict=True):
+        p.data[...] = s  # the model's own checkpoint
+    resumed = cls(params, **kwargs)
+    resumed.load_state_dict(saved)
+    for gs in grads[5:]:
+        for p, g in zip(params, gs, strict=True):
+            p.grad = None if g is None else g.copy()
+        resumed.step()
+    for p, s in zip(params, straight, strict=True):
+        np.testing.assert_array_equal(p.data, s)
+
+
+def test_load_state_dict_checks_structure():
+    p, q = nk.nn.Parameter(np.zeros(3)), nk.nn.Parameter(np.zeros(2))
+    saved = optim.Adam([p, q]).state_dict()
+    with pytest.raises(ValueError, match="2 parameters"):
+        optim.Adam([p]).load_state_dict(saved)
+    with pytest.raises(ValueError, match="parameter groups"):
+        optim.Adam([{"params": [p]}, {"params": [q]}]).load_state_dict(saved)
+    with pytest.raises(TypeError, match="state_dict"):
+        optim.Adam([p, q]).load_state_dict({"state": {}})
+    bad = {"state": {0: {"step": 1, "exp_avg": np.zeros(5), "exp_avg_sq": np.zeros(5)}},
+           "param_groups": saved["param_groups"]}
+    with pytest.raises(ValueError, match="shape"):
+        optim.Adam([p, q]).load_state_dict(bad)
+
+
+def test_add_param_group_and_lr_edit():
+    p, q = nk.nn.Parameter(np.ones(2)), nk.nn.Parameter(np.ones(3))
+    opt = optim.SGD([p], lr=0.1)
+    opt.add_param_group({"params": q, "lr": 1.0})
+    assert [g["lr"] for g in opt.param_groups] == [0.1, 1.0]
+    assert opt.param_groups[1]["momentum"] == 0  # defaults fill the rest
+    p.grad, q.grad = np.ones(2), np.ones(3)
+    opt.step()
+    np.testing.assert_allclose(p.data, 0.9)
+    np.testing.assert_allclose(q.data, 0.0)
+    opt.param_groups[0]["lr"] = 0.5
+    opt.step()
+    np.testing.assert_allclose(p.data, 0.4)
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        opt.add_param_group({"params": [p]})
+    with pytest.raises(ValueError, match="lr"):
+        opt.add_param_group({"params": [nk.nn.Parameter(np.ones(1))], "lr": -1.0})
+    with pytest.raises(TypeError, match="dict"):
+        opt.add_param_group([nk.nn.Parameter(np.ones(1))])
+    with pytest.raises(TypeError, match="set"):
+        opt.add_param_group({"params": {nk.nn.Parameter(np.ones(1))}})
+
+
+def test_adagrad_group_initial_accumulator_value():
+    """Each group's own initial_accumulator_value fills its accumulators (torch: the
+    constructor's for all groups)."""
+    p, q = nk.nn.Parameter(np.zeros(2)), nk.nn.Parameter(np.zeros(3))
+    opt = optim.Adagrad([{"params": [p]}, {"params": [q], "initial_accumulator_value": 3.0}],
+                        initial_accumulator_value=1.0)
+    np.testing.assert_array_equal(opt.state[p]["sum"], 1.0)
+    np.testing.assert_array_equal(opt.state[q]["sum"], 3.0)
+
+
+def test_updates_in_place_and_keeps_dtype():
+    layer = nk.nn.Linear(4, 3)
+    arrays = [p.data for p in layer.parameters()]
+    opt = optim.Adam(layer.parameters(), lr=0.1)
+    x = nk.tensor(np.ones((2, 4), dtype=np.float32))
+    layer(x).sum().backward()
+    opt.step()
+    for p, a in zip(layer.parameters(), arrays, strict=True):
+        assert p.data is a and p.data.dtype == np.float32
+
+
+def test_zero_grad():
+    p = nk.nn.Parameter(np.ones(3))
+    opt = optim.SGD([p], lr=0.1)
+    p.grad = np.ones(3)
+    grad = p.grad
+    opt.zero_grad(set_to_none=False)
+    assert p.grad is grad and not p.grad.any()
+    opt.zero_grad()
+    assert p.grad is None
+    opt.step()  # no gradient: nothing moves
+    np.testing.assert_array_equal(p.data, 1.0)
+
+
+def test_step_with_closure_reevaluates_the_loss():
+    theta = nk.nn.Parameter(np.array([3.0, -1.0]))
+    opt = optim.SGD([theta], lr=0.25)
+    calls = []
+
+    def closure():
+        opt.zero_grad()
+        loss = (theta * theta).sum()
+        loss.backward()
+        calls.append(loss.item())
+        return loss
+
+    with nk.no_grad():  # the closure runs with gradients enabled regardless
+        loss = opt.step(closure)
+    assert calls == [10.0] and loss.item() == 10.0
+    np.testing.assert_allclose(theta.data, [1.5, -0.5])
+    with pytest.raises(TypeError, match="closure"):
+        opt.step(closure=3)
+
+
+def test_non_contiguous_parameter_uses_the_array_path(rng):
+    """A transposed-view parameter still updates in place, equal to a contiguous copy's."""
+    base = rng.standard_normal((4, 3))
+    g = rng.standard_normal((3, 4))
+    a = nk.nn.Parameter(base.T)  # (3, 4) F-ordered view
+    b = nk.nn.Parameter(np.ascontiguousarray(base.T))
+    oa, ob = optim.Adam([a], lr=0.1, amsgrad=True), optim.Adam([b], lr=0.1, amsgrad=True)
+    for _ in range(3):
+        a.grad, b.grad = g.copy(), g.copy()
+        oa.step()
+        ob.step()
+    np.testing.assert_allclose(a.data, b.data, rtol=1e-14, atol=1e-15)
+    np.testing.assert_array_equal(base.T, a.data)  # the original array was updated
+
+
+def test_gradient_shape_mismatch_is_an_error():
+    p = nk.nn.Parameter(np.ones(3))
+    opt = optim.SGD([p], lr=0.1)
+    p.grad = np.ones(4)
+    with pytest.raises(ValueError, match="shape"):
+        opt.step()
+
+
+# ----- clip_grad_norm_ ---------------------------------------------------------------------
+def _grads_with_params(rng, dtype, scale):
+    params = [nk.nn.Parameter(np.zeros(s, dtype=dtype)) for s in [(3, 4), (5,), (2, 2)]]
+    for p in params:
+        p.grad = (scale * rng.standard_normal(p.shape)).astype(dtype)
+    params.append(nk.nn.Parameter(np.zeros(2, dtype=dtype)))  # no gradient: ignored
+    return params
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("norm_type", [2.0, math.inf, 1.0, 3.0])
+@pytest.mark.parametrize("scale", [0.01, 10.0])  # under and over max_norm
+def test_clip_grad_norm_matches_torch(norm_type, scale, dtype, rng):
+    torch = import_torch()
+    params = _grads_with_params(rng, dtype, scale)
+    tparams = [torch.nn.Parameter(torch.from_numpy(p.data.copy())) for p in params]
+    for p, q in zip(params, tparams, strict=True):
+        q.grad = None if p.grad is None else torch.from_numpy(p.grad.copy())
+    total = optim.clip_grad_norm_(params, max_norm=1.5, norm_type=norm_type)
+    ttotal = torch.nn.utils.clip_grad_norm_(tparams, max_norm=1.5, norm_type=norm_type)
+    assert isinstance(total, float)
+    np.testing.assert_allclose(total, float(ttotal), **tolerance(dtype, 16))
+    for p, q in zip(params, tparams, strict=True):
+        if p.grad is None:
+            assert q.grad is None
+        else:
+            np.testing.assert_allclose(p.grad, q.grad.numpy(), **tolerance(dtype, 16))
+
+
+@pytest.mark.parametrize("norm_type", [2.0, math.inf, "inf"])
+def test_clip_grad_norm_by_hand(norm_type, rng):
+    params = _grads_with_params(rng, np.float64, 10.0)
+    flat = np.concatenate([p.grad.ravel() for p in params if p.grad is not None])
+    expected = np.abs(flat).max() if norm_type != 2.0 else np.sqrt((flat**2).sum())
+    before = [p.grad.copy() for p in params if p.grad is not None]
+    total = optim.clip_grad_norm_(params, max_norm=1.0, norm_type=norm_type)
+    np.testing.assert_allclose(total, expected, rtol=1e-12)
+    coef = 1.0 / (expected + 1e-6)
+    for g0, p in zip(before, params, strict=False):
+        np.testing.assert_allclose(p.grad, g0 * coef, rtol=1e-12)
+    # under the limit nothing changes
+    total2 = optim.clip_grad_norm_(params[0], max_norm=1e6)
+    np.testing.assert_allclose(total2, np.linalg.norm(params[0].grad), rtol=1e-12)
+    np.testing.assert_allclose(params[0].grad, before[0] * coef, rtol=1e-12)
+
+
+def test_clip_grad_norm_edge_cases():
+    p = nk.nn.Parameter(np.zeros(2))
+    assert optim.clip_grad_norm_([p], 1.0) == 0.0  # no gradients at all
+    p.grad = np.array([np.nan, 1.0])
+    with pytest.raises(RuntimeError, match="non-finite"):
+        optim.clip_grad_norm_([p], 1.0, error_if_nonfinite=True)
+    with pytest.raises(ValueError, match="max_norm"):
+        optim.clip_grad_norm_([p], -1.0)
+    with pytest.raises(ValueError, match="norm_type"):
+        optim.clip_grad_norm_([p], 1.0, norm_type=0)
+    with pytest.raises(TypeError, match="norm_type"):
+        optim.clip_grad_norm_([p], 1.0, norm_type=None)
+
+
+# ----- validation ----------------------------------------------------------------------------
+BAD = [
+    (optim.SGD, {"lr": -0.1}, ValueError, "lr"),
+    (optim.SGD, {"lr": float("nan")}, ValueError, "lr"),
+    (optim.SGD, {"lr": "0.1"}, TypeError, "lr"),
+    (optim.SGD, {"lr": None}, TypeError, "lr"),
+    (optim.SGD, {"momentum": -0.5}, ValueError, "momentum"),
+    (optim.SGD, {"dampening": float("inf")}, ValueError, "dampening"),
+    (optim.SGD, {"weight_decay": -1e-4}, ValueError, "weight_decay"),
+    (optim.SGD, {"nesterov": True}, ValueError, "nesterov"),
+    (optim.SGD, {"nesterov": True, "momentum": 0.9, "dampening": 0.1}, ValueError, "nesterov"),
+    (optim.SGD, {"maximize": 1}, TypeError, "maximize"),
+    (optim.Adagrad, {"lr": -1}, ValueError, "lr"),
+    (optim.Adagrad, {"lr_decay": -0.1}, ValueError, "lr_decay"),
+    (optim.Adagrad, {"weight_decay": -1}, ValueError, "weight_decay"),
+    (optim.Adagrad, {"initial_accumulator_value": -1}, ValueError, "initial_accumulator_value"),
+    (optim.Adagrad, {"eps": 0.0}, ValueError, "eps"),
+    (optim.Adam, {"lr": -1e-3}, ValueError, "lr"),
+    (optim.Adam, {"betas": (1.0, 0.999)}, ValueError, r"betas\[0\]"),
+    (optim.Adam, {"betas": (0.9, -0.1)}, ValueError, r"betas\[1\]"),
+    (optim.Adam, {"betas": 0.9}, TypeError, "betas"),
+    (optim.Adam, {"betas": (0.9, 0.99, 0.9)}, TypeError, "betas"),
+    (optim.Adam, {"betas": ("a", 0.9)}, TypeError, "betas"),
+    (optim.Adam, {"eps": 0.0}, ValueError, "eps"),
+    (optim.Adam, {"eps": -1e-8}, ValueError, "eps"),
+    (optim.Adam, {"weight_decay": -0.1}, ValueError, "weight_decay"),
+    (optim.Adam, {"amsgrad": "yes"}, TypeError, "amsgrad"),
+    (optim.AdamW, {"weight_decay": -0.1}, ValueError, "weight_decay"),
+    (optim.AdamW, {"betas": (0.9, 1.0)}, ValueError, r"betas\[1\]"),
+]
+
+
+@pytest.mark.parametrize(("cls", "kwargs", "exc", "match"), BAD,
+                         ids=[f"{c.__name__}-{kw}" for c, kw, _, _ in BAD])
+def test_bad_hyper_parameters(cls, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        cls([nk.nn.Parameter(np.ones(2))], **kwargs)
+
+
+def test_bad_params():
+    p = nk.nn.Parameter(np.ones(2))
+    with pytest.raises(ValueError, match="empty"):
+        optim.SGD([], lr=0.1)
+    with pytest.raises(TypeError, match="Parameters"):
+        optim.SGD([np.ones(2)], lr=0.1)
+    with pytest.raises(TypeError, match="wrap it in a list"):
+        optim.SGD(p, lr=0.1)
+    with pytest.raises(TypeError, match="iterable"):
+        optim.SGD(3, lr=0.1)
+    with pytest.raises(ValueError, match="non-leaf"):
+        optim.Adam([p * 2])
+    with pytest.raises(ValueError, match="twice"):
+        optim.Adam([p, p])
+    with pytest.raises(ValueError, match="more than one"):
+        optim.Adam([{"params": [p]}, {"params": [p]}])
+    with pytest.raises(ValueError, match="lr"):
+        optim.Adam([{"params": [p], "lr": -1.0}])
+    with pytest.raises(ValueError, match="params"):
+        optim.Adam([{"lr": 0.1}])
+
+
+_WILD = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-10, 10),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=3),
+    st.tuples(st.floats(-2, 2), st.floats(-2, 2)),
+    st.lists(st.floats(0, 1), max_size=3),
+)
+_ARGS = {
+    optim.SGD: ["lr", "momentum", "dampening", "nesterov", "weight_decay", "maximize"],
+    optim.Adagrad: ["lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps",
+                    "maximize"],
+    optim.Adam: ["lr", "betas", "eps", "weight_decay", "amsgrad", "maximize"],
+    optim.AdamW: ["lr", "betas", "eps", "weight_decay", "amsgrad", "maximize"],
+}
+
+
+@given(data=st.data(), cls=st.sampled_from(list(_ARGS)))
+def test_constructor_fuzz_raises_only_value_or_type_errors(data, cls):
+    names = data.draw(st.lists(st.sampled_from(_ARGS[cls]), unique=True, max_size=4))
+    kwargs = {name: data.draw(_WILD, label=name) for name in names}
+    p = nk.nn.Parameter(np.linspace(-1, 1, 6).reshape(2, 3))
+    try:
+        opt = cls([p], **kwargs)
+    except (ValueError, TypeError):
+        return
+    for _ in range(2):  # a valid optimizer steps, whatever the (finite) values
+        p.grad = np.full((2, 3), 0.5)
+        opt.step()
+
+
+# ----- GPU -----------------------------------------------------------------------------------
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["SGD", "Adagrad", "Adam", "AdamW"])
+def test_cupy_parameters_match_numpy(name):
+    import cupy
+
+    rng = np.random.default_rng(4)
+    init, grads = _params(rng, np.float32), _grad_sequence(rng, np.float32)
+    kwargs = {"lr": 0.05, "weight_decay": 0.1}
+    if name == "SGD":
+        kwargs["momentum"] = 0.9
+    ours, _ = _run_nnkit(getattr(optim, name), kwargs, init, grads)
+    params = [nk.nn.Parameter(cupy.asarray(a)) for a in init]
+    opt = getattr(optim, name)(params, **kwargs)
+    for t, gs in enumerate(grads):
+        if t == 6:
+            for group in opt.param_groups:
+                group["lr"] *= 0.5
+        for p, g in zip(params, gs, strict=True):
+            p.grad = None if g is None else cupy.asarray(g)
+        opt.step()
+    for entry in opt.state_dict()["state"].values():  # host copies of the device state
+        assert all(isinstance(v, int if k == "step" else np.ndarray) for k, v in entry.items())
+    _assert_params_close([p.data.get() for p in params], ours, np.float32)
