@@ -23,7 +23,7 @@ import nnkit.functional as F  # noqa: E402
 def _nnkit_step(sizes, X, y):
     nk.manual_seed(0)
     layers = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
         layers.append(nk.nn.Linear(a, b))
         if i < len(sizes) - 2:
             layers.append(nk.nn.ReLU())

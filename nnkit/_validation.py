@@ -72,7 +72,9 @@ def check_array(
     """
     if _is_device_array(x):
         if not allow_device:
-            raise TypeError(f"{name} must be a NumPy array here; got a GPU array {type(x).__name__}")
+            raise TypeError(
+                f"{name} must be a NumPy array here; got a GPU array {type(x).__name__}"
+            )
         arr = x
     else:
         if isinstance(x, (str, bytes)) or x is None:

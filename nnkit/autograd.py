@@ -507,7 +507,7 @@ def _run_backward(root, gradient, retain_graph):
         parent_grads = ctx.backward(g)
         if not retain_graph:
             ctx.backward = None
-        for p, pg in zip(ctx.parents, parent_grads):
+        for p, pg in zip(ctx.parents, parent_grads, strict=True):
             if pg is None or not p.requires_grad:
                 continue
             key = id(p)

@@ -33,7 +33,7 @@ def _objective(fn, inputs, upstream):
     with no_grad():
         outs = _outputs(fn(*inputs))
         total = 0.0
-        for out, v in zip(outs, upstream):
+        for out, v in zip(outs, upstream, strict=True):
             if out is None:
                 continue
             total += float(np.real(np.sum(np.conj(v) * np.asarray(out.data))))
@@ -88,7 +88,7 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
             v = v + 1j * rng.standard_normal(out.shape)
         upstream.append(v.astype(out.dtype))
     loss = None
-    for out, v in zip(outs, upstream):
+    for out, v in zip(outs, upstream, strict=True):
         if out is not None and out.requires_grad:
             term = (out * Tensor(np.conj(v))).sum()
             if np.iscomplexobj(term.data):

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import nn, optim
 from . import functional as F
+from . import nn, optim
 from ._random import manual_seed
 from .datasets import load_digits
 from .training import accuracy, minibatches
@@ -129,7 +129,7 @@ def format_table(rows: list[dict], columns: list[str]) -> str:
     """A plain-text table of ``rows`` (dicts) with the given ``columns``."""
     cells = [[str(r.get(c, "")) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    line = "  ".join(c.ljust(w) for c, w in zip(columns, widths))
+    line = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
     out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    out += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
     return "\n".join(out)

@@ -36,9 +36,9 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import prange, types
+from numba.extending import intrinsic, overload
 
 from ._dispatch import serial_or_parallel
-from numba.extending import intrinsic, overload
 
 __all__ = [
     "exp_approx",

@@ -51,8 +51,8 @@ def softmax_backward(dy, y):
     dyr, yr = _rows(dy), _rows(y)
     dx = np.empty_like(yr)
     for i in range(yr.shape[0]):
-        dot = sum(a * b for a, b in zip(dyr[i], yr[i]))
-        dx[i] = [yv * (dv - dot) for dv, yv in zip(dyr[i], yr[i])]
+        dot = sum(a * b for a, b in zip(dyr[i], yr[i], strict=True))
+        dx[i] = [yv * (dv - dot) for dv, yv in zip(dyr[i], yr[i], strict=True)]
     return dx.reshape(y.shape).astype(y.dtype)
 
 
@@ -75,7 +75,7 @@ def log_softmax_backward(dy, y):
     dx = np.empty_like(yr)
     for i in range(yr.shape[0]):
         s = sum(dyr[i])
-        dx[i] = [dv - math.exp(yv) * s for dv, yv in zip(dyr[i], yr[i])]
+        dx[i] = [dv - math.exp(yv) * s for dv, yv in zip(dyr[i], yr[i], strict=True)]
     return dx.reshape(y.shape).astype(y.dtype)
 
 
