@@ -3,32 +3,47 @@ nnkit vs the same model in PyTorch eager on the CPU with the same thread count.
 
 Target (foundation issue): nnkit at least as fast as PyTorch (ratio torch/nnkit >= 1).
 
+Each contender runs in its own worker process, and the workers alternate (nnkit, torch,
+nnkit, torch, ...) within this one run: in one process, torch's OpenMP pool, numba's and
+OpenBLAS's spinning workers slow each other down by up to 10x, which would measure the
+mix rather than either library.
+
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_mlp.py
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import environment, median_times, try_import_torch  # noqa: E402
-
-import nnkit as nk  # noqa: E402
-import nnkit.functional as F  # noqa: E402
+HERE = Path(__file__).resolve()
+SIZES = (64, 256, 256, 10)
+BATCH = 64
 
 
-def _nnkit_step(sizes, X, y):
+def _nnkit_step(threads: int):
+    import numba
+
+    import nnkit as nk
+    import nnkit.functional as F
+
+    numba.set_num_threads(threads)
     nk.manual_seed(0)
     layers = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+    for i, (a, b) in enumerate(zip(SIZES[:-1], SIZES[1:], strict=True)):
         layers.append(nk.nn.Linear(a, b))
-        if i < len(sizes) - 2:
+        if i < len(SIZES) - 2:
             layers.append(nk.nn.ReLU())
     model = nk.nn.Sequential(*layers)
     opt = nk.optim.Adam(model.parameters(), lr=1e-3)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((BATCH, SIZES[0])).astype(np.float32)
+    y = rng.integers(0, SIZES[-1], BATCH)
 
     def step():
         loss = F.cross_entropy(model(X), y)
@@ -36,23 +51,26 @@ def _nnkit_step(sizes, X, y):
         loss.backward()
         opt.step()
 
-    return model, step
+    return step
 
 
-def _torch_step(torch, model_nk, X, y):
+def _torch_step(threads: int):
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
     layers = []
-    for m in model_nk:
-        if isinstance(m, nk.nn.Linear):
-            layers.append(torch.nn.Linear(m.in_features, m.out_features))
-        else:
+    for i, (a, b) in enumerate(zip(SIZES[:-1], SIZES[1:], strict=True)):
+        layers.append(torch.nn.Linear(a, b))
+        if i < len(SIZES) - 2:
             layers.append(torch.nn.ReLU())
     model = torch.nn.Sequential(*layers)
-    model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in model_nk.state_dict().items()})
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
+    X = torch.randn(BATCH, SIZES[0])
+    y = torch.randint(0, SIZES[-1], (BATCH,))
 
     def step():
-        loss = torch.nn.functional.cross_entropy(model(Xt), yt)
+        loss = torch.nn.functional.cross_entropy(model(X), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -60,31 +78,59 @@ def _torch_step(torch, model_nk, X, y):
     return step
 
 
+def _worker(impl: str, threads: int, blocks: int, block: int) -> None:
+    """Time ``blocks`` blocks of ``block`` steps; print the per-step seconds as JSON."""
+    step = (_nnkit_step if impl == "nnkit" else _torch_step)(threads)
+    for _ in range(20):
+        step()
+    times = []
+    for _ in range(blocks):
+        start = time.perf_counter()
+        for _ in range(block):
+            step()
+        times.append((time.perf_counter() - start) / block)
+    print(json.dumps(times))
+
+
+def _torch_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
 def run(quick: bool = False) -> list[dict]:
-    sizes = (64, 256, 256, 10)
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((64, sizes[0])).astype(np.float32)
-    y = rng.integers(0, sizes[-1], 64)
-    model, nk_step = _nnkit_step(sizes, X, y)
-    contenders = {"nnkit": nk_step}
-    torch = try_import_torch()
-    if torch is not None:
-        contenders["torch"] = _torch_step(torch, model, X, y)
-    repeats = 50 if quick else 400
-    times = median_times(contenders, repeats=repeats, warmup=20)
-    env = environment()
-    rows = [{"work": "MLP 64-256-256-10 step (B=64, Adam)", "impl": name,
+    import numba
+
+    threads = numba.get_num_threads()
+    impls = ["nnkit"] + (["torch"] if _torch_available() else [])
+    rounds, blocks, block = (1, 3, 20) if quick else (4, 10, 50)
+    samples = {impl: [] for impl in impls}
+    for _ in range(rounds):
+        for impl in impls:
+            out = subprocess.run(
+                [sys.executable, str(HERE), "--worker", impl, str(threads), str(blocks),
+                 str(block)], capture_output=True, text=True, check=True)
+            samples[impl] += json.loads(out.stdout.strip().splitlines()[-1])
+            time.sleep(0.3)
+    med = {impl: float(np.median(s)) for impl, s in samples.items()}
+    return [{"work": "MLP 64-256-256-10 step (B=64, Adam)", "impl": impl,
              "median_us": f"{t * 1e6:.1f}",
-             "torch/impl": f"{times['torch'] / t:.2f}" if "torch" in times else "n/a",
-             "threads": env["numba_threads"]} for name, t in times.items()]
-    return rows
+             "torch/impl": f"{med['torch'] / t:.2f}" if "torch" in med else "n/a",
+             "threads": threads} for impl, t in med.items()]
 
 
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--worker":
+        _worker(argv[1], int(argv[2]), int(argv[3]), int(argv[4]))
+        return
+    sys.path.insert(0, str(HERE.parent))
+    from harness import environment
+
     from nnkit.tour import format_table
 
     print(environment())
-    rows = run(quick="--quick" in (argv or sys.argv[1:]))
+    rows = run(quick="--quick" in argv)
     print(format_table(rows, list(rows[0])))
 
 

@@ -1,8 +1,8 @@
 """Timing helpers shared by the benchmark scripts (not a test: benchmarks are never timed tests).
 
 These machines are noisy, so each comparison interleaves its contenders (A, B, A, B, ...),
-pauses briefly before timing (OpenBLAS workers spin ~0.1 s after a call and steal a core)
-and reports medians and ratios measured in the same run.
+pauses briefly before each timed block (OpenBLAS workers spin ~0.1 s after a call and steal
+a core) and reports medians and ratios measured in the same run.
 """
 
 from __future__ import annotations
@@ -13,18 +13,25 @@ import time
 import numpy as np
 
 
-def median_times(contenders: dict, repeats: int, warmup: int = 2, pause: float = 0.15) -> dict:
-    """Median seconds per call of each zero-argument callable, timed interleaved."""
+def median_times(contenders: dict, repeats: int, warmup: int = 2, pause: float = 0.15,
+                 block: int = 1) -> dict:
+    """Median seconds per call of each zero-argument callable.
+
+    Contenders alternate block by block (``block`` calls each, timed together), with a
+    ``pause`` before each block so that one library's spinning worker threads (OpenBLAS,
+    OpenMP) have gone to sleep before the next is timed.
+    """
     for fn in contenders.values():
         for _ in range(warmup):
             fn()
     samples = {name: [] for name in contenders}
-    time.sleep(pause)
     for _ in range(repeats):
         for name, fn in contenders.items():
+            time.sleep(pause)
             start = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - start)
+            for _ in range(block):
+                fn()
+            samples[name].append((time.perf_counter() - start) / block)
     return {name: float(np.median(s)) for name, s in samples.items()}
 
 

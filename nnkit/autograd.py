@@ -490,13 +490,17 @@ def _topological_order(root):
 
 def _run_backward(root, gradient, retain_graph):
     grads = {id(root): gradient}
+    # A leaf may keep the array it receives unless someone else holds it too: the caller's
+    # root gradient, or one array that an op hands to several parents (x + y gives g to
+    # both). Those ids are "shared" and the leaf stores a copy; everything else is fresh.
+    handed, shared = {id(gradient)}, {id(gradient)}
     for t in reversed(_topological_order(root)):
         g = grads.pop(id(t), None)
         if g is None:
             continue
         ctx = t._ctx
         if ctx is None:
-            _accumulate_leaf(t, g)
+            _accumulate_leaf(t, g, own=id(g) not in shared)
             continue
         if ctx.backward is None:
             raise RuntimeError(
@@ -511,10 +515,14 @@ def _run_backward(root, gradient, retain_graph):
             if pg is None or not p.requires_grad:
                 continue
             key = id(p)
+            if id(pg) in handed:
+                shared.add(id(pg))
+            handed.add(id(pg))
             grads[key] = pg if key not in grads else grads[key] + pg
 
 
-def _accumulate_leaf(t, g):
+def _accumulate_leaf(t, g, own=False):
+    """Add ``g`` into ``t.grad``; keep ``g`` itself only when ``own`` and not a view."""
     if isinstance(g, np.generic):
         g = np.asarray(g)
     if g.dtype.kind == "c" and t.data.dtype.kind != "c":
@@ -524,7 +532,7 @@ def _accumulate_leaf(t, g):
     if g.shape != t.data.shape:
         g = unbroadcast(g, t.data.shape)
     if t.grad is None:
-        t.grad = g.copy()  # own it: one gradient array may reach several leaves (x + x)
+        t.grad = g if own and g.base is None and _writeable(g) else g.copy()
     else:
         t.grad = t.grad + g
 
@@ -612,6 +620,11 @@ def _is_advanced(index):
             continue  # a boolean mask selects each position at most once
         return True
     return False
+
+
+def _writeable(a):
+    flags = getattr(a, "flags", None)
+    return True if flags is None else bool(getattr(flags, "writeable", True))
 
 
 def _conj(x):

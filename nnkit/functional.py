@@ -87,7 +87,7 @@ def linear(x, weight, bias=None) -> Tensor:
 
     def backward(g):
         g2 = g.reshape(-1, g.shape[-1])  # (M, out)
-        gx = g @ wd
+        gx = g @ wd if x.requires_grad else None  # skipped for data inputs, as torch
         gw = g2.T @ xd.reshape(-1, xd.shape[-1])  # (out, in)
         if len(parents) == 3:
             return gx, gw, g2.sum(axis=0)

@@ -696,3 +696,22 @@ def test_composite_expression_matches_torch(rng):
     np.testing.assert_allclose(out.item(), t_out.item(), rtol=1e-12)
     for n, t in zip(nk_in, t_in, strict=True):
         np.testing.assert_allclose(n.grad, t.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_leaf_gradients_never_share_memory():
+    """One upstream array handed to several parents (x + y, views) is copied per leaf, so
+    clipping one gradient in place cannot change another."""
+    a = nk.tensor(np.ones((2, 3)), requires_grad=True)
+    b = nk.tensor(np.ones((2, 3)), requires_grad=True)
+    c = nk.tensor(np.ones(6), requires_grad=True)
+    d = nk.tensor(np.ones(6), requires_grad=True)
+    (a + b).sum().backward()
+    (c.reshape(2, 3) + d.reshape(2, 3)).sum().backward()
+    for u, v in [(a, b), (c, d)]:
+        assert not np.shares_memory(u.grad, v.grad)
+        u.grad *= 0
+        np.testing.assert_array_equal(v.grad, 1.0)
+    g = np.ones((2, 3))
+    e = nk.tensor(np.ones((2, 3)), requires_grad=True)
+    e.backward(g)  # the caller keeps g: the leaf must not alias it
+    assert not np.shares_memory(e.grad, g)
