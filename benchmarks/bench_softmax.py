@@ -11,10 +11,14 @@ measured in the same run.
 from __future__ import annotations
 
 import argparse
-import time
+import sys
+from pathlib import Path
 
 import numba
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import median_times  # noqa: E402
 
 from nnkit._ext import softmax_cpu
 from nnkit.kernels import reference
@@ -45,20 +49,6 @@ def numpy_softmax(x, out):
     out /= out.sum(axis=1, keepdims=True)
 
 
-def _time_interleaved(cands: dict, reps: int, pause: float) -> dict:
-    """Median seconds of each zero-argument callable, repetitions interleaved."""
-    for f in cands.values():  # warm-up: compile, first touch
-        f()
-    times = {k: [] for k in cands}
-    for _ in range(reps):
-        for k, f in cands.items():
-            time.sleep(pause)
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-    return {k: float(np.median(v)) for k, v in times.items()}
-
-
 def run(quick: bool = False) -> list[dict]:
     """Time the candidates; return one dict per row of the table."""
     threads = numba.get_num_threads()
@@ -85,7 +75,7 @@ def run(quick: bool = False) -> list[dict]:
         cands["torch.softmax(out=)"] = lambda: torch.softmax(tx, -1, out=tout)
     except ImportError:
         pass
-    med = _time_interleaved(cands, reps, pause)
+    med = median_times(cands, repeats=reps, warmup=1, pause=pause)
     bound = min(med["numba prange copy"], med["np.copyto"])
     nbytes = 2 * x.nbytes
     rows = [
@@ -95,7 +85,7 @@ def run(quick: bool = False) -> list[dict]:
     ]
     # The naive twin on a small shape, ratio to nnkit on the same shape.
     xs = rng.standard_normal((64, 64) if quick else (256, 256)).astype(np.float32)
-    small = _time_interleaved({"nnkit": lambda: softmax_forward(xs),
+    small = median_times({"nnkit": lambda: softmax_forward(xs),
                                "twin": lambda: reference.softmax(xs)}, 3, 0.01)
     rows.append({"name": "reference.softmax (naive twin)", "shape": xs.shape,
                  "median_ms": small["twin"] * 1e3, "GB_s": 2 * xs.nbytes / small["twin"] / 1e9,
