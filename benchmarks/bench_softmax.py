@@ -5,12 +5,19 @@ Run: ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_soft
 repetitions are interleaved (A, B, C, A, B, C, ...) with a short pause before each timing
 (OpenBLAS worker threads spin after a call), and medians are reported. The bound is the
 faster of a Numba prange copy and ``np.copyto`` of the same array (read x + write y),
-measured in the same run.
+measured in the same run and process as nnkit.
+
+torch runs in a worker process of its own (same thread count, same array, its own copy
+bound ``out.copy_(x)``): imported next to numba, torch's OpenMP pool and numba's slow each
+other down (softmax 5 ms alone, 7-8 ms with torch loaded, on this machine).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +25,7 @@ import numba
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import median_times  # noqa: E402
+from harness import environment, median_times  # noqa: E402
 
 from nnkit._ext import softmax_cpu
 from nnkit.kernels import reference
@@ -67,14 +74,6 @@ def run(quick: bool = False) -> list[dict]:
     }
     if softmax_cy is not None:
         cands["cython softmax_rows (1 thread)"] = lambda: softmax_cy.softmax_rows(x, out["cython"])
-    try:
-        import torch
-
-        torch.set_num_threads(threads)
-        tx, tout = torch.from_numpy(x), torch.from_numpy(out["torch"])
-        cands["torch.softmax(out=)"] = lambda: torch.softmax(tx, -1, out=tout)
-    except ImportError:
-        pass
     med = median_times(cands, repeats=reps, warmup=1, pause=pause)
     bound = min(med["numba prange copy"], med["np.copyto"])
     nbytes = 2 * x.nbytes
@@ -83,43 +82,55 @@ def run(quick: bool = False) -> list[dict]:
          "pct_of_bound": 100.0 * bound / v, "vs_nnkit": v / med["nnkit softmax_forward"]}
         for k, v in med.items()
     ]
+    torch_times = _torch_in_worker(R, C, reps, pause, threads)
+    if torch_times is not None:
+        for name, v in torch_times.items():
+            rows.append({"name": name, "shape": (R, C), "median_ms": v * 1e3,
+                         "GB_s": nbytes / v / 1e9,
+                         "pct_of_bound": 100.0 * torch_times["torch copy_ (its bound)"] / v,
+                         "vs_nnkit": v / med["nnkit softmax_forward"]})
     # The naive twin on a small shape, ratio to nnkit on the same shape.
     xs = rng.standard_normal((64, 64) if quick else (256, 256)).astype(np.float32)
     small = median_times({"nnkit": lambda: softmax_forward(xs),
-                               "twin": lambda: reference.softmax(xs)}, 3, 0.01)
+                          "twin": lambda: reference.softmax(xs)}, repeats=3, warmup=1, pause=0.01)
     rows.append({"name": "reference.softmax (naive twin)", "shape": xs.shape,
                  "median_ms": small["twin"] * 1e3, "GB_s": 2 * xs.nbytes / small["twin"] / 1e9,
                  "pct_of_bound": float("nan"), "vs_nnkit": small["twin"] / small["nnkit"]})
     return rows
 
 
-def _print_env():
-    print(f"numba {numba.__version__}, threads {numba.get_num_threads()} "
-          f"({numba.threading_layer() if _threading_layer_known() else 'layer not started'})")
-    try:
-        from threadpoolctl import threadpool_info
-
-        for info in threadpool_info():
-            print(f"  {info.get('internal_api')}: {info.get('num_threads')} threads, "
-                  f"{info.get('architecture', '')} {info.get('filepath', '').split('/')[-1]}")
-    except ImportError:
-        print("  threadpoolctl not installed")
+def _torch_in_worker(R, C, reps, pause, threads):
+    """torch.softmax and torch's copy, timed in a fresh process; None without torch."""
+    if importlib.util.find_spec("torch") is None:
+        return None
+    out = subprocess.run([sys.executable, __file__, "--torch-worker", str(R), str(C), str(reps),
+                          str(pause), str(threads)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _threading_layer_known():
-    try:
-        numba.threading_layer()
-        return True
-    except ValueError:
-        return False
+def _torch_worker(R, C, reps, pause, threads):
+    import torch
+
+    torch.set_num_threads(threads)
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((R, C)).astype(np.float32))
+    out = torch.empty_like(x)
+    times = median_times({"torch.softmax(out=)": lambda: torch.softmax(x, -1, out=out),
+                          "torch copy_ (its bound)": lambda: out.copy_(x)},
+                         repeats=reps, warmup=1, pause=pause)
+    print(json.dumps(times))
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--torch-worker":
+        R, C, reps = (int(v) for v in argv[1:4])
+        _torch_worker(R, C, reps, float(argv[4]), int(argv[5]))
+        return None
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, few repetitions")
     args = parser.parse_args(argv)
+    print(environment())
     rows = run(args.quick)
-    _print_env()
     print(f"{'candidate':34s} {'shape':>12s} {'median ms':>10s} {'GB/s':>7s} "
           f"{'% bound':>8s} {'x nnkit':>8s}")
     for r in rows:
