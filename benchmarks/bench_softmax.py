@@ -92,7 +92,7 @@ def run(quick: bool = False) -> list[dict]:
     # The naive twin on a small shape, ratio to nnkit on the same shape.
     xs = rng.standard_normal((64, 64) if quick else (256, 256)).astype(np.float32)
     small = median_times({"nnkit": lambda: softmax_forward(xs),
-                          "twin": lambda: reference.softmax(xs)}, repeats=3, warmup=1, pause=0.01)
+                          "twin": lambda: reference.softmax(xs)}, repeats=5, warmup=1, pause=0.05)
     rows.append({"name": "reference.softmax (naive twin)", "shape": xs.shape,
                  "median_ms": small["twin"] * 1e3, "GB_s": 2 * xs.nbytes / small["twin"] / 1e9,
                  "pct_of_bound": float("nan"), "vs_nnkit": small["twin"] / small["nnkit"]})
