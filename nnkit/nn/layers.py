@@ -10,6 +10,7 @@ import numbers
 import numpy as np
 
 from .. import functional as F
+from .._backend import array_module
 from .._validation import check_choice, check_scalar
 from ..autograd import Tensor, as_tensor
 from . import init
@@ -254,8 +255,7 @@ class Residual(Module):
         skip = x if self.projection is None else self.projection(x)
         out = self.fn(x)
         if self.subtract_origin:
-            out = out - self.fn(Tensor(np.zeros_like(x.data[..., :1, :] if x.ndim > 1
-                                                      else x.data)))
+            out = out - self.fn(Tensor(array_module(x.data).zeros_like(x.data)))  # fn(0)
         if out.shape[-1] != skip.shape[-1]:
             raise ValueError(
                 f"Residual: fn gives {out.shape[-1]} features but the skip path has "
