@@ -1,18 +1,22 @@
 """Build script for nnkit's compiled Cython kernels (everything else is in pyproject.toml)."""
 
+from pathlib import Path
+
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-# One Extension per .pyx in nnkit/_ext; numpy's headers for the typed memoryviews.
+# One Extension per .pyx in nnkit/_ext, named after the file; numpy's headers for the
+# typed memoryviews.
 EXTENSIONS = [
     Extension(
-        "nnkit._ext.softmax_cy",
-        ["nnkit/_ext/softmax_cy.pyx"],
+        f"nnkit._ext.{path.stem}",
+        [str(path)],
         include_dirs=[numpy.get_include()],
         extra_compile_args=["-O3"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-    ),
+    )
+    for path in sorted(Path("nnkit/_ext").glob("*.pyx"))
 ]
 
 setup(
