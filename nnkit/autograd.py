@@ -357,7 +357,7 @@ class Tensor:
         def backward(g):
             return (_expand_reduced(g, shape, axis, keepdims),)
 
-        return make_result(_as_array_like(y, x), (self,), backward, "sum")
+        return make_result(y, (self,), backward, "sum")
 
     def mean(self, axis=None, keepdims: bool = False):
         x = self.data
@@ -369,7 +369,7 @@ class Tensor:
         def backward(g):
             return (_expand_reduced(g, shape, axis, keepdims) / count,)
 
-        return make_result(_as_array_like(y, x), (self,), backward, "mean")
+        return make_result(y, (self,), backward, "mean")
 
     def max(self, axis=None, keepdims: bool = False):
         """Largest value along ``axis``; the gradient is split evenly between ties."""
@@ -391,7 +391,7 @@ class Tensor:
             share = mask / mask.sum(axis=axis, keepdims=True)
             return (_expand_reduced(g, x.shape, axis, keepdims) * share,)
 
-        return make_result(_as_array_like(y, x), (self,), backward, kind)
+        return make_result(y, (self,), backward, kind)
 
     # ----- shape ------------------------------------------------------------------------
     def reshape(self, *shape):
@@ -463,7 +463,7 @@ class Tensor:
                 gx[index] = g
             return (gx,)
 
-        return make_result(_as_array_like(y, x), (self,), backward, "getitem")
+        return make_result(y, (self,), backward, "getitem")
 
 
 # ----- graph walking ------------------------------------------------------------------------
@@ -597,11 +597,6 @@ def _expand_reduced(g, shape, axis, keepdims):
     return xp.broadcast_to(g, shape)
 
 
-def _as_array_like(y, x):
-    """Reductions of NumPy arrays may return NumPy scalars; keep them 0-d arrays."""
-    return np.asarray(y) if isinstance(x, np.ndarray) else y
-
-
 def _data_index(index):
     if isinstance(index, Tensor):
         return index.data
@@ -731,7 +726,7 @@ def _matmul(a, b):
         gb = unbroadcast(gb, b2.shape).reshape(bd.shape)
         return ga, gb
 
-    return make_result(_as_array_like(y, ad), (a, b), backward, "matmul")
+    return make_result(y, (a, b), backward, "matmul")
 
 
 # ----- functions over several tensors --------------------------------------------------------
