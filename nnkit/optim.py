@@ -61,6 +61,7 @@ array([ 0.9, -2.1])
 
 from __future__ import annotations
 
+import abc
 import copy
 import math
 import numbers
@@ -107,8 +108,8 @@ def _real_view(a):
     return a.view(a.real.dtype) if a.dtype.kind == "c" else a
 
 
-class Optimizer:
-    """Base class: parameter groups, per-parameter state, ``zero_grad`` and ``state_dict``.
+class Optimizer(abc.ABC):
+    """Abstract base class: parameter groups, per-parameter state, ``zero_grad`` and ``state_dict``.
 
     Parameters
     ----------
@@ -152,7 +153,7 @@ class Optimizer:
             self.add_param_group(group)
 
     # ----- groups -------------------------------------------------------------------------
-    def _check_options(self, options: dict, where: str = "") -> None:
+    def _check_options(self, options: dict, where: str = "") -> None:  # noqa: B027 (optional hook)
         """Validate a group's hyper-parameters (subclasses); ``where`` prefixes the names."""
 
     def add_param_group(self, param_group: dict) -> None:
@@ -198,7 +199,7 @@ class Optimizer:
         self.param_groups.append(group)
         self._init_group_state(group)
 
-    def _init_group_state(self, group: dict) -> None:
+    def _init_group_state(self, group: dict) -> None:  # noqa: B027 (optional hook)
         """Eager per-parameter state (Adagrad's accumulator, as torch); lazy elsewhere."""
 
     # ----- gradients and stepping ---------------------------------------------------------
@@ -231,9 +232,9 @@ class Optimizer:
             self._update()
         return loss
 
+    @abc.abstractmethod
     def _update(self) -> None:
-        """One update of every parameter with a gradient (subclasses)."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement _update()")
+        """One update of every parameter with a gradient (each optimizer's formula)."""
 
     def _work(self, p, n: int):
         """``n`` scratch arrays shaped like ``p`` for the array-at-a-time path (cached)."""
