@@ -8,7 +8,7 @@ their naive twins in ``nk.kernels.reference``) <- ``nk.Tensor`` and autograd,
 
 __version__ = "0.1.0"
 
-from . import datasets, functional, kernels, nn, optim, training
+from . import approx, datasets, functional, kernels, nn, optim, training
 from ._random import manual_seed
 from .autograd import (
     Tensor,
@@ -38,6 +38,7 @@ __all__ = [
     "GradcheckError",
     "manual_seed",
     "datasets",
+    "approx",
     "functional",
     "training",
     "kernels",

@@ -1,0 +1,46 @@
+"""Approximation theory made executable (``nk.approx``).
+
+Constructions (the book appendix's sigmoid bins, the notes' ReLU interpolant) that return real
+``nn.Module`` objects with hand-set weights, the error predictions they are tested against,
+and activation regions of ReLU networks (exact in 1-D and for one hidden layer in 2-D).
+"""
+
+from .constructions import (
+    bin_function,
+    bin_means,
+    bins_network,
+    eval_sigmoid_net,
+    fit,
+    mean_squared_error,
+    predicted_bin_mse,
+    predicted_relu_mse,
+    random_network,
+    relu_interpolant,
+    sigmoid_bins,
+    step,
+)
+from .regions import (
+    RegionCount,
+    activation_patterns,
+    count_linear_regions,
+    montufar_network,
+)
+
+__all__ = [
+    "step",
+    "bin_function",
+    "bins_network",
+    "bin_means",
+    "sigmoid_bins",
+    "relu_interpolant",
+    "eval_sigmoid_net",
+    "mean_squared_error",
+    "predicted_bin_mse",
+    "predicted_relu_mse",
+    "random_network",
+    "fit",
+    "RegionCount",
+    "activation_patterns",
+    "count_linear_regions",
+    "montufar_network",
+]
