@@ -8,7 +8,7 @@ their naive twins in ``nk.kernels.reference``) <- ``nk.Tensor`` and autograd,
 
 __version__ = "0.1.0"
 
-from . import approx, datasets, functional, kernels, nn, optim, training
+from . import approx, classic, datasets, functional, kernels, nn, optim, theory, training
 from ._random import manual_seed
 from .autograd import (
     Tensor,
@@ -39,6 +39,8 @@ __all__ = [
     "manual_seed",
     "datasets",
     "approx",
+    "classic",
+    "theory",
     "functional",
     "training",
     "kernels",
