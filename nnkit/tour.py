@@ -18,6 +18,7 @@ from . import functional as F
 from . import nn, optim
 from ._random import manual_seed
 from .approx._tour import approx_section
+from .classic._hopfield_tour import hopfield_section
 from .classic._tour import perceptron_section
 from .datasets import load_digits
 from .training import accuracy, minibatches
@@ -108,7 +109,7 @@ def mlp_section(ctx: TourContext) -> list[dict]:
     ]
 
 
-SECTIONS = [mlp_section, perceptron_section, approx_section]
+SECTIONS = [mlp_section, perceptron_section, hopfield_section, approx_section]
 
 
 def run_tour(out_dir="nnkit-tour", quick: bool = False, seed: int = 0) -> list[dict]:

@@ -1,0 +1,437 @@
+"""Hopfield networks, dense associative memories and modern Hopfield networks.
+
+Kernels (Cython async, Numba sync / pattern-storage / dense, CUDA sync step under the
+simulator) against the naive twins in ``nnkit.classic.hopfield`` (plain loops, every field
+recomputed); properties of the theory (energy never increases along async updates; stored
+patterns at low load are fixed points; flip rate against (1 - erf(sqrt(1/(2 alpha))))/2);
+the boundary (only ValueError/TypeError, naming the argument).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from nnkit.classic import hopfield as hf
+from nnkit.classic.hopfield import (
+    DenseAssociativeMemory,
+    Hopfield,
+    ModernHopfield,
+    random_orders,
+    reference_async,
+    reference_dense_async,
+    reference_sync,
+    retrieval_curve,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _orders(n, order, seed, max_sweeps):
+    """The orders run(order=..., random_state=seed) uses, (K, n), for the twins."""
+    if order == "sequential":
+        return np.arange(n)[None]
+    return random_orders(n, max_sweeps, seed)
+
+
+@st.composite
+def networks(draw, max_n=12, max_s=6, max_b=4):
+    """(patterns (s, n) int, states (B, n) int) of random spins."""
+    n = draw(st.integers(1, max_n))
+    s = draw(st.integers(1, max_s))
+    spins = st.sampled_from([-1, 1])
+    xi = draw(hnp.arrays(np.int64, (s, n), elements=spins))
+    x = draw(hnp.arrays(np.int64, (draw(st.integers(1, max_b)), n), elements=spins))
+    return xi, x
+
+
+def _spins(rng, shape):
+    return rng.choice(np.array([-1, 1], np.int8), size=shape)
+
+
+# ---- storage --------------------------------------------------------------------------------
+
+def test_hebbian_weights_symmetric_zero_diagonal(rng):
+    xi = _spins(rng, (7, 40))
+    net = Hopfield(40).store(xi)
+    expected = sum(np.outer(x, x) for x in xi.astype(np.float64)) / 40
+    np.fill_diagonal(expected, 0)
+    np.testing.assert_array_equal(net.weights_, expected)
+    np.testing.assert_array_equal(net.weights_, net.weights_.T)
+    assert net.couplings_.dtype == np.float32
+    np.testing.assert_array_equal(Hopfield(40, storage="patterns").store(xi).weights_, expected)
+
+
+def test_energy_and_field_match_formula(rng):
+    xi, x = _spins(rng, (5, 30)), _spins(rng, (4, 30))
+    net = Hopfield(30).store(xi)
+    W = net.weights_
+    np.testing.assert_allclose(net.field(x), x @ W.T, atol=1e-12)
+    np.testing.assert_allclose(net.energy(x), [-0.5 * v @ W @ v for v in x], atol=1e-12)
+    assert net.energy(x[0]) == pytest.approx(-0.5 * x[0] @ W @ x[0])
+    assert net.field(x[1]).shape == (30,)
+
+
+def test_crosstalk_is_field_minus_pattern_and_decides_fixed_points(rng):
+    xi = _spins(rng, (30, 200))
+    net = Hopfield(200).store(xi)
+    c = net.crosstalk()
+    np.testing.assert_allclose(c, net.field(xi) - xi)
+    stable = (np.where(xi + c >= 0, 1, -1) == xi).all(axis=1)
+    res = net.run(xi, mode="sync", max_sweeps=1)
+    np.testing.assert_array_equal(stable, (res.states == xi).all(axis=1))
+    assert abs(c.std() - np.sqrt(30 / 200)) < 0.03  # C ~ N(0, s/n)
+
+
+# ---- dynamics against the twins -----------------------------------------------------------------
+
+@given(data=networks(), order=st.sampled_from(["random", "sequential"]),
+       seed=st.integers(0, 2**16), storage=st.sampled_from(["dense", "patterns"]))
+@example(data=(np.ones((1, 1), np.int64), -np.ones((1, 1), np.int64)), order="sequential",
+         seed=0, storage="dense")  # one neuron: h = 0 -> sgn(0) = +1 flips -1 to +1
+def test_async_equals_naive_loop(data, order, seed, storage):
+    xi, x = data
+    n = xi.shape[1]
+    net = Hopfield(n, storage=storage).store(xi)
+    res = net.run(x, order=order, random_state=seed, max_sweeps=20)
+    orders = _orders(n, order, seed, 20)
+    C = np.rint(net.weights_ * n)
+    for b in range(len(x)):
+        final, sweeps, converged = reference_async(C, x[b], orders, 20)
+        np.testing.assert_array_equal(res.states[b], final)
+        assert res.sweeps[b] == sweeps and res.converged[b] == converged
+
+
+@given(data=networks(), seed=st.integers(0, 2**16))
+def test_async_energy_never_increases(data, seed):
+    """Checked after every single update (the twin's trace, which equals the kernel)."""
+    xi, x = data
+    n = xi.shape[1]
+    net = Hopfield(n).store(xi)
+    orders = _orders(n, "random", seed, 200)
+    final, _, converged, trace = reference_async(net.couplings_, x[0], orders, 200,
+                                                 energy_trace=True)
+    assert converged  # a finite state space and a decreasing energy
+    assert all(b <= a for a, b in zip(trace, trace[1:], strict=False))
+    kernel = net.run(x[0], random_state=seed, max_sweeps=200)
+    assert kernel.converged
+    np.testing.assert_array_equal(kernel.states, final)
+    assert net.energy(kernel.states) == pytest.approx(trace[-1] / n)
+    assert net.energy(kernel.states) <= net.energy(x[0]) + 1e-12
+
+
+@given(data=networks(), storage=st.sampled_from(["dense", "patterns"]),
+       max_sweeps=st.integers(1, 6))
+def test_sync_equals_naive_loop(data, storage, max_sweeps):
+    xi, x = data
+    net = Hopfield(xi.shape[1], storage=storage).store(xi)
+    res = net.run(x, mode="sync", max_sweeps=max_sweeps)
+    for b in range(len(x)):
+        final, sweeps, converged = reference_sync(net.couplings_ if storage == "dense" else
+                                                  np.rint(net.weights_ * xi.shape[1]),
+                                                  x[b], max_sweeps)
+        np.testing.assert_array_equal(res.states[b], final)
+        assert res.sweeps[b] == sweeps and res.converged[b] == converged
+
+
+def test_sync_two_cycle_is_not_converged():
+    # two neurons coupled negatively: (+1, +1) <-> (-1, -1) under synchronous updates
+    net = Hopfield(2).store(np.array([[1, -1]]))
+    res = net.run([1, 1], mode="sync", max_sweeps=7)
+    assert not res.converged and res.sweeps == 7
+    assert net.run([1, 1], mode="async", order="sequential").converged
+
+
+def test_float64_couplings_when_float32_is_not_exact(rng, monkeypatch):
+    monkeypatch.setattr(hf, "_EXACT32", 8)
+    xi, x = _spins(rng, (4, 9)), _spins(rng, (3, 9))
+    net = Hopfield(9).store(xi)
+    assert net.couplings_.dtype == np.float64
+    res = net.run(x, order="sequential")
+    for b in range(3):
+        final, sweeps, _ = reference_async(net.couplings_, x[b], np.arange(9)[None], 100)
+        np.testing.assert_array_equal(res.states[b], final)
+        assert res.sweeps[b] == sweeps
+    res = net.run(x, mode="sync")
+    np.testing.assert_array_equal(res.states[0], reference_sync(net.couplings_, x[0], 100)[0])
+
+
+def test_random_orders_are_permutations_and_reproducible():
+    orders = random_orders(50, 6, 123)
+    assert (np.sort(orders, axis=1) == np.arange(50)).all()
+    assert len({tuple(o) for o in orders}) == 6
+    np.testing.assert_array_equal(orders, random_orders(50, 6, 123))
+    # the Numba and the Cython kernels draw the same stream
+    from nnkit._ext import hopfield_cpu
+
+    order, state = np.arange(50, dtype=np.int32), np.array([123], np.uint64)
+    for expected in orders:
+        hopfield_cpu.shuffle_order(order, state)
+        np.testing.assert_array_equal(order, expected)
+
+
+# ---- properties at scale ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("storage", ["dense", "patterns"])
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_stored_patterns_at_low_load_are_fixed_points(rng, storage, mode):
+    xi = _spins(rng, (10, 400))  # alpha = 0.025
+    res = Hopfield(400, storage=storage).store(xi).run(xi, mode=mode, random_state=0)
+    np.testing.assert_array_equal(res.states, xi)
+    assert (res.sweeps == 1).all() and res.converged.all()
+
+
+def test_recall_from_noise_and_batch_equals_single_runs(rng):
+    n = 600
+    xi = _spins(rng, (30, n))
+    noisy = xi * np.where(rng.random(xi.shape) < 0.1, -1, 1).astype(np.int8)
+    net = Hopfield(n).store(xi)
+    batch = net.run(noisy, random_state=5)
+    assert (batch.states == xi).all(axis=1).mean() >= 0.9
+    serial = net.run(noisy, random_state=5, n_jobs=1)
+    np.testing.assert_array_equal(serial.states, batch.states)
+    for b in (0, 7, 29):
+        one = net.run(noisy[b], random_state=5)
+        np.testing.assert_array_equal(one.states, batch.states[b])
+        assert one.sweeps == batch.sweeps[b]
+
+
+def test_sync_parallel_build_equals_serial(rng):
+    from nnkit._ext import hopfield_cpu
+
+    net = Hopfield(300).store(_spins(rng, (40, 300)))
+    x = _spins(rng, (50, 300))
+    outs = []
+    for build in (hopfield_cpu.sync_run.serial, hopfield_cpu.sync_run.parallel):
+        s, h = x.copy(), net._int_fields(x)
+        sw, cv = np.zeros(50, np.int64), np.zeros(50, np.uint8)
+        build(h, net.couplings_, s, np.empty(s.shape, np.int64), 30, sw, cv)
+        outs.append((s, sw, cv))
+    for a, b in zip(*outs, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_flip_rate_follows_theory():
+    from scipy.special import erf
+
+    alphas = np.array([0.1, 0.2, 0.3])
+    curve = retrieval_curve(1000, alphas, n_probes=4, noise=0.1, random_state=1)
+    theory = (1 - erf(np.sqrt(1 / (2 * alphas)))) / 2  # nk.theory.hopfield_flip_probability
+    np.testing.assert_allclose(curve.flip_rate, theory, rtol=0.35)
+    assert curve.overlap[0] > 0.99 and curve.overlap[2] < 0.6  # the phase transition
+    assert list(curve.n_patterns) == [100, 200, 300]
+
+
+# ---- dense associative memory --------------------------------------------------------------------
+
+@given(data=networks(max_n=9, max_s=5, max_b=3), interaction=st.sampled_from(["poly", "exp"]),
+       degree=st.integers(2, 5), order=st.sampled_from(["random", "sequential"]),
+       seed=st.integers(0, 2**16))
+def test_dense_async_equals_naive_loop(data, interaction, degree, order, seed):
+    xi, x = data
+    n = xi.shape[1]
+    dam = DenseAssociativeMemory(interaction, degree).store(xi)
+    res = dam.run(x, order=order, random_state=seed, max_sweeps=20)
+    orders = _orders(n, order, seed, 20)
+    for b in range(len(x)):
+        final, sweeps, converged = reference_dense_async(xi, x[b], orders, 20, interaction,
+                                                         degree)
+        np.testing.assert_array_equal(res.states[b], final)
+        assert res.sweeps[b] == sweeps and res.converged[b] == converged
+        assert dam.energy(res.states[b]) <= dam.energy(x[b]) + 1e-9 * abs(dam.energy(x[b]))
+
+
+def test_dense_degree_two_is_the_hopfield_network(rng):
+    xi, x = _spins(rng, (6, 25)), _spins(rng, (5, 25))
+    a = DenseAssociativeMemory("poly", 2).store(xi).run(x, random_state=3)
+    b = Hopfield(25).store(xi).run(x, random_state=3)
+    np.testing.assert_array_equal(a.states, b.states)
+
+
+@pytest.mark.parametrize("interaction, degree", [("poly", 4), ("exp", 3)])
+def test_dense_memory_retrieves_far_beyond_hopfield_capacity(rng, interaction, degree):
+    n, s = 100, 60  # alpha = 0.6, over four times 0.138 n
+    xi = _spins(rng, (s, n))
+    noisy = xi * np.where(rng.random(xi.shape) < 0.1, -1, 1).astype(np.int8)
+    dam = DenseAssociativeMemory(interaction, degree).store(xi)
+    assert (dam.run(noisy, random_state=0).states == xi).all(axis=1).mean() >= 0.95
+    hop = Hopfield(n).store(xi).run(noisy, random_state=0).states
+    assert (hop == xi).all(axis=1).mean() < 0.2
+
+
+# ---- modern Hopfield ----------------------------------------------------------------------------
+
+@given(s=st.integers(1, 6), n=st.integers(1, 8), lead=st.sampled_from([(), (3,), (2, 2)]),
+       beta=st.floats(0.01, 4), seed=st.integers(0, 2**16),
+       dtype=st.sampled_from([np.float32, np.float64]))
+def test_modern_hopfield_is_one_attention_step(s, n, lead, beta, seed, dtype):
+    import nnkit as nk
+    import nnkit.functional as F
+
+    g = np.random.default_rng(seed)
+    X = g.standard_normal((s, n)).astype(dtype)
+    q = g.standard_normal(lead + (n,)).astype(dtype)
+    got = ModernHopfield(beta).store(X).retrieve(q)
+    attn = (F.softmax(nk.tensor(q) @ nk.tensor(X.T) * beta, axis=-1) @ nk.tensor(X)).numpy()
+    assert got.shape == lead + (n,) and got.dtype == dtype
+    np.testing.assert_allclose(got, attn, rtol=1e-4 if dtype == np.float32 else 1e-12,
+                               atol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_modern_hopfield_matches_torch_sdpa(rng):
+    torch = pytest.importorskip("torch")
+    X, q = rng.standard_normal((7, 16)), rng.standard_normal((5, 16))
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        torch.tensor(q)[None], torch.tensor(X)[None], torch.tensor(X)[None], scale=0.7)[0]
+    np.testing.assert_allclose(ModernHopfield(0.7).store(X).retrieve(q), expected.numpy(),
+                               rtol=1e-10, atol=1e-12)
+
+
+def test_modern_hopfield_one_step_retrieval_at_large_beta(rng):
+    X = rng.standard_normal((50, 64))
+    mh = ModernHopfield(beta=8.0).store(X)
+    np.testing.assert_allclose(mh.retrieve(X), X, atol=1e-6)
+    noisy = X + 0.3 * rng.standard_normal(X.shape)
+    assert np.argmin(((mh.retrieve(noisy)[:, None] - X) ** 2).sum(-1), axis=1).tolist() \
+        == list(range(50))
+
+
+# ---- the boundary ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("patterns, match", [
+    ([[1, 0, 1]], "only -1 and \\+1"),
+    ([[1.0, np.nan, 1.0]], "patterns must be finite"),
+    ([[1, -1]], "n_neurons=3"),
+    (np.ones((0, 3)), "patterns is empty"),
+    ([1, -1, 1], "patterns must be 2-dimensional"),
+    ([[2, -1, 1]], "only -1 and \\+1"),
+])
+def test_bad_patterns(patterns, match):
+    with pytest.raises(ValueError, match=match):
+        Hopfield(3).store(patterns)
+
+
+def test_bad_arguments_name_themselves(rng):
+    net = Hopfield(4).store(_spins(rng, (2, 4)))
+    cases = [
+        (lambda: net.run([1, -1, 1]), "states has 3 neurons"),
+        (lambda: net.run([1, -1, 1, 0.5]), "states must hold only"),
+        (lambda: net.run([1, -1, 1, 1], mode="both"), "mode must be one of"),
+        (lambda: net.run([1, -1, 1, 1], order="reverse"), "order must be one of"),
+        (lambda: net.run([1, -1, 1, 1], max_sweeps=0), "max_sweeps must be >= 1"),
+        (lambda: Hopfield(0), "n_neurons must be >= 1"),
+        (lambda: Hopfield(3, storage="disk"), "storage must be one of"),
+        (lambda: Hopfield(3).run([1, 1, 1]), "call store"),
+        (lambda: Hopfield(3).store([[1, 1, 1]], rule="storkey"), "rule must be one of"),
+        (lambda: net.energy(np.ones((2, 2, 4))), "states must be 1 or 2-dimensional"),
+        (lambda: DenseAssociativeMemory("cubic"), "interaction must be one of"),
+        (lambda: DenseAssociativeMemory(degree=1), "degree must be >= 2"),
+        (lambda: DenseAssociativeMemory(degree=30).store(_spins(rng, (2, 500))), "degree=30"),
+        (lambda: DenseAssociativeMemory().store(np.ones((0, 4))), "patterns is empty"),
+        (lambda: ModernHopfield(0), "beta must be > 0"),
+        (lambda: ModernHopfield().store(np.ones((2, 3))).retrieve(np.ones(4)),
+         "queries have 4 features"),
+        (lambda: net.run([1, 1, 1, 1], random_state=-1), "random_state must be >= 0"),
+        (lambda: ModernHopfield().store([[np.inf, 1.0]]), "X must be finite"),
+        (lambda: retrieval_curve(100, [0.1, -1]), "alphas"),
+    ]
+    for fn, match in cases:
+        with pytest.raises(ValueError, match=match):
+            fn()
+    with pytest.raises(TypeError, match="states"):
+        net.run("++--")
+    with pytest.raises(TypeError, match="max_sweeps"):
+        net.run([1, 1, 1, 1], max_sweeps=2.5)
+
+
+@given(value=st.one_of(
+    hnp.arrays(st.sampled_from([np.int8, np.int64, np.float32, np.float64, np.bool_]),
+               hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5)),
+    st.lists(st.integers(-2, 2), max_size=6), st.none(), st.text(max_size=3)),
+    what=st.sampled_from(["store", "run", "energy", "dense", "modern"]))
+def test_boundary_fuzz_only_value_or_type_errors(value, what):
+    net = Hopfield(4).store([[1, -1, 1, -1]])
+    calls = {
+        "store": lambda: Hopfield(4).store(value),
+        "run": lambda: net.run(value, max_sweeps=3),
+        "energy": lambda: net.energy(value),
+        "dense": lambda: DenseAssociativeMemory().store(value),
+        "modern": lambda: ModernHopfield().store(value),
+    }
+    try:
+        calls[what]()
+    except (ValueError, TypeError):
+        pass
+
+
+# ---- CUDA sync step under the simulator (child process) ------------------------------------------
+
+def _cuda_sync_cases():
+    from nnkit._ext import hopfield_cpu, hopfield_cuda
+
+    hopfield_cuda.block = (2, 4)  # grids that do not divide the shapes
+    rng = np.random.default_rng(0)
+    for n, s, B, dtype in ((1, 1, 1, np.float32), (7, 3, 5, np.float32), (9, 4, 3, np.float64),
+                           (13, 2, 2, np.float64)):
+        xi = rng.choice(np.array([-1, 1], np.int8), size=(s, n))
+        C = (xi.T.astype(dtype) @ xi.astype(dtype))
+        np.fill_diagonal(C, 0)
+        x = rng.choice(np.array([-1, 1], np.int8), size=(B, n))
+        out = np.zeros_like(x)
+        hopfield_cuda.sync_step(C, x, out)
+        expected = np.array([reference_sync(C, v, 1)[0] for v in x])  # one step
+        np.testing.assert_array_equal(out, expected, err_msg=f"step n={n}")
+        # whole runs vs the CPU kernel
+        max_sweeps = 6
+        g_states, g_work = x.copy(), np.zeros_like(x)
+        active, conv = np.ones(B, np.uint8), np.zeros(B, np.uint8)
+        sweeps, n_active = np.full(B, max_sweeps, np.int64), np.zeros(1, np.int64)
+        hopfield_cuda.sync_run(C, g_states, g_work, active, sweeps, conv, n_active, max_sweeps)
+        c_states, h = x.copy(), np.ascontiguousarray(x.astype(dtype) @ C)
+        c_sweeps, c_conv = np.zeros(B, np.int64), np.zeros(B, np.uint8)
+        hopfield_cpu.sync_run(h, C, c_states, np.empty((B, n), np.int64), max_sweeps,
+                              c_sweeps, c_conv)
+        np.testing.assert_array_equal(g_states, c_states, err_msg=f"run n={n}")
+        np.testing.assert_array_equal(sweeps, c_sweeps)
+        np.testing.assert_array_equal(conv, c_conv)
+
+
+def _child_main(result_path):
+    from numba import config
+
+    if not config.ENABLE_CUDASIM:
+        raise SystemExit("NUMBA_ENABLE_CUDASIM=1 is not in effect in the child")
+    sys.setswitchinterval(1e-4)
+    try:
+        _cuda_sync_cases()
+        outcome = "ok"
+    except Exception:
+        outcome = traceback.format_exc()
+    Path(result_path).write_text(json.dumps({"sync": outcome}))
+
+
+def test_cuda_sync_kernel_under_simulator(tmp_path):
+    result_path = tmp_path / "results.json"
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
+                                        if p)
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), str(result_path)],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 or not result_path.exists():
+        pytest.fail(f"the simulator child failed (exit {proc.returncode}):\n"
+                    f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    outcome = json.loads(result_path.read_text())["sync"]
+    if outcome != "ok":
+        pytest.fail(f"CUDA sync kernel under the simulator:\n{outcome}", pytrace=False)
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1])
