@@ -8,7 +8,7 @@ their naive twins in ``nk.kernels.reference``) <- ``nk.Tensor`` and autograd,
 
 __version__ = "0.1.0"
 
-from . import approx, classic, datasets, functional, kernels, nn, optim, theory, training
+from . import approx, classic, datasets, functional, kernels, nn, optim, signal, theory, training
 from ._random import manual_seed
 from .autograd import (
     Tensor,
@@ -41,6 +41,7 @@ __all__ = [
     "approx",
     "classic",
     "theory",
+    "signal",
     "functional",
     "training",
     "kernels",

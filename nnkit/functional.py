@@ -34,6 +34,10 @@ __all__ = [
     "layer_norm",
     "dropout",
     "embedding",
+    "conv1d",
+    "conv2d",
+    "max_pool2d",
+    "avg_pool2d",
 ]
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -314,3 +318,7 @@ def embedding(ids, weight) -> Tensor:
             f"[{ids.min()}, {ids.max()}]"
         )
     return weight[ids]
+
+
+# Op families that live in their own modules, re-exported so that F.<name> finds them.
+from .functional_conv import avg_pool2d, conv1d, conv2d, max_pool2d  # noqa: E402

@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from . import functional as F
 from . import nn, optim
+from ._conv_tour import cnn_section
 from ._random import manual_seed
 from .approx._tour import approx_section
 from .classic._hopfield_tour import hopfield_section
@@ -109,7 +110,7 @@ def mlp_section(ctx: TourContext) -> list[dict]:
     ]
 
 
-SECTIONS = [mlp_section, perceptron_section, hopfield_section, approx_section]
+SECTIONS = [mlp_section, perceptron_section, hopfield_section, approx_section, cnn_section]
 
 
 def run_tour(out_dir="nnkit-tour", quick: bool = False, seed: int = 0) -> list[dict]:

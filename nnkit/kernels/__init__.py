@@ -6,6 +6,16 @@ returns plain arrays. ``nnkit.kernels.reference`` holds the naive twin of each.
 """
 
 from . import reference
+from .conv import (
+    avg_pool2d_backward,
+    avg_pool2d_forward,
+    conv1d_backward,
+    conv1d_forward,
+    conv2d_backward,
+    conv2d_forward,
+    max_pool2d_backward,
+    max_pool2d_forward,
+)
 from .layer_norm import layer_norm_backward, layer_norm_forward
 from .softmax import (
     cross_entropy_backward,
@@ -26,4 +36,12 @@ __all__ = [
     "cross_entropy_backward",
     "layer_norm_forward",
     "layer_norm_backward",
+    "conv1d_forward",
+    "conv1d_backward",
+    "conv2d_forward",
+    "conv2d_backward",
+    "max_pool2d_forward",
+    "max_pool2d_backward",
+    "avg_pool2d_forward",
+    "avg_pool2d_backward",
 ]

@@ -23,6 +23,14 @@ __all__ = [
     "cross_entropy_backward",
     "layer_norm",
     "layer_norm_backward",
+    "conv1d",
+    "conv1d_backward",
+    "conv2d",
+    "conv2d_backward",
+    "max_pool2d",
+    "max_pool2d_backward",
+    "avg_pool2d",
+    "avg_pool2d_backward",
 ]
 
 
@@ -159,3 +167,16 @@ def layer_norm_backward(dy, x, weight=None, eps=1e-5):
         dweight = (dyr * xhat).sum(axis=0).astype(np.asarray(weight).dtype)
         dbias = dyr.sum(axis=0).astype(np.asarray(weight).dtype)
     return dx.reshape(x.shape).astype(x.dtype), dweight, dbias
+
+
+# Twins of other op families live beside this file, one module per family.
+from .reference_conv import (  # noqa: E402
+    avg_pool2d,
+    avg_pool2d_backward,
+    conv1d,
+    conv1d_backward,
+    conv2d,
+    conv2d_backward,
+    max_pool2d,
+    max_pool2d_backward,
+)

@@ -1,6 +1,7 @@
 """Layers and containers (``nk.nn``), torch-compatible names and ``state_dict`` layouts."""
 
 from . import init
+from .conv import AvgPool2d, Conv1d, Conv2d, MaxPool2d
 from .layers import (
     GELU,
     Dropout,
@@ -39,4 +40,8 @@ __all__ = [
     "MSELoss",
     "CrossEntropyLoss",
     "BCEWithLogitsLoss",
+    "Conv1d",
+    "Conv2d",
+    "MaxPool2d",
+    "AvgPool2d",
 ]

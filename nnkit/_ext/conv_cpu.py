@@ -1,0 +1,248 @@
+"""Convolution and pooling on the CPU: Numba kernels around numpy's BLAS GEMM.
+
+The convolution is lowered to GEMMs (the algorithm and its measurement are written in
+``nnkit.kernels.conv``). These kernels do the data movement around them:
+
+- ``im2col``: cols[(c kh + i) kw + j, (n Ho + a) Wo + b] = xpad[n, c, a sh + i dh, b sw + j dw]
+  (zero outside the image); prange over the rows of cols, each written contiguously;
+- ``col2im``: the adjoint, dx[n, c, h, w] = sum of the cols entries that read (h, w); prange
+  over (n, c) planes, so no two threads write the same element (deterministic);
+- ``bias_transpose``: y[n, k, p] = ykn[k, n, p] + bias[k] (GEMM output back to NCHW);
+- ``transpose_sum``: dyt[k, n, p] = dy[n, k, p] and dbias[k] = sum_{n, p} dy[n, k, p];
+- pooling: ``max_pool`` (window argmax with torch's rule ``v > best or isnan(v)``, i.e. the
+  first maximum in row-major order, the last NaN), ``max_pool_backward`` (scatter to the
+  argmax, one (n, c) plane per thread), ``avg_pool`` and ``avg_pool_backward``.
+
+Serial or parallel: each launcher runs its parallel build only when the array it fills or
+reads holds at least ``PARALLEL_MIN_ELEMENTS`` = 2^20 elements (4 MiB of float32), not the
+2^16 of ``_dispatch``: these kernels move a few bytes per element, so below that size the
+~10-30 us of waking the pool (and, on a busy 2-core machine, a scheduler slice of several
+ms; measured: a (144, 512) col2im took 8 ms parallel vs 0.05 ms serial with the other core
+busy) costs more than the second core saves.
+
+No fastmath: pure data movement and sums whose order is fixed. Kernels validate nothing and
+take C-contiguous arrays with preallocated outputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from ._dispatch import serial_or_parallel
+
+__all__ = ["im2col", "col2im", "bias_transpose", "transpose_sum", "max_pool",
+           "max_pool_backward", "avg_pool", "avg_pool_backward"]
+
+
+def _valid_range(n_out, size, stride, offset):
+    """[lo, hi): the outputs b with 0 <= b stride + offset < size."""
+    lo = 0
+    if offset < 0:
+        lo = (-offset + stride - 1) // stride
+    hi = 0
+    if size - 1 - offset >= 0:
+        hi = (size - 1 - offset) // stride + 1
+    return lo, max(lo, min(n_out, hi))
+
+
+_valid_range_jit = numba.njit(cache=True, inline="always")(_valid_range)
+
+
+def _im2col(x, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, cols):
+    """cols (C kh kw, N Ho Wo) from x (N, C, H, W); see the module docstring."""
+    N, C, H, W = x.shape
+    for r in numba.prange(C * kh * kw):
+        c = r // (kh * kw)
+        i = (r // kw) % kh
+        j = r % kw
+        w0 = j * dw - pl
+        lo, hi = _valid_range_jit(Wo, W, sw, w0)
+        crow = cols[r]  # (N Ho Wo,)
+        for n in range(N):
+            for a in range(Ho):
+                h = a * sh - pt + i * dh
+                o = (n * Ho + a) * Wo
+                if h < 0 or h >= H:
+                    crow[o:o + Wo] = 0
+                    continue
+                crow[o:o + lo] = 0
+                if sw == 1:  # slices: a vectorised copy (indexed loops were 2.5x slower)
+                    crow[o + lo:o + hi] = x[n, c, h, lo + w0:hi + w0]
+                else:
+                    for b in range(lo, hi):
+                        crow[o + b] = x[n, c, h, b * sw + w0]
+                crow[o + hi:o + Wo] = 0
+
+
+def _col2im(cols, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, dx):
+    """dx (N, C, H, W) = adjoint of im2col applied to cols (C kh kw, N Ho Wo)."""
+    N, C, H, W = dx.shape
+    for nc in numba.prange(N * C):
+        n = nc // C
+        c = nc % C
+        plane = dx[n, c]  # (H, W)
+        plane[:, :] = 0
+        for i in range(kh):
+            for j in range(kw):
+                crow = cols[(c * kh + i) * kw + j]  # (N Ho Wo,)
+                w0 = j * dw - pl
+                lo, hi = _valid_range_jit(Wo, W, sw, w0)
+                for a in range(Ho):
+                    h = a * sh - pt + i * dh
+                    if h < 0 or h >= H:
+                        continue
+                    o = (n * Ho + a) * Wo
+                    if sw == 1:  # unsigned indices: no wraparound check, so LLVM vectorises
+                        src = crow[o + lo:o + hi]
+                        dst = plane[h, lo + w0:hi + w0]
+                        for t in range(src.shape[0]):
+                            dst[np.uint64(t)] += src[np.uint64(t)]
+                    else:
+                        for b in range(lo, hi):
+                            plane[h, b * sw + w0] += crow[o + b]
+
+
+def _bias_transpose(ykn, bias, has_bias, y):
+    """y[n, k, p] = ykn[k, n, p] (+ bias[k]); ykn (K, N, P), y (N, K, P)."""
+    K, N, P = ykn.shape
+    for nk in numba.prange(N * K):
+        n = nk // K
+        k = nk % K
+        b = bias[k] if has_bias else 0
+        for p in range(P):
+            y[n, k, p] = ykn[k, n, p] + b
+
+
+def _transpose_sum(dy, dyt, dbias):
+    """dyt[k, n, p] = dy[n, k, p]; dbias[k] = sum_{n, p} dy[n, k, p] (float64 accumulator)."""
+    N, K, P = dy.shape
+    for k in numba.prange(K):
+        s = 0.0
+        for n in range(N):
+            for p in range(P):
+                v = dy[n, k, p]
+                dyt[k, n, p] = v
+                s += v
+        dbias[k] = s
+
+
+def _max_pool(x, kh, kw, sh, sw, ph, pw, dh, dw, y, idx):
+    """y (N, C, Ho, Wo) = window max; idx = h W + w of the routed maximum."""
+    N, C, H, W = x.shape
+    Ho, Wo = y.shape[2], y.shape[3]
+    for nc in numba.prange(N * C):
+        n = nc // C
+        c = nc % C
+        for a in range(Ho):
+            for b in range(Wo):
+                best = -math.inf
+                arg = -1
+                for i in range(kh):
+                    h = a * sh - ph + i * dh
+                    if h < 0 or h >= H:
+                        continue
+                    for j in range(kw):
+                        w = b * sw - pw + j * dw
+                        if w < 0 or w >= W:
+                            continue
+                        v = x[n, c, h, w]
+                        if arg < 0 or v > best or math.isnan(v):
+                            best = v
+                            arg = h * W + w
+                y[n, c, a, b] = best
+                idx[n, c, a, b] = arg
+
+
+def _max_pool_backward(dy, idx, dx):
+    """dx[n, c] = 0, then dx[n, c].flat[idx[n, c, a, b]] += dy[n, c, a, b]."""
+    N, C, H, W = dx.shape
+    Ho, Wo = dy.shape[2], dy.shape[3]
+    for nc in numba.prange(N * C):
+        n = nc // C
+        c = nc % C
+        for h in range(H):
+            for w in range(W):
+                dx[n, c, h, w] = 0
+        for a in range(Ho):
+            for b in range(Wo):
+                t = idx[n, c, a, b]
+                if t >= 0:
+                    dx[n, c, t // W, t % W] += dy[n, c, a, b]
+
+
+def _avg_pool(x, kh, kw, sh, sw, ph, pw, count_include_pad, y):
+    """y = sum of the window's in-bounds entries / (kh kw, or their count)."""
+    N, C, H, W = x.shape
+    Ho, Wo = y.shape[2], y.shape[3]
+    for nc in numba.prange(N * C):
+        n = nc // C
+        c = nc % C
+        for a in range(Ho):
+            for b in range(Wo):
+                s = 0.0
+                cnt = 0
+                for i in range(kh):
+                    h = a * sh - ph + i
+                    if h < 0 or h >= H:
+                        continue
+                    for j in range(kw):
+                        w = b * sw - pw + j
+                        if w >= 0 and w < W:
+                            s += x[n, c, h, w]
+                            cnt += 1
+                div = kh * kw if count_include_pad else max(cnt, 1)
+                y[n, c, a, b] = s / div
+
+
+def _avg_pool_backward(dy, kh, kw, sh, sw, ph, pw, count_include_pad, dx):
+    """dx[n, c, h, w] = sum over the windows holding (h, w) of dy / divisor."""
+    N, C, H, W = dx.shape
+    Ho, Wo = dy.shape[2], dy.shape[3]
+    for nc in numba.prange(N * C):
+        n = nc // C
+        c = nc % C
+        for h in range(H):
+            for w in range(W):
+                dx[n, c, h, w] = 0
+        for a in range(Ho):
+            h0 = a * sh - ph
+            hlo, hhi = max(h0, 0), min(h0 + kh, H)
+            for b in range(Wo):
+                w0 = b * sw - pw
+                wlo, whi = max(w0, 0), min(w0 + kw, W)
+                cnt = (hhi - hlo) * (whi - wlo)
+                div = kh * kw if count_include_pad else max(cnt, 1)
+                g = dy[n, c, a, b] / div
+                for h in range(hlo, hhi):
+                    for w in range(wlo, whi):
+                        dx[n, c, h, w] += g
+
+
+PARALLEL_MIN_ELEMENTS = 1 << 20
+
+
+def _by_size(fn, size_arg):
+    """serial_or_parallel(fn), choosing by the size of argument ``size_arg`` (see above)."""
+    builds = serial_or_parallel(fn)
+
+    def launcher(*args):
+        big = args[size_arg].size >= PARALLEL_MIN_ELEMENTS
+        return (builds.parallel if big else builds.serial)(*args)
+
+    launcher.serial, launcher.parallel = builds.serial, builds.parallel
+    launcher.__name__ = launcher.__qualname__ = fn.__name__.lstrip("_")
+    launcher.__doc__ = fn.__doc__
+    return launcher
+
+
+im2col = _by_size(_im2col, -1)  # cols
+col2im = _by_size(_col2im, 0)  # cols
+bias_transpose = _by_size(_bias_transpose, 0)
+transpose_sum = _by_size(_transpose_sum, 0)
+max_pool = _by_size(_max_pool, 0)
+max_pool_backward = _by_size(_max_pool_backward, -1)  # dx
+avg_pool = _by_size(_avg_pool, 0)
+avg_pool_backward = _by_size(_avg_pool_backward, -1)  # dx

@@ -1,0 +1,300 @@
+"""Convolution and pooling on NVIDIA GPUs: direct Numba CUDA kernels, one thread per output.
+
+Every kernel is a gather (each thread owns one element it writes), so there are no atomics
+and the results are deterministic; sums run in float64.
+
+- ``conv2d_forward``: thread per y[n, k, a, b], summing over its group's channels and taps;
+- ``conv2d_backward_input``: thread per dx[n, c, h, w], summing dy[n, k, a, b] w[k, c', i, j]
+  over the (k, i, j) with a s_h + i d_h - pt = h and b s_w + j d_w - pl = w;
+- ``conv2d_backward_weight``: thread per dweight[k, c', i, j], summing over n, a, b;
+- ``bias_grad``: thread per k;
+- pooling: ``max_pool`` (torch's argmax rule), ``max_pool_backward`` (thread per input
+  element, gathering the windows whose argmax is that element), ``avg_pool`` and
+  ``avg_pool_backward``.
+
+Launchers take CuPy arrays, Numba device arrays, or NumPy arrays under
+``NUMBA_ENABLE_CUDASIM=1``; ``threads`` (per block) is a module variable the tests lower.
+A direct kernel is far from cuDNN's speed on large layers; it is the simple, obviously
+correct GPU path.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float64
+
+__all__ = ["conv2d_forward", "conv2d_backward_input", "conv2d_backward_weight", "bias_grad",
+           "max_pool", "max_pool_backward", "avg_pool", "avg_pool_backward"]
+
+threads = 128
+
+
+def _blocks(n):
+    return max(1, (n + threads - 1) // threads)
+
+
+@cuda.jit
+def _conv_fwd_kernel(x, w, b, has_bias, sh, sw, pt, pl, dh, dw, groups, y):
+    t = cuda.grid(1)
+    N, K, Ho, Wo = y.shape
+    if t >= N * K * Ho * Wo:
+        return
+    bb = t % Wo
+    a = (t // Wo) % Ho
+    k = (t // (Wo * Ho)) % K
+    n = t // (Wo * Ho * K)
+    H, W = x.shape[2], x.shape[3]
+    Cg, kh, kw = w.shape[1], w.shape[2], w.shape[3]
+    g0 = (k // (K // groups)) * Cg
+    s = float64(b[k]) if has_bias else 0.0
+    for c in range(Cg):
+        for i in range(kh):
+            h = a * sh - pt + i * dh
+            if h < 0 or h >= H:
+                continue
+            for j in range(kw):
+                ww = bb * sw - pl + j * dw
+                if ww >= 0 and ww < W:
+                    s += float64(w[k, c, i, j]) * float64(x[n, g0 + c, h, ww])
+    y[n, k, a, bb] = s
+
+
+@cuda.jit
+def _conv_dx_kernel(dy, w, sh, sw, pt, pl, dh, dw, groups, dx):
+    t = cuda.grid(1)
+    N, C, H, W = dx.shape
+    if t >= N * C * H * W:
+        return
+    xw = t % W
+    h = (t // W) % H
+    c = (t // (W * H)) % C
+    n = t // (W * H * C)
+    K, Ho, Wo = dy.shape[1], dy.shape[2], dy.shape[3]
+    Cg, kh, kw = w.shape[1], w.shape[2], w.shape[3]
+    Kg = K // groups
+    g = c // Cg
+    s = 0.0
+    for i in range(kh):
+        hh = h + pt - i * dh
+        if hh < 0 or hh % sh != 0 or hh // sh >= Ho:
+            continue
+        a = hh // sh
+        for j in range(kw):
+            ww = xw + pl - j * dw
+            if ww < 0 or ww % sw != 0 or ww // sw >= Wo:
+                continue
+            bb = ww // sw
+            for k in range(g * Kg, (g + 1) * Kg):
+                s += float64(dy[n, k, a, bb]) * float64(w[k, c - g * Cg, i, j])
+    dx[n, c, h, xw] = s
+
+
+@cuda.jit
+def _conv_dw_kernel(dy, x, sh, sw, pt, pl, dh, dw, groups, dweight):
+    t = cuda.grid(1)
+    K, Cg, kh, kw = dweight.shape
+    if t >= K * Cg * kh * kw:
+        return
+    j = t % kw
+    i = (t // kw) % kh
+    c = (t // (kw * kh)) % Cg
+    k = t // (kw * kh * Cg)
+    N, Ho, Wo = dy.shape[0], dy.shape[2], dy.shape[3]
+    H, W = x.shape[2], x.shape[3]
+    cin = (k // (K // groups)) * Cg + c
+    s = 0.0
+    for n in range(N):
+        for a in range(Ho):
+            h = a * sh - pt + i * dh
+            if h < 0 or h >= H:
+                continue
+            for bb in range(Wo):
+                ww = bb * sw - pl + j * dw
+                if ww >= 0 and ww < W:
+                    s += float64(dy[n, k, a, bb]) * float64(x[n, cin, h, ww])
+    dweight[k, c, i, j] = s
+
+
+@cuda.jit
+def _bias_grad_kernel(dy, db):
+    k = cuda.grid(1)
+    N, K, Ho, Wo = dy.shape
+    if k >= K:
+        return
+    s = 0.0
+    for n in range(N):
+        for a in range(Ho):
+            for bb in range(Wo):
+                s += float64(dy[n, k, a, bb])
+    db[k] = s
+
+
+@cuda.jit
+def _max_pool_kernel(x, kh, kw, sh, sw, ph, pw, dh, dw, y, idx):
+    t = cuda.grid(1)
+    N, C, Ho, Wo = y.shape
+    if t >= N * C * Ho * Wo:
+        return
+    bb = t % Wo
+    a = (t // Wo) % Ho
+    c = (t // (Wo * Ho)) % C
+    n = t // (Wo * Ho * C)
+    H, W = x.shape[2], x.shape[3]
+    best = -math.inf
+    arg = -1
+    for i in range(kh):
+        h = a * sh - ph + i * dh
+        if h < 0 or h >= H:
+            continue
+        for j in range(kw):
+            ww = bb * sw - pw + j * dw
+            if ww < 0 or ww >= W:
+                continue
+            v = x[n, c, h, ww]
+            if arg < 0 or v > best or math.isnan(v):
+                best = v
+                arg = h * W + ww
+    y[n, c, a, bb] = best
+    idx[n, c, a, bb] = arg
+
+
+@cuda.jit
+def _max_pool_bwd_kernel(dy, idx, kh, kw, sh, sw, ph, pw, dh, dw, dx):
+    t = cuda.grid(1)
+    N, C, H, W = dx.shape
+    if t >= N * C * H * W:
+        return
+    xw = t % W
+    h = (t // W) % H
+    c = (t // (W * H)) % C
+    n = t // (W * H * C)
+    Ho, Wo = dy.shape[2], dy.shape[3]
+    me = h * W + xw
+    s = 0.0
+    for i in range(kh):
+        hh = h + ph - i * dh
+        if hh < 0 or hh % sh != 0 or hh // sh >= Ho:
+            continue
+        for j in range(kw):
+            ww = xw + pw - j * dw
+            if ww < 0 or ww % sw != 0 or ww // sw >= Wo:
+                continue
+            if idx[n, c, hh // sh, ww // sw] == me:
+                s += float64(dy[n, c, hh // sh, ww // sw])
+    dx[n, c, h, xw] = s
+
+
+@cuda.jit
+def _avg_pool_kernel(x, kh, kw, sh, sw, ph, pw, count_include_pad, y):
+    t = cuda.grid(1)
+    N, C, Ho, Wo = y.shape
+    if t >= N * C * Ho * Wo:
+        return
+    bb = t % Wo
+    a = (t // Wo) % Ho
+    c = (t // (Wo * Ho)) % C
+    n = t // (Wo * Ho * C)
+    H, W = x.shape[2], x.shape[3]
+    s = 0.0
+    cnt = 0
+    for i in range(kh):
+        h = a * sh - ph + i
+        if h < 0 or h >= H:
+            continue
+        for j in range(kw):
+            ww = bb * sw - pw + j
+            if ww >= 0 and ww < W:
+                s += float64(x[n, c, h, ww])
+                cnt += 1
+    y[n, c, a, bb] = s / (kh * kw if count_include_pad else max(cnt, 1))
+
+
+@cuda.jit
+def _avg_pool_bwd_kernel(dy, kh, kw, sh, sw, ph, pw, count_include_pad, dx):
+    t = cuda.grid(1)
+    N, C, H, W = dx.shape
+    if t >= N * C * H * W:
+        return
+    xw = t % W
+    h = (t // W) % H
+    c = (t // (W * H)) % C
+    n = t // (W * H * C)
+    Ho, Wo = dy.shape[2], dy.shape[3]
+    s = 0.0
+    for i in range(kh):
+        hh = h + ph - i
+        if hh < 0 or hh % sh != 0 or hh // sh >= Ho:
+            continue
+        a = hh // sh
+        for j in range(kw):
+            ww = xw + pw - j
+            if ww < 0 or ww % sw != 0 or ww // sw >= Wo:
+                continue
+            bb = ww // sw
+            div = kh * kw
+            if not count_include_pad:
+                h0, w0 = a * sh - ph, bb * sw - pw
+                div = (min(h0 + kh, H) - max(h0, 0)) * (min(w0 + kw, W) - max(w0, 0))
+            s += float64(dy[n, c, a, bb]) / div
+    dx[n, c, h, xw] = s
+
+
+def _geometry(stride, pads, dilation):
+    (sh, sw), ((pt, _), (pl, _)), (dh, dw) = stride, pads, dilation
+    return sh, sw, pt, pl, dh, dw
+
+
+def conv2d_forward(x, w, b, has_bias, stride, pads, dilation, groups, y):
+    """y (N, K, Ho, Wo) = conv2d(x, w) (+ b); pads ((top, bottom), (left, right))."""
+    if y.size:
+        _conv_fwd_kernel[_blocks(y.size), threads](x, w, b, has_bias,
+                                                   *_geometry(stride, pads, dilation), groups, y)
+
+
+def conv2d_backward_input(dy, w, stride, pads, dilation, groups, dx):
+    """dx (N, C, H, W) of conv2d."""
+    if dx.size:
+        _conv_dx_kernel[_blocks(dx.size), threads](dy, w, *_geometry(stride, pads, dilation),
+                                                   groups, dx)
+
+
+def conv2d_backward_weight(dy, x, stride, pads, dilation, groups, dweight):
+    """dweight (K, C/groups, kh, kw) of conv2d."""
+    if dweight.size:
+        _conv_dw_kernel[_blocks(dweight.size), threads](
+            dy, x, *_geometry(stride, pads, dilation), groups, dweight)
+
+
+def bias_grad(dy, db):
+    """db[k] = sum_{n, a, b} dy[n, k, a, b]."""
+    if db.size:
+        _bias_grad_kernel[_blocks(db.size), threads](dy, db)
+
+
+def max_pool(x, kernel, stride, padding, dilation, y, idx):
+    """y = window max, idx = h W + w of the routed maximum (torch's rule)."""
+    if y.size:
+        _max_pool_kernel[_blocks(y.size), threads](x, *kernel, *stride, *padding, *dilation,
+                                                   y, idx)
+
+
+def max_pool_backward(dy, idx, kernel, stride, padding, dilation, dx):
+    """dx[n, c, h, w] = sum of dy over the windows whose argmax is (h, w)."""
+    if dx.size:
+        _max_pool_bwd_kernel[_blocks(dx.size), threads](dy, idx, *kernel, *stride, *padding,
+                                                        *dilation, dx)
+
+
+def avg_pool(x, kernel, stride, padding, count_include_pad, y):
+    """y = window mean (divisor kh kw, or the in-bounds count)."""
+    if y.size:
+        _avg_pool_kernel[_blocks(y.size), threads](x, *kernel, *stride, *padding,
+                                                   count_include_pad, y)
+
+
+def avg_pool_backward(dy, kernel, stride, padding, count_include_pad, dx):
+    """dx = sum over the windows holding (h, w) of dy / divisor."""
+    if dx.size:
+        _avg_pool_bwd_kernel[_blocks(dx.size), threads](dy, *kernel, *stride, *padding,
+                                                        count_include_pad, dx)

@@ -1,0 +1,120 @@
+"""Differentiable convolution and pooling (``F.conv1d``, ``F.conv2d``, ``F.max_pool2d``,
+``F.avg_pool2d``), torch's names, argument order and semantics.
+
+Each is one autograd op calling a forward/backward pair of ``nnkit.kernels.conv``; inputs
+are ``nk.Tensor``s or arrays (wrapped as constants). The input gradient is skipped when x
+does not require grad (a network's first layer), as torch does.
+"""
+
+from __future__ import annotations
+
+from .autograd import Tensor, as_tensor, is_grad_enabled, make_result
+from .kernels import conv as K
+
+__all__ = ["conv1d", "conv2d", "max_pool2d", "avg_pool2d"]
+
+
+def _float_tensor(x, name: str) -> Tensor:
+    t = as_tensor(x)
+    if t.dtype.kind != "f":
+        raise TypeError(f"{name} must be a float32 or float64 array or Tensor, got dtype "
+                        f"{t.dtype}")
+    return t
+
+
+def _conv(forward, backward, x, weight, bias, stride, padding, dilation, groups, name):
+    x, weight = _float_tensor(x, "x"), _float_tensor(weight, "weight")
+    b = _float_tensor(bias, "bias") if bias is not None else None
+    y, cache = forward(x.data, weight.data, None if b is None else b.data, stride, padding,
+                       dilation, groups)
+    parents = (x, weight) if b is None else (x, weight, b)
+    if not (is_grad_enabled() and any(p.requires_grad for p in parents)):
+        K.release(cache)  # no backward will read the cols
+        return make_result(y, parents, None, name)
+
+    def grad_fn(g):
+        dx, dw, db = backward(g, cache, needs_input_grad=x.requires_grad,
+                              needs_weight_grad=weight.requires_grad or (
+                                  b is not None and b.requires_grad))
+        return (dx, dw) if b is None else (dx, dw, db)
+
+    return make_result(y, parents, grad_fn, name)
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
+    """2-D cross-correlation over (N, C, H, W) images, as ``torch.nn.functional.conv2d``.
+
+    ``y[n, k, a, b] = bias[k] + sum_{c, i, j} w[k, c, i, j] xpad[n, g0 + c, a s + i d, b s + j d]``
+
+    Parameters
+    ----------
+    x : Tensor (N, C, H, W); weight : Tensor (K, C / groups, kh, kw); bias : (K,) or None
+    stride, dilation : int or (int, int); padding : int, pair, 'valid' or 'same'
+    groups : int dividing C and K
+
+    Returns
+    -------
+    Tensor (N, K, Ho, Wo)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import nnkit as nk
+    >>> from nnkit.functional_conv import conv2d
+    >>> conv2d(np.ones((1, 1, 4, 4), np.float32), np.ones((2, 1, 3, 3), np.float32),
+    ...        padding=1).shape
+    (1, 2, 4, 4)
+    """
+    return _conv(K.conv2d_forward, K.conv2d_backward, x, weight, bias, stride, padding,
+                 dilation, groups, "conv2d")
+
+
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
+    """1-D cross-correlation over (N, C, L) sequences, as ``torch.nn.functional.conv1d``.
+
+    Parameters
+    ----------
+    x : Tensor (N, C, L); weight : Tensor (K, C / groups, k); bias : (K,) or None
+    stride, dilation : int; padding : int, 'valid' or 'same'; groups : int
+
+    Returns
+    -------
+    Tensor (N, K, Lo), Lo = floor((L + 2 p - d (k - 1) - 1) / s) + 1
+    """
+    return _conv(K.conv1d_forward, K.conv1d_backward, x, weight, bias, stride, padding,
+                 dilation, groups, "conv1d")
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1) -> Tensor:
+    """Max over windows of (N, C, H, W), as ``torch.nn.functional.max_pool2d`` (floor mode).
+
+    ``y[n, c, a, b] = max{xpad[n, c, a s + i d, b s + j d] | i, j in [0, r)}`` (-inf padding);
+    the gradient goes to the first maximum of each window in row-major order, as torch.
+
+    Parameters
+    ----------
+    x : Tensor (N, C, H, W); kernel_size : int or pair; stride : default kernel_size;
+    padding : at most half the kernel; dilation : int or pair
+
+    Returns
+    -------
+    Tensor (N, C, Ho, Wo)
+    """
+    x = _float_tensor(x, "x")
+    y, cache = K.max_pool2d_forward(x.data, kernel_size, stride, padding, dilation)
+    return make_result(y, (x,), lambda g: (K.max_pool2d_backward(g, cache),), "max_pool2d")
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True) -> Tensor:
+    """Mean over windows of (N, C, H, W), as ``torch.nn.functional.avg_pool2d`` (floor mode).
+
+    The divisor is kh kw when ``count_include_pad`` (torch's default), else the number of
+    in-bounds entries of the window.
+
+    Returns
+    -------
+    Tensor (N, C, Ho, Wo)
+    """
+    x = _float_tensor(x, "x")
+    y, cache = K.avg_pool2d_forward(x.data, kernel_size, stride, padding, count_include_pad)
+    return make_result(y, (x,), lambda g: (K.avg_pool2d_backward(g, cache),), "avg_pool2d")

@@ -1,0 +1,612 @@
+"""Convolution and pooling: validated forward/backward pairs with CPU/CUDA dispatch.
+
+``conv2d_forward(x, weight, bias, stride, padding, dilation, groups) -> (y, cache)`` and
+``conv2d_backward(dy, cache) -> (dx, dweight, dbias)``; ``conv1d_*`` run the same code on a
+height-1 image; ``max_pool2d_*`` and ``avg_pool2d_*`` likewise. The formula (section 4.2 of
+the notes, as torch computes it: a cross-correlation) is::
+
+    y[n, k, a, b] = bias[k] + sum_{c in group(k), i, j}
+                    w[k, c, i, j] xpad[n, c, a s_h + i d_h, b s_w + j d_w]
+
+Algorithm (CPU): im2col + one GEMM per group, chosen by measurement. ``im2col`` (Numba,
+parallel over the rows of cols) lays the input out as cols (C kh kw, N Ho Wo); then
+
+    forward:  Y (K, N Ho Wo) = W (K, C kh kw) @ cols                 (numpy SGEMM/DGEMM)
+    backward: dW = dY @ cols^T,   dcols = W^T @ dY,   dx = col2im(dcols)
+
+Putting the batch in the GEMM's column dimension makes every layer one large GEMM (instead
+of N small ones). cols is kept from the forward for the backward and then overwritten by
+dcols (a backward called twice recomputes it); the buffers come from a small pool (at most
+4 kept), because a fresh 58 MB array costs ~20 ms of page faults here.
+
+Measurements (2026-11-22, this 2-vCPU machine while other jobs loaded it, load ~3: treat
+them as ratios, not absolutes; float32, 3x3, pad 1, medians, OPENBLAS_NUM_THREADS=1 and one
+Numba thread; numpy SGEMM 2048^3 ran at ~101 GFLOP/s in the same runs):
+
+    (N,C,H,W,K)        direct Numba loop fwd    im2col+GEMM fwd    (ms)
+    (32,3,32,32,16)    1.37                     2.25
+    (32,16,32,32,32)   11.4                     13.1
+    (8,64,56,56,64)    60.5                     52.9   (im2col before the slice copies below)
+
+The direct loop (prange over (n, k), a plane accumulator, vectorised over output columns)
+wins by 40% and 13% on the two thinner layers and loses by 14% on the wide one, where the
+GEMM's cache blocking pays; the margins are within this machine's noise, and the direct
+route needs three hand-written loops (forward, dx, dweight) where im2col needs one GEMM
+each, which OpenBLAS also threads. A batch-chunked im2col (cols for a few images at a time,
+cache-resident) measured within 10% of the whole-batch version, better forward, worse
+backward. So: im2col + whole-batch GEMM. im2col and col2im copy row segments with slices
+and unsigned indices (Numba's negative-index wraparound check kept the indexed loops from
+vectorising: 2.5x slower).
+
+Against torch (oneDNN), benchmarks/bench_conv.py, same run, load ~3, torch/nnkit:
+
+    threads  (32,3,32,32,16)    (32,16,32,32,32)   (8,64,56,56,64)     (fwd / fwd+bwd)
+    1        2.08 / 1.95        0.81 / 0.56        1.02 / 0.78         SGEMM 68 GFLOP/s
+    2        0.73 / 1.11        0.47 / 0.44        0.53 / 0.60         SGEMM 67 GFLOP/s
+
+With two threads on the loaded machine OpenBLAS's pool degrades far more than torch's
+OpenMP one (SGEMM itself got no faster than with one thread); quiet-machine figures are
+still to be taken.
+
+GPU arrays (CuPy) run the direct Numba CUDA kernels of ``nnkit._ext.conv_cuda``.
+"""
+
+from __future__ import annotations
+
+import numbers
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._backend import array_module, is_gpu_array
+from .._validation import FLOATS, check_array, check_scalar
+
+__all__ = [
+    "ConvCache",
+    "conv2d_forward",
+    "conv2d_backward",
+    "conv1d_forward",
+    "conv1d_backward",
+    "conv_output_size",
+    "max_pool2d_forward",
+    "max_pool2d_backward",
+    "avg_pool2d_forward",
+    "avg_pool2d_backward",
+]
+
+
+# ---- argument normalisation ---------------------------------------------------------------
+
+def _int_tuple(value, name, n, low):
+    """An int or a length-n sequence of ints >= low, as a tuple."""
+    if isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool):
+        value = (value,) * n
+    if not isinstance(value, (tuple, list)) or len(value) != n:
+        raise TypeError(f"{name} must be an int or a tuple of {n} ints, got {value!r}")
+    for v in value:
+        check_scalar(v, name=name, kind=numbers.Integral, low=low)
+    return tuple(int(v) for v in value)
+
+
+def _padding(padding, kernel, dilation, stride, nd):
+    """(before, after) per spatial axis from int, tuple, 'valid' or 'same' (torch's split)."""
+    if isinstance(padding, str):
+        if padding not in ("valid", "same"):
+            raise ValueError(f"padding must be 'valid', 'same', an int or a tuple of ints; "
+                             f"got {padding!r}")
+        if padding == "valid":
+            return ((0, 0),) * nd
+        if any(s != 1 for s in stride):
+            raise ValueError(f"padding='same' needs stride 1 (as torch), got stride={stride}")
+        totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
+        return tuple((t // 2, t - t // 2) for t in totals)
+    return tuple((p, p) for p in _int_tuple(padding, "padding", nd, 0))
+
+
+def conv_output_size(size, kernel, stride, before, after, dilation):
+    """floor((size + before + after - dilation (kernel - 1) - 1) / stride) + 1."""
+    return (size + before + after - dilation * (kernel - 1) - 1) // stride + 1
+
+
+# ---- validation ---------------------------------------------------------------------------
+
+def _check_conv_inputs(x, weight, bias, groups, nd):
+    """Arrays of one dtype and device; shapes consistent; raises naming the shapes."""
+    letters = "(N, C, H, W)" if nd == 2 else "(N, C, L)"
+    x = check_array(x, name="x", dtype=FLOATS)
+    weight = check_array(weight, name="weight", dtype=FLOATS)
+    if x.ndim != nd + 2:
+        raise ValueError(f"x must be {nd + 2}-D {letters} for conv{nd}d, got shape "
+                         f"{tuple(x.shape)}")
+    if weight.ndim != nd + 2:
+        raise ValueError(f"weight must be {nd + 2}-D (K, C/groups, "
+                         f"{'kh, kw' if nd == 2 else 'k'}), got shape {tuple(weight.shape)}")
+    groups = check_scalar(groups, name="groups", kind=numbers.Integral, low=1)
+    C, K, Cg = x.shape[1], weight.shape[0], weight.shape[1]
+    if C % groups or K % groups:
+        raise ValueError(f"groups={groups} must divide the input channels (x shape "
+                         f"{tuple(x.shape)}: C={C}) and the output channels (weight shape "
+                         f"{tuple(weight.shape)}: K={K})")
+    if Cg * groups != C:
+        raise ValueError(f"channel mismatch: x has shape {tuple(x.shape)} (C={C}) but weight "
+                         f"has shape {tuple(weight.shape)}, which expects C = weight.shape[1] "
+                         f"* groups = {Cg} * {groups} = {Cg * groups}")
+    if any(s == 0 for s in weight.shape[2:]):
+        raise ValueError(f"weight has an empty kernel: shape {tuple(weight.shape)}")
+    for a, name in ((weight, "weight"), (bias, "bias")):
+        if a is not None and is_gpu_array(a) != is_gpu_array(x):
+            where = "a GPU array" if is_gpu_array(x) else "a NumPy array"
+            raise TypeError(f"{name} must be {where} like x, got {type(a).__name__}")
+    if weight.dtype != x.dtype:
+        raise TypeError(f"weight has dtype {weight.dtype} but x has dtype {x.dtype}")
+    if bias is not None:
+        bias = check_array(bias, name="bias", dtype=FLOATS)
+        if tuple(bias.shape) != (K,):
+            raise ValueError(f"bias must have shape ({K},) for weight of shape "
+                             f"{tuple(weight.shape)}, got {tuple(bias.shape)}")
+        if bias.dtype != x.dtype:
+            raise TypeError(f"bias has dtype {bias.dtype} but x has dtype {x.dtype}")
+    return x, weight, bias, int(groups)
+
+
+def _check_window_fits(x_shape, kernel, pads, dilation, what="kernel"):
+    sizes = x_shape[2:]
+    for size, k, (p0, p1), d in zip(sizes, kernel, pads, dilation, strict=True):
+        if size + p0 + p1 < d * (k - 1) + 1:
+            raise ValueError(
+                f"the {what} (size {tuple(kernel)}, dilation {tuple(dilation)}) is larger "
+                f"than the padded input: x has shape {tuple(x_shape)}, padding "
+                f"{tuple(pads)}; padded spatial size {size + p0 + p1} < {d * (k - 1) + 1}")
+
+
+# ---- workspace pool -----------------------------------------------------------------------
+
+class _Pool:
+    """A few reusable flat buffers: a fresh large array costs its page faults at first touch."""
+
+    def __init__(self, keep=4):
+        self.keep = keep
+        self.free = []
+        self.lock = threading.Lock()
+
+    def take(self, size, dtype):
+        with self.lock:
+            best = None
+            for k, buf in enumerate(self.free):
+                if buf.dtype == dtype and buf.size >= size and (
+                        best is None or buf.size < self.free[best].size):
+                    best = k
+            if best is not None:
+                return self.free.pop(best)[:size]
+        return np.empty(size, dtype=dtype)
+
+    def give(self, buf):
+        base = buf if buf.base is None else buf.base
+        with self.lock:
+            if all(b is not base for b in self.free):
+                self.free.append(base)
+                if len(self.free) > self.keep:
+                    self.free.sort(key=lambda b: b.size)
+                    self.free.pop(0)
+
+
+_pool = _Pool()
+
+
+# ---- convolution --------------------------------------------------------------------------
+
+@dataclass
+class ConvCache:
+    """What ``conv2d_backward`` needs: the inputs, the geometry, and (CPU) the cols."""
+
+    x: object
+    weight: object
+    has_bias: bool
+    stride: tuple
+    pads: tuple  # ((top, bottom), (left, right))
+    dilation: tuple
+    groups: int
+    out_hw: tuple
+    cols: object = None  # (C kh kw, N Ho Wo) from the forward, or None once consumed
+    squeeze: bool = False  # a conv1d cache: drop the height axis of the gradients
+
+
+def conv2d_forward(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-D cross-correlation (torch's conv2d) with its cache for the backward.
+
+    ``y[n, k, a, b] = bias[k] + sum_{c, i, j} w[k, c, i, j] xpad[n, g0 + c, a s + i d, b s + j d]``
+    with g0 the first input channel of k's group.
+
+    Parameters
+    ----------
+    x : ndarray (N, C, H, W), float32 or float64 (NumPy, or CuPy for the CUDA kernels)
+    weight : ndarray (K, C / groups, kh, kw), x's dtype
+    bias : ndarray (K,) or None
+    stride, dilation : int or (int, int), >= 1
+    padding : int, (int, int), 'valid' or 'same' (stride 1; odd totals put the extra row and
+        column at the bottom/right, as torch)
+    groups : int, divides C and K
+
+    Returns
+    -------
+    y : ndarray (N, K, Ho, Wo), Ho = floor((H + 2 ph - dh (kh - 1) - 1) / sh) + 1
+    cache : ConvCache
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nnkit.kernels.conv import conv2d_forward
+    >>> y, _ = conv2d_forward(np.ones((1, 1, 3, 3)), np.ones((1, 1, 2, 2)))
+    >>> y[0, 0]
+    array([[4., 4.],
+           [4., 4.]])
+    """
+    x, weight, bias, groups = _check_conv_inputs(x, weight, bias, groups, 2)
+    kernel = weight.shape[2:]
+    stride = _int_tuple(stride, "stride", 2, 1)
+    dilation = _int_tuple(dilation, "dilation", 2, 1)
+    pads = _padding(padding, kernel, dilation, stride, 2)
+    return _forward(x, weight, bias, stride, pads, dilation, groups)
+
+
+def _forward(x, weight, bias, stride, pads, dilation, groups, squeeze=False):
+    """conv2d on validated arrays with explicit ((top, bottom), (left, right)) padding."""
+    kernel = weight.shape[2:]
+    _check_window_fits(x.shape, kernel, pads, dilation)
+    out_hw = tuple(conv_output_size(s, k, st, p0, p1, d) for s, k, st, (p0, p1), d
+                   in zip(x.shape[2:], kernel, stride, pads, dilation, strict=True))
+    cache = ConvCache(x, weight, bias is not None, stride, pads, dilation, groups, out_hw,
+                      squeeze=squeeze)
+    if is_gpu_array(x):
+        return _conv2d_forward_cuda(x, weight, bias, cache), cache
+    return _conv2d_forward_cpu(x, weight, bias, cache), cache
+
+
+def _im2col(cache, out):
+    from .._ext import conv_cpu
+
+    (sh, sw), ((pt, _), (pl, _)), (dh, dw) = cache.stride, cache.pads, cache.dilation
+    kh, kw = cache.weight.shape[2:]
+    conv_cpu.im2col(cache.x, kh, kw, sh, sw, pt, pl, dh, dw, *cache.out_hw, out)
+    return out
+
+
+def _conv2d_forward_cpu(x, weight, bias, cache):
+    from .._ext import conv_cpu
+
+    N, C, H, W = x.shape
+    K, Cg, kh, kw = weight.shape
+    G, P = cache.groups, cache.out_hw[0] * cache.out_hw[1]
+    R = C * kh * kw
+    cols = _im2col(cache, _pool.take(R * N * P, x.dtype).reshape(R, N * P))
+    ykn = _pool.take(K * N * P, x.dtype).reshape(K, N * P)
+    if G == 1:
+        np.matmul(weight.reshape(K, R), cols, out=ykn)  # (K, N P)
+    else:
+        np.matmul(weight.reshape(G, K // G, Cg * kh * kw), cols.reshape(G, R // G, N * P),
+                  out=ykn.reshape(G, K // G, N * P))  # (G, K/G, N P)
+    y = np.empty((N, K, P), dtype=x.dtype)
+    b = bias if bias is not None else np.zeros(1, dtype=x.dtype)
+    conv_cpu.bias_transpose(ykn.reshape(K, N, P), b, bias is not None, y)  # (N, K, P)
+    _pool.give(ykn)
+    cache.cols = cols
+    return y.reshape(N, K, *cache.out_hw)
+
+
+def release(cache):
+    """Return the forward's cols to the workspace pool (when no backward will run)."""
+    if isinstance(cache, ConvCache) and cache.cols is not None:
+        _pool.give(cache.cols)
+        cache.cols = None
+
+
+def conv2d_backward(dy, cache, needs_input_grad=True, needs_weight_grad=True):
+    """Gradients of ``conv2d_forward``: (dx, dweight, dbias).
+
+    ``dx = col2im(W^T dY)``, ``dweight = dY cols^T`` (per group),
+    ``dbias[k] = sum_{n, a, b} dy[n, k, a, b]``.
+
+    Parameters
+    ----------
+    dy : ndarray (N, K, Ho, Wo), the forward's dtype and device
+    cache : ConvCache from ``conv2d_forward`` (or ``conv1d_forward``)
+    needs_input_grad, needs_weight_grad : bool
+        Skip dx (first layer) or dweight/dbias (frozen weights); the skipped ones are None.
+
+    Returns
+    -------
+    dx : ndarray, shape of x, or None
+    dweight : ndarray, shape of weight, or None
+    dbias : ndarray (K,) or None (None also when the forward had no bias)
+    """
+    if not isinstance(cache, ConvCache):
+        raise TypeError(f"cache must be the ConvCache returned by conv2d_forward, got "
+                        f"{type(cache).__name__}")
+    x, weight = cache.x, cache.weight
+    N, K = x.shape[0], weight.shape[0]
+    if cache.squeeze:
+        dy = dy[:, :, None, :] if getattr(dy, "ndim", 0) == 3 else dy
+    dy = check_array(dy, name="dy", dtype=FLOATS)
+    expected = (N, K, *cache.out_hw)
+    if tuple(dy.shape) != expected or dy.dtype != x.dtype or is_gpu_array(dy) != is_gpu_array(x):
+        raise ValueError(f"dy must have shape {expected} and dtype {x.dtype} like the forward's "
+                         f"output, got shape {tuple(dy.shape)} and dtype {dy.dtype}")
+    if is_gpu_array(x):
+        dx, dw, db = _conv2d_backward_cuda(dy, cache, needs_input_grad, needs_weight_grad)
+    else:
+        dx, dw, db = _conv2d_backward_cpu(dy, cache, needs_input_grad, needs_weight_grad)
+    if cache.squeeze:
+        dx = None if dx is None else dx[:, :, 0, :]
+        dw = None if dw is None else dw[:, :, 0, :]
+    return dx, dw, db
+
+
+def _conv2d_backward_cpu(dy, cache, needs_input_grad, needs_weight_grad):
+    from .._ext import conv_cpu
+
+    x, weight = cache.x, cache.weight
+    N, C, H, W = x.shape
+    K, Cg, kh, kw = weight.shape
+    G, P = cache.groups, cache.out_hw[0] * cache.out_hw[1]
+    R = C * kh * kw
+    dyt = _pool.take(K * N * P, x.dtype).reshape(K, N * P)
+    dbias = np.empty(K, dtype=x.dtype)
+    conv_cpu.transpose_sum(dy.reshape(N, K, P), dyt.reshape(K, N, P), dbias)  # (K, N, P)
+    dweight = None
+    if needs_weight_grad:
+        cols = cache.cols
+        if cols is None:  # consumed by an earlier backward through the same graph
+            cols = _im2col(cache, _pool.take(R * N * P, x.dtype).reshape(R, N * P))
+        dweight = np.empty(weight.shape, dtype=x.dtype)
+        if G == 1:
+            np.matmul(dyt, cols.T, out=dweight.reshape(K, R))
+        else:
+            np.matmul(dyt.reshape(G, K // G, N * P),
+                      cols.reshape(G, R // G, N * P).transpose(0, 2, 1),
+                      out=dweight.reshape(G, K // G, Cg * kh * kw))
+        cache.cols = cols
+    dx = None
+    if needs_input_grad:
+        dcols = cache.cols if cache.cols is not None else _pool.take(R * N * P, x.dtype)
+        dcols = dcols.reshape(R, N * P)
+        cache.cols = None  # overwritten below
+        if G == 1:
+            np.matmul(weight.reshape(K, R).T, dyt, out=dcols)
+        else:
+            np.matmul(weight.reshape(G, K // G, Cg * kh * kw).transpose(0, 2, 1),
+                      dyt.reshape(G, K // G, N * P), out=dcols.reshape(G, R // G, N * P))
+        dx = np.empty(x.shape, dtype=x.dtype)
+        (sh, sw), ((pt, _), (pl, _)), (dh, dw) = cache.stride, cache.pads, cache.dilation
+        conv_cpu.col2im(dcols, kh, kw, sh, sw, pt, pl, dh, dw, *cache.out_hw, dx)
+        _pool.give(dcols)
+    _pool.give(dyt)
+    return dx, dweight, (dbias if cache.has_bias and needs_weight_grad else None)
+
+
+def conv1d_forward(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-D cross-correlation (torch's conv1d): ``conv2d_forward`` on a height-1 image.
+
+    Parameters
+    ----------
+    x : ndarray (N, C, L); weight : ndarray (K, C / groups, k); bias : (K,) or None
+    stride, dilation : int >= 1; padding : int, 'valid' or 'same'; groups : int
+
+    Returns
+    -------
+    y : ndarray (N, K, Lo), Lo = floor((L + 2 p - d (k - 1) - 1) / s) + 1
+    cache : ConvCache (for ``conv1d_backward``)
+    """
+    x, weight, bias, groups = _check_conv_inputs(x, weight, bias, groups, 1)
+    stride = _int_tuple(stride, "stride", 1, 1)[0]
+    dilation = _int_tuple(dilation, "dilation", 1, 1)[0]
+    pads = _padding(padding, weight.shape[2:], (dilation,), (stride,), 1)
+    if x.shape[2] + sum(pads[0]) < dilation * (weight.shape[2] - 1) + 1:
+        _check_window_fits(x.shape, weight.shape[2:], pads, (dilation,))
+    y, cache = _forward(x[:, :, None, :], weight[:, :, None, :], bias, (1, stride),
+                        ((0, 0), pads[0]), (1, dilation), groups, squeeze=True)
+    return y[:, :, 0, :], cache
+
+
+def conv1d_backward(dy, cache, needs_input_grad=True, needs_weight_grad=True):
+    """Gradients of ``conv1d_forward``: (dx (N, C, L), dweight (K, C/groups, k), dbias)."""
+    return conv2d_backward(dy, cache, needs_input_grad, needs_weight_grad)
+
+
+# ---- CUDA paths ---------------------------------------------------------------------------
+
+def _conv2d_forward_cuda(x, weight, bias, cache):
+    from .._ext import conv_cuda
+
+    xp = array_module(x)
+    x, weight = xp.ascontiguousarray(x), xp.ascontiguousarray(weight)
+    cache.x, cache.weight = x, weight
+    N, K = x.shape[0], weight.shape[0]
+    y = xp.empty((N, K, *cache.out_hw), dtype=x.dtype)
+    b = bias if bias is not None else xp.zeros(1, dtype=x.dtype)
+    conv_cuda.conv2d_forward(x, weight, b, bias is not None, cache.stride, cache.pads,
+                             cache.dilation, cache.groups, y)
+    return y
+
+
+def _conv2d_backward_cuda(dy, cache, needs_input_grad, needs_weight_grad):
+    from .._ext import conv_cuda
+
+    xp = array_module(dy)
+    dy = xp.ascontiguousarray(dy)
+    x, weight = cache.x, cache.weight
+    dx = dw = db = None
+    args = (cache.stride, cache.pads, cache.dilation, cache.groups)
+    if needs_input_grad:
+        dx = xp.empty(x.shape, dtype=x.dtype)
+        conv_cuda.conv2d_backward_input(dy, weight, *args, dx)
+    if needs_weight_grad:
+        dw = xp.empty(weight.shape, dtype=x.dtype)
+        conv_cuda.conv2d_backward_weight(dy, x, *args, dw)
+        if cache.has_bias:
+            db = xp.empty(weight.shape[0], dtype=x.dtype)
+            conv_cuda.bias_grad(dy, db)
+    return dx, dw, db
+
+
+# ---- pooling ------------------------------------------------------------------------------
+
+@dataclass
+class PoolCache:
+    """What the pooling backward needs: x's shape, the geometry, and max pooling's argmax."""
+
+    x_shape: tuple
+    dtype: object
+    kernel: tuple
+    stride: tuple
+    padding: tuple
+    dilation: tuple
+    count_include_pad: bool
+    out_hw: tuple
+    idx: object = None
+    gpu: bool = False
+
+
+def _pool_args(x, kernel_size, stride, padding, dilation, what):
+    x = check_array(x, name="x", dtype=FLOATS)
+    if x.ndim != 4:
+        raise ValueError(f"x must be 4-D (N, C, H, W) for {what}, got shape {tuple(x.shape)}")
+    kernel = _int_tuple(kernel_size, "kernel_size", 2, 1)
+    stride = kernel if stride is None else _int_tuple(stride, "stride", 2, 1)
+    pad = _int_tuple(padding, "padding", 2, 0)
+    dilation = _int_tuple(dilation, "dilation", 2, 1)
+    for p, k in zip(pad, kernel, strict=True):
+        if 2 * p > k:
+            raise ValueError(f"padding {pad} must be at most half of kernel_size {kernel} "
+                             f"(as torch)")
+    _check_window_fits(x.shape, kernel, tuple((p, p) for p in pad), dilation, "pooling window")
+    out_hw = tuple(conv_output_size(s, k, st, p, p, d) for s, k, st, p, d
+                   in zip(x.shape[2:], kernel, stride, pad, dilation, strict=True))
+    return x, kernel, stride, pad, dilation, out_hw
+
+
+def max_pool2d_forward(x, kernel_size, stride=None, padding=0, dilation=1):
+    """Max pooling (torch's max_pool2d, floor mode), with the argmax cache.
+
+    ``y[n, c, a, b] = max{xpad[n, c, a s + i d, b s + j d] | i, j in [0, r)}``, padded with
+    -inf. The gradient goes to the first maximum in row-major window order (NaN wins).
+
+    Parameters
+    ----------
+    x : ndarray (N, C, H, W), float32 or float64
+    kernel_size : int or (int, int); stride : default kernel_size;
+    padding : int or pair, at most half the kernel; dilation : int or pair
+
+    Returns
+    -------
+    y : ndarray (N, C, Ho, Wo); cache : PoolCache
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nnkit.kernels.conv import max_pool2d_forward
+    >>> max_pool2d_forward(np.arange(16.0).reshape(1, 1, 4, 4), 2)[0][0, 0]
+    array([[ 5.,  7.],
+           [13., 15.]])
+    """
+    x, kernel, stride, pad, dilation, out_hw = _pool_args(x, kernel_size, stride, padding,
+                                                          dilation, "max_pool2d")
+    xp = array_module(x)
+    y = xp.empty(x.shape[:2] + out_hw, dtype=x.dtype)
+    idx = xp.empty(x.shape[:2] + out_hw, dtype=np.int64)
+    cache = PoolCache(tuple(x.shape), x.dtype, kernel, stride, pad, dilation, True, out_hw,
+                      idx, is_gpu_array(x))
+    if cache.gpu:
+        from .._ext import conv_cuda
+
+        conv_cuda.max_pool(xp.ascontiguousarray(x), kernel, stride, pad, dilation, y, idx)
+    else:
+        from .._ext import conv_cpu
+
+        conv_cpu.max_pool(x, *kernel, *stride, *pad, *dilation, y, idx)
+    return y, cache
+
+
+def _check_pool_dy(dy, cache):
+    if not isinstance(cache, PoolCache):
+        raise TypeError(f"cache must be the PoolCache of the pooling forward, got "
+                        f"{type(cache).__name__}")
+    dy = check_array(dy, name="dy", dtype=FLOATS)
+    expected = cache.x_shape[:2] + cache.out_hw
+    if tuple(dy.shape) != expected or dy.dtype != cache.dtype or is_gpu_array(dy) != cache.gpu:
+        raise ValueError(f"dy must have shape {expected} and dtype {cache.dtype} like the "
+                         f"forward's output, got shape {tuple(dy.shape)}, dtype {dy.dtype}")
+    return dy
+
+
+def max_pool2d_backward(dy, cache):
+    """dx (N, C, H, W): dy[n, c, a, b] added at each window's routed maximum."""
+    dy = _check_pool_dy(dy, cache)
+    xp = array_module(dy)
+    dx = xp.empty(cache.x_shape, dtype=cache.dtype)
+    if cache.gpu:
+        from .._ext import conv_cuda
+
+        conv_cuda.max_pool_backward(xp.ascontiguousarray(dy), cache.idx, cache.kernel,
+                                    cache.stride, cache.padding, cache.dilation, dx)
+    else:
+        from .._ext import conv_cpu
+
+        conv_cpu.max_pool_backward(dy, cache.idx, dx)
+    return dx
+
+
+def avg_pool2d_forward(x, kernel_size, stride=None, padding=0, count_include_pad=True):
+    """Average pooling (torch's avg_pool2d, floor mode, no divisor_override).
+
+    ``y[n, c, a, b] = sum of the in-bounds window entries / D``, D = kh kw when
+    ``count_include_pad`` (torch's default), else the number of in-bounds entries.
+
+    Returns
+    -------
+    y : ndarray (N, C, Ho, Wo); cache : PoolCache
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nnkit.kernels.conv import avg_pool2d_forward
+    >>> avg_pool2d_forward(np.arange(16.0).reshape(1, 1, 4, 4), 2)[0][0, 0]
+    array([[ 2.5,  4.5],
+           [10.5, 12.5]])
+    """
+    x, kernel, stride, pad, dilation, out_hw = _pool_args(x, kernel_size, stride, padding, 1,
+                                                          "avg_pool2d")
+    if not isinstance(count_include_pad, (bool, np.bool_)):
+        raise TypeError(f"count_include_pad must be a bool, got {count_include_pad!r}")
+    xp = array_module(x)
+    y = xp.empty(x.shape[:2] + out_hw, dtype=x.dtype)
+    cache = PoolCache(tuple(x.shape), x.dtype, kernel, stride, pad, dilation,
+                      bool(count_include_pad), out_hw, None, is_gpu_array(x))
+    if cache.gpu:
+        from .._ext import conv_cuda
+
+        conv_cuda.avg_pool(xp.ascontiguousarray(x), kernel, stride, pad,
+                           cache.count_include_pad, y)
+    else:
+        from .._ext import conv_cpu
+
+        conv_cpu.avg_pool(x, *kernel, *stride, *pad, cache.count_include_pad, y)
+    return y, cache
+
+
+def avg_pool2d_backward(dy, cache):
+    """dx (N, C, H, W): each window's dy / D spread over its in-bounds entries."""
+    dy = _check_pool_dy(dy, cache)
+    xp = array_module(dy)
+    dx = xp.empty(cache.x_shape, dtype=cache.dtype)
+    if cache.gpu:
+        from .._ext import conv_cuda
+
+        conv_cuda.avg_pool_backward(xp.ascontiguousarray(dy), cache.kernel, cache.stride,
+                                    cache.padding, cache.count_include_pad, dx)
+    else:
+        from .._ext import conv_cpu
+
+        conv_cpu.avg_pool_backward(dy, *cache.kernel, *cache.stride, *cache.padding,
+                                   cache.count_include_pad, dx)
+    return dx

@@ -1,0 +1,249 @@
+"""Naive twins of the convolution and pooling kernels, written straight from the formulas.
+
+Plain Python loops in float64, cast back to the input's dtype; nothing here is fast. The
+2-D cross-correlation of section 4.2 of the notes, with channels, groups, stride ``s``,
+zero padding (top ``pt``, left ``pl``) and dilation ``d``::
+
+    y[n, k, a, b] = bias[k] + sum_{c in group(k)} sum_{i, j}
+                    w[k, c - g0, i, j] * xpad[n, c, a s_h + i d_h, b s_w + j d_w]
+
+(torch's convention: a cross-correlation, i.e. the notes' convolution with a flipped kernel).
+Max pooling takes ``max{x[a s + i d, b s + j d] | i, j in [0, r)}`` over a window padded
+with -inf and routes the gradient to the first maximum in row-major window order (NaN wins,
+as torch); average pooling divides by the window size (``count_include_pad``) or by the
+number of in-bounds entries.
+
+Padding arguments: an int, a pair (ph, pw) (both sides), a 4-tuple (top, bottom, left,
+right), or 'valid' / 'same' (stride 1; the extra entry of an odd total goes bottom/right,
+as torch).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = [
+    "conv2d",
+    "conv2d_backward",
+    "conv1d",
+    "conv1d_backward",
+    "max_pool2d",
+    "max_pool2d_backward",
+    "avg_pool2d",
+    "avg_pool2d_backward",
+]
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+def _pads(padding, kh, kw, dh, dw):
+    """(top, bottom, left, right)."""
+    if padding == "valid":
+        return 0, 0, 0, 0
+    if padding == "same":
+        th, tw = dh * (kh - 1), dw * (kw - 1)
+        return th // 2, th - th // 2, tw // 2, tw - tw // 2
+    if isinstance(padding, int):
+        return padding, padding, padding, padding
+    if len(padding) == 4:
+        return tuple(int(p) for p in padding)
+    return padding[0], padding[0], padding[1], padding[1]
+
+
+def _padded(x, pads, fill=0.0):
+    """x (N, C, H, W) as float64, padded with ``fill``."""
+    pt, pb, pl, pr = pads
+    N, C, H, W = x.shape
+    out = np.full((N, C, H + pt + pb, W + pl + pr), fill, dtype=np.float64)
+    for n in range(N):
+        for c in range(C):
+            for h in range(H):
+                for w in range(W):
+                    out[n, c, h + pt, w + pl] = x[n, c, h, w]
+    return out
+
+
+def _out_size(size, k, s, d):
+    return (size - d * (k - 1) - 1) // s + 1
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """y (N, K, Ho, Wo) from x (N, C, H, W), weight (K, C/groups, kh, kw), bias (K,)."""
+    x, weight = np.asarray(x), np.asarray(weight)
+    K, Cg, kh, kw = weight.shape
+    (sh, sw), (dh, dw) = _pair(stride), _pair(dilation)
+    xp = _padded(x, _pads(padding, kh, kw, dh, dw))
+    N, C, Hp, Wp = xp.shape
+    Ho, Wo = _out_size(Hp, kh, sh, dh), _out_size(Wp, kw, sw, dw)
+    Kg = K // groups
+    y = np.zeros((N, K, Ho, Wo), dtype=np.float64)
+    for n in range(N):
+        for k in range(K):
+            g0 = (k // Kg) * Cg  # first input channel of k's group
+            for a in range(Ho):
+                for b in range(Wo):
+                    s = 0.0 if bias is None else float(bias[k])
+                    for c in range(Cg):
+                        for i in range(kh):
+                            for j in range(kw):
+                                s += (float(weight[k, c, i, j])
+                                      * xp[n, g0 + c, a * sh + i * dh, b * sw + j * dw])
+                    y[n, k, a, b] = s
+    return y.astype(x.dtype)
+
+
+def conv2d_backward(dy, x, weight, stride=1, padding=0, dilation=1, groups=1):
+    """(dx, dweight, dbias) of ``conv2d``: each product of the forward sum, differentiated::
+
+        dxpad[n, c, a s + i d, b s + j d] += dy[n, k, a, b] w[k, c - g0, i, j]
+        dw[k, c - g0, i, j] += dy[n, k, a, b] xpad[n, c, a s + i d, b s + j d]
+        dbias[k] += dy[n, k, a, b]
+    """
+    x, weight, dy = np.asarray(x), np.asarray(weight), np.asarray(dy)
+    K, Cg, kh, kw = weight.shape
+    (sh, sw), (dh, dw) = _pair(stride), _pair(dilation)
+    pads = _pads(padding, kh, kw, dh, dw)
+    xp = _padded(x, pads)
+    dxp = np.zeros_like(xp)
+    dwt = np.zeros(weight.shape, dtype=np.float64)
+    db = np.zeros(K, dtype=np.float64)
+    N, _, Ho, Wo = dy.shape
+    Kg = K // groups
+    for n in range(N):
+        for k in range(K):
+            g0 = (k // Kg) * Cg
+            for a in range(Ho):
+                for b in range(Wo):
+                    g = float(dy[n, k, a, b])
+                    db[k] += g
+                    for c in range(Cg):
+                        for i in range(kh):
+                            for j in range(kw):
+                                h, w = a * sh + i * dh, b * sw + j * dw
+                                dxp[n, g0 + c, h, w] += g * float(weight[k, c, i, j])
+                                dwt[k, c, i, j] += g * xp[n, g0 + c, h, w]
+    pt, _, pl, _ = pads
+    dx = dxp[:, :, pt:pt + x.shape[2], pl:pl + x.shape[3]]
+    return dx.astype(x.dtype), dwt.astype(weight.dtype), db.astype(weight.dtype)
+
+
+def _pads_1d(padding, k, d):
+    if isinstance(padding, str):
+        return padding
+    if isinstance(padding, int):
+        return (0, 0, padding, padding)
+    return (0, 0, int(padding[0]), int(padding[1]))  # (left, right)
+
+
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """y (N, K, Lo) from x (N, C, L), weight (K, C/groups, k): ``conv2d`` on a height-1 image."""
+    x, weight = np.asarray(x), np.asarray(weight)
+    pads = _pads_1d(padding, weight.shape[2], dilation)
+    if pads == "same":
+        t = dilation * (weight.shape[2] - 1)
+        pads = (0, 0, t // 2, t - t // 2)
+    y = conv2d(x[:, :, None, :], weight[:, :, None, :], bias, (1, stride), pads, (1, dilation),
+               groups)
+    return y[:, :, 0, :]
+
+
+def conv1d_backward(dy, x, weight, stride=1, padding=0, dilation=1, groups=1):
+    """(dx, dweight, dbias) of ``conv1d``."""
+    x, weight, dy = np.asarray(x), np.asarray(weight), np.asarray(dy)
+    pads = _pads_1d(padding, weight.shape[2], dilation)
+    if pads == "same":
+        t = dilation * (weight.shape[2] - 1)
+        pads = (0, 0, t // 2, t - t // 2)
+    dx, dw, db = conv2d_backward(dy[:, :, None, :], x[:, :, None, :], weight[:, :, None, :],
+                                 (1, stride), pads, (1, dilation), groups)
+    return dx[:, :, 0, :], dw[:, :, 0, :], db
+
+
+def _pool_geometry(x, kernel_size, stride, padding, dilation):
+    kh, kw = _pair(kernel_size)
+    sh, sw = (kh, kw) if stride is None else _pair(stride)
+    ph, pw = _pair(padding)
+    dh, dw = _pair(dilation)
+    N, C, H, W = x.shape
+    Ho = _out_size(H + 2 * ph, kh, sh, dh)
+    Wo = _out_size(W + 2 * pw, kw, sw, dw)
+    return (N, C, H, W), (kh, kw), (sh, sw), (ph, pw), (dh, dw), (Ho, Wo)
+
+
+def _argmax_windows(x, kernel_size, stride, padding, dilation):
+    """Yield (n, c, a, b, h*, w*): the routed maximum of each window (h* = -1: all padding)."""
+    (N, C, H, W), (kh, kw), (sh, sw), (ph, pw), (dh, dw), (Ho, Wo) = _pool_geometry(
+        x, kernel_size, stride, padding, dilation)
+    for n in range(N):
+        for c in range(C):
+            for a in range(Ho):
+                for b in range(Wo):
+                    cells = [(a * sh - ph + i * dh, b * sw - pw + j * dw)
+                             for i in range(kh) for j in range(kw)]
+                    inside = [(h, w) for h, w in cells if 0 <= h < H and 0 <= w < W]
+                    best, arg = -math.inf, (inside[0] if inside else (-1, -1))
+                    for h, w in inside:  # torch: (v > best) or isnan(v), so the last NaN wins
+                        v = float(x[n, c, h, w])
+                        if v > best or math.isnan(v):
+                            best, arg = v, (h, w)
+                    yield n, c, a, b, arg, best
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1):
+    """y[n, c, a, b] = max{x[n, c, a s - p + i d, b s - p + j d] | i, j in [0, r)}."""
+    x = np.asarray(x)
+    *_, (Ho, Wo) = _pool_geometry(x, kernel_size, stride, padding, dilation)
+    y = np.empty((x.shape[0], x.shape[1], Ho, Wo), dtype=np.float64)
+    for n, c, a, b, _arg, best in _argmax_windows(x, kernel_size, stride, padding, dilation):
+        y[n, c, a, b] = best
+    return y.astype(x.dtype)
+
+
+def max_pool2d_backward(dy, x, kernel_size, stride=None, padding=0, dilation=1):
+    """dx: each window's dy goes to its first maximum (row-major), summed over windows."""
+    x, dy = np.asarray(x), np.asarray(dy)
+    dx = np.zeros(x.shape, dtype=np.float64)
+    for n, c, a, b, (h, w), _ in _argmax_windows(x, kernel_size, stride, padding, dilation):
+        if h >= 0:
+            dx[n, c, h, w] += float(dy[n, c, a, b])
+    return dx.astype(x.dtype)
+
+
+def _avg_windows(x, kernel_size, stride, padding, count_include_pad):
+    """Yield (n, c, a, b, in-bounds (h, w) list, divisor)."""
+    (N, C, H, W), (kh, kw), (sh, sw), (ph, pw), _, (Ho, Wo) = _pool_geometry(
+        x, kernel_size, stride, padding, 1)
+    for n in range(N):
+        for c in range(C):
+            for a in range(Ho):
+                for b in range(Wo):
+                    cells = [(a * sh - ph + i, b * sw - pw + j)
+                             for i in range(kh) for j in range(kw)]
+                    inside = [(h, w) for h, w in cells if 0 <= h < H and 0 <= w < W]
+                    yield n, c, a, b, inside, (kh * kw if count_include_pad else len(inside))
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
+    """y[n, c, a, b] = sum of the window's in-bounds entries / divisor."""
+    x = np.asarray(x)
+    *_, (Ho, Wo) = _pool_geometry(x, kernel_size, stride, padding, 1)
+    y = np.empty((x.shape[0], x.shape[1], Ho, Wo), dtype=np.float64)
+    for n, c, a, b, inside, div in _avg_windows(x, kernel_size, stride, padding,
+                                                count_include_pad):
+        y[n, c, a, b] = sum(float(x[n, c, h, w]) for h, w in inside) / div
+    return y.astype(x.dtype)
+
+
+def avg_pool2d_backward(dy, x, kernel_size, stride=None, padding=0, count_include_pad=True):
+    """dx[n, c, h, w] = sum over the windows holding (h, w) of dy / divisor."""
+    x, dy = np.asarray(x), np.asarray(dy)
+    dx = np.zeros(x.shape, dtype=np.float64)
+    for n, c, a, b, inside, div in _avg_windows(x, kernel_size, stride, padding,
+                                                count_include_pad):
+        for h, w in inside:
+            dx[n, c, h, w] += float(dy[n, c, a, b]) / div
+    return dx.astype(x.dtype)

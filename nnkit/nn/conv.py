@@ -1,0 +1,194 @@
+"""Convolution and pooling layers: Conv1d, Conv2d, MaxPool2d, AvgPool2d.
+
+Constructor arguments, parameter names (``weight``, ``bias``), shapes and default
+initialisation are torch's, so ``load_state_dict(torch_module.state_dict())`` works:
+weight ~ kaiming_uniform(a = sqrt(5)), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and bias ~
+U(-1/sqrt(fan_in), 1/sqrt(fan_in)), with fan_in = in_channels / groups * prod(kernel_size).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .. import functional_conv as FC
+from .._validation import check_scalar
+from ..autograd import as_tensor
+from . import init
+from .module import Module, Parameter
+
+__all__ = ["Conv1d", "Conv2d", "MaxPool2d", "AvgPool2d"]
+
+
+def _tuple(value, n, name, low):
+    if isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool):
+        value = (value,) * n
+    if not isinstance(value, (tuple, list)) or len(value) != n:
+        raise TypeError(f"{name} must be an int or a tuple of {n} ints, got {value!r}")
+    for v in value:
+        check_scalar(v, name=name, kind=numbers.Integral, low=low)
+    return tuple(int(v) for v in value)
+
+
+def _dtype(dtype):
+    dtype = np.dtype(np.float32 if dtype is None else dtype)
+    if dtype.kind != "f":
+        raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+    return dtype
+
+
+class _ConvNd(Module):
+    _nd = 2
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 dilation=1, groups=1, bias=True, padding_mode="zeros", dtype=None):
+        super().__init__()
+        n = self._nd
+        self.in_channels = check_scalar(in_channels, name="in_channels",
+                                        kind=numbers.Integral, low=1)
+        self.out_channels = check_scalar(out_channels, name="out_channels",
+                                         kind=numbers.Integral, low=1)
+        self.groups = check_scalar(groups, name="groups", kind=numbers.Integral, low=1)
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"groups={groups} must divide in_channels={in_channels} and "
+                             f"out_channels={out_channels}")
+        if padding_mode != "zeros":
+            raise ValueError(f"padding_mode must be 'zeros' (the only mode nnkit implements), "
+                             f"got {padding_mode!r}")
+        self.padding_mode = padding_mode
+        self.kernel_size = _tuple(kernel_size, n, "kernel_size", 1)
+        self.stride = _tuple(stride, n, "stride", 1)
+        self.dilation = _tuple(dilation, n, "dilation", 1)
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise ValueError(f"padding must be 'same', 'valid' or ints, got {padding!r}")
+            if padding == "same" and any(s != 1 for s in self.stride):
+                raise ValueError("padding='same' needs stride 1 (as torch)")
+            self.padding = padding
+        else:
+            self.padding = _tuple(padding, n, "padding", 0)
+        dtype = _dtype(dtype)
+        shape = (out_channels, in_channels // groups, *self.kernel_size)
+        self.weight = Parameter(np.empty(shape, dtype=dtype))
+        if bias:
+            self.bias = Parameter(np.empty(out_channels, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """torch's default: kaiming_uniform(a=sqrt(5)) weight, U(+-1/sqrt(fan_in)) bias."""
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = init.calculate_fan_in_and_fan_out(self.weight)
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+            init.uniform_(self.bias, -bound, bound)
+
+    def _check_input(self, x):
+        x = as_tensor(x)
+        if x.ndim != self._nd + 2 or x.shape[1] != self.in_channels:
+            dims = "H, W" if self._nd == 2 else "L"
+            raise ValueError(f"x has shape {x.shape} but {type(self).__name__} was built with "
+                             f"in_channels={self.in_channels}; expected shape "
+                             f"(N, {self.in_channels}, {dims})")
+        return x
+
+    def extra_repr(self) -> str:
+        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+             f"stride={self.stride}")
+        if self.padding != (0,) * self._nd:
+            s += f", padding={self.padding}"
+        if self.dilation != (1,) * self._nd:
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        return s + ("" if self.bias is not None else ", bias=False")
+
+
+class Conv2d(_ConvNd):
+    """2-D convolution layer (cross-correlation, as torch): (N, C, H, W) -> (N, K, Ho, Wo).
+
+    Parameters
+    ----------
+    in_channels, out_channels : int
+    kernel_size, stride, dilation : int or (int, int)
+    padding : int, (int, int), 'valid' or 'same'
+    groups : int dividing both channel counts
+    bias : bool
+    padding_mode : 'zeros'
+    dtype : float32 (default) or float64
+
+    Attributes
+    ----------
+    weight : Parameter (out_channels, in_channels / groups, kh, kw)
+    bias : Parameter (out_channels,) or None
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import nnkit as nk
+    >>> from nnkit.nn.conv import Conv2d
+    >>> Conv2d(1, 4, 3, padding=1)(np.zeros((2, 1, 8, 8), np.float32)).shape
+    (2, 4, 8, 8)
+    """
+
+    _nd = 2
+
+    def forward(self, x):
+        return FC.conv2d(self._check_input(x), self.weight, self.bias, self.stride,
+                         self.padding, self.dilation, self.groups)
+
+
+class Conv1d(_ConvNd):
+    """1-D convolution layer: (N, C, L) -> (N, K, Lo); torch's arguments and parameters.
+
+    Attributes
+    ----------
+    weight : Parameter (out_channels, in_channels / groups, k)
+    bias : Parameter (out_channels,) or None
+    """
+
+    _nd = 1
+
+    def forward(self, x):
+        padding = self.padding if isinstance(self.padding, str) else self.padding[0]
+        return FC.conv1d(self._check_input(x), self.weight, self.bias, self.stride[0],
+                         padding, self.dilation[0], self.groups)
+
+
+class MaxPool2d(Module):
+    """Max pooling over windows (``F.max_pool2d``); stride defaults to kernel_size."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
+        super().__init__()
+        self.kernel_size = _tuple(kernel_size, 2, "kernel_size", 1)
+        self.stride = self.kernel_size if stride is None else _tuple(stride, 2, "stride", 1)
+        self.padding = _tuple(padding, 2, "padding", 0)
+        self.dilation = _tuple(dilation, 2, "dilation", 1)
+
+    def forward(self, x):
+        return FC.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation)
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"padding={self.padding}, dilation={self.dilation}")
+
+
+class AvgPool2d(Module):
+    """Average pooling over windows (``F.avg_pool2d``); stride defaults to kernel_size."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, count_include_pad=True):
+        super().__init__()
+        self.kernel_size = _tuple(kernel_size, 2, "kernel_size", 1)
+        self.stride = self.kernel_size if stride is None else _tuple(stride, 2, "stride", 1)
+        self.padding = _tuple(padding, 2, "padding", 0)
+        self.count_include_pad = bool(count_include_pad)
+
+    def forward(self, x):
+        return FC.avg_pool2d(x, self.kernel_size, self.stride, self.padding,
+                             self.count_include_pad)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"

@@ -1,0 +1,566 @@
+"""Convolution and pooling: the kernels against the naive twins (hypothesis), central
+differences, torch (values and gradients, nn.Conv2d after a state_dict copy), torch's
+default initialisation, serial == parallel builds, and the validation at the boundary."""
+
+import math
+
+import numpy as np
+import pytest
+from helpers import import_torch
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+import nnkit as nk
+from nnkit import functional_conv as FC
+from nnkit._ext import conv_cpu
+from nnkit.kernels import conv as K
+from nnkit.kernels import reference_conv as R
+from nnkit.nn.conv import AvgPool2d, Conv1d, Conv2d, MaxPool2d
+
+
+def _assert_close(actual, expected, terms, dtype, msg=""):
+    """|actual - expected| <= 16 eps(dtype) * terms * (1 + |expected|): sums of ``terms``
+    products of entries bounded by 1 (float32 accumulation in the GEMM)."""
+    actual = np.asarray(actual)
+    assert actual.shape == np.shape(expected), f"{msg}: {actual.shape} != {np.shape(expected)}"
+    assert actual.dtype == np.dtype(dtype), f"{msg}: dtype {actual.dtype}"
+    eps = float(np.finfo(dtype).eps)
+    np.testing.assert_allclose(actual.astype(np.float64), np.asarray(expected, np.float64),
+                               rtol=16 * eps * max(terms, 1), atol=16 * eps * max(terms, 1),
+                               err_msg=msg)
+
+
+@st.composite
+def conv_cases(draw):
+    """A small conv2d problem that fits: shapes, stride, padding, dilation, groups, layout."""
+    groups = draw(st.integers(1, 3))
+    Cg, Kg = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    stride = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    kind = draw(st.sampled_from(["int", "pair", "valid", "same"]))
+    if kind == "same":
+        stride = (1, 1)
+        padding = "same"
+    elif kind == "valid":
+        padding = "valid"
+    elif kind == "int":
+        padding = draw(st.integers(0, 2))
+    else:
+        padding = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
+    ph, pw = {"same": (0, 0), "valid": (0, 0)}.get(padding, None) or (
+        (padding, padding) if isinstance(padding, int) else padding)
+    need_h = max(1, dilation[0] * (kh - 1) + 1 - 2 * ph)
+    need_w = max(1, dilation[1] * (kw - 1) + 1 - 2 * pw)
+    H, W = need_h + draw(st.integers(0, 3)), need_w + draw(st.integers(0, 3))
+    N = draw(st.integers(1, 2))
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    layout = draw(st.sampled_from(["c", "strided", "transposed"]))
+    bias = draw(st.booleans())
+    seed = draw(st.integers(0, 2**16))
+    return dict(N=N, C=Cg * groups, H=H, W=W, K=Kg * groups, kh=kh, kw=kw, stride=stride,
+                padding=padding, dilation=dilation, groups=groups, dtype=dtype,
+                layout=layout, bias=bias, seed=seed)
+
+
+def _make_inputs(case):
+    rng = np.random.default_rng(case["seed"])
+    N, C, H, W = case["N"], case["C"], case["H"], case["W"]
+    dtype = case["dtype"]
+    if case["layout"] == "strided":
+        x = rng.uniform(-1, 1, (N, C, H, 2 * W)).astype(dtype)[..., ::2]
+    elif case["layout"] == "transposed":
+        x = rng.uniform(-1, 1, (W, H, C, N)).astype(dtype).T
+    else:
+        x = rng.uniform(-1, 1, (N, C, H, W)).astype(dtype)
+    w = rng.uniform(-1, 1, (case["K"], C // case["groups"], case["kh"], case["kw"]))
+    b = rng.uniform(-1, 1, case["K"]).astype(dtype) if case["bias"] else None
+    return x, w.astype(dtype), b, rng
+
+
+def _case(**kw):
+    base = dict(N=1, C=1, H=3, W=3, K=1, kh=3, kw=3, stride=(1, 1), padding=0,
+                dilation=(1, 1), groups=1, dtype=np.float64, layout="c", bias=True, seed=0)
+    base.update(kw)
+    return base
+
+
+@given(case=conv_cases())
+@example(case=_case())  # kernel == input size: a 1x1 output
+@example(case=_case(kh=1, kw=1, H=4, W=5, C=3, K=2, N=1))  # 1x1 kernel, batch 1
+@example(case=_case(kh=2, kw=2, padding="same", dilation=(2, 1), layout="transposed"))
+@example(case=_case(C=4, K=4, groups=4, kh=2, kw=3, H=5, W=4, stride=(2, 2), padding=(1, 2)))
+def test_conv2d_matches_twin(case):
+    x, w, b, rng = _make_inputs(case)
+    args = (case["stride"], case["padding"], case["dilation"], case["groups"])
+    y, cache = K.conv2d_forward(x, w, b, *args)
+    terms = w[0].size + 1
+    _assert_close(y, R.conv2d(x, w, b, *args), terms, case["dtype"], "y")
+    dy = rng.uniform(-1, 1, y.shape).astype(case["dtype"])
+    dx, dw, db = K.conv2d_backward(dy, cache)
+    rdx, rdw, rdb = R.conv2d_backward(dy, x, w, *args)
+    _assert_close(dx, rdx, w.size, case["dtype"], "dx")
+    _assert_close(dw, rdw, dy[:, 0].size, case["dtype"], "dweight")
+    if b is None:
+        assert db is None
+    else:
+        _assert_close(db, rdb, dy[:, 0].size, case["dtype"], "dbias")
+
+
+@given(N=st.integers(1, 2), Cg=st.integers(1, 2), Kg=st.integers(1, 2), groups=st.integers(1, 2),
+       k=st.integers(1, 4), L=st.integers(0, 5), stride=st.integers(1, 3),
+       dilation=st.integers(1, 2), padding=st.sampled_from([0, 1, 2, "same", "valid"]),
+       dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 99))
+def test_conv1d_matches_twin(N, Cg, Kg, groups, k, L, stride, dilation, padding, dtype, seed):
+    p = 0 if isinstance(padding, str) else padding
+    L = max(1, dilation * (k - 1) + 1 - 2 * p) + L
+    stride = 1 if padding == "same" else stride
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, (N, Cg * groups, L)).astype(dtype)
+    w = rng.uniform(-1, 1, (Kg * groups, Cg, k)).astype(dtype)
+    b = rng.uniform(-1, 1, Kg * groups).astype(dtype)
+    y, cache = K.conv1d_forward(x, w, b, stride, padding, dilation, groups)
+    _assert_close(y, R.conv1d(x, w, b, stride, padding, dilation, groups), w[0].size + 1, dtype)
+    dy = rng.uniform(-1, 1, y.shape).astype(dtype)
+    got = K.conv1d_backward(dy, cache)
+    for name, a, e in zip(("dx", "dw", "db"), got,
+                          R.conv1d_backward(dy, x, w, stride, padding, dilation, groups),
+                          strict=True):
+        _assert_close(a, e, dy.size + w.size, dtype, name)
+
+
+@st.composite
+def pool_cases(draw):
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    stride = draw(st.one_of(st.none(), st.tuples(st.integers(1, 3), st.integers(1, 3))))
+    padding = (draw(st.integers(0, kh // 2)), draw(st.integers(0, kw // 2)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    H = max(1, dilation[0] * (kh - 1) + 1 - 2 * padding[0]) + draw(st.integers(0, 3))
+    W = max(1, dilation[1] * (kw - 1) + 1 - 2 * padding[1]) + draw(st.integers(0, 3))
+    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 2)), H, W)
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    # few distinct values: ties inside windows are the rule, not the exception
+    x = np.array(draw(st.lists(st.sampled_from([-1.0, 0.0, 0.5, 2.0]), min_size=math.prod(shape),
+                               max_size=math.prod(shape)))).reshape(shape).astype(dtype)
+    return x, (kh, kw), stride, padding, dilation, draw(st.booleans())
+
+
+@given(case=pool_cases(), seed=st.integers(0, 99))
+def test_pooling_matches_twin(case, seed):
+    x, kernel, stride, padding, dilation, include = case
+    y, cache = K.max_pool2d_forward(x, kernel, stride, padding, dilation)
+    np.testing.assert_array_equal(y, R.max_pool2d(x, kernel, stride, padding, dilation))
+    dy = np.random.default_rng(seed).uniform(-1, 1, y.shape).astype(x.dtype)
+    _assert_close(K.max_pool2d_backward(dy, cache),
+                  R.max_pool2d_backward(dy, x, kernel, stride, padding, dilation), 9, x.dtype)
+    y, cache = K.avg_pool2d_forward(x, kernel, stride, padding, include)
+    _assert_close(y, R.avg_pool2d(x, kernel, stride, padding, include), 9, x.dtype, "avg")
+    dy = np.random.default_rng(seed).uniform(-1, 1, y.shape).astype(x.dtype)
+    _assert_close(K.avg_pool2d_backward(dy, cache),
+                  R.avg_pool2d_backward(dy, x, kernel, stride, padding, include), 9, x.dtype)
+
+
+def test_max_pool_nan_wins_as_torch():
+    x = np.array([[[[1.0, np.nan], [3.0, np.nan]]]])
+    y, cache = K.max_pool2d_forward(x, 2)
+    assert np.isnan(y).all()
+    dx = K.max_pool2d_backward(np.ones_like(y), cache)
+    np.testing.assert_array_equal(dx, R.max_pool2d_backward(np.ones_like(y), x, 2))
+    assert dx[0, 0, 1, 1] == 1.0  # torch's loop keeps the last NaN
+
+
+# ---- gradcheck -------------------------------------------------------------------------------
+
+def test_gradcheck_conv2d(rng):
+    x = rng.standard_normal((2, 4, 5, 4))
+    w = rng.standard_normal((6, 2, 2, 3))
+    b = rng.standard_normal(6)
+    nk.gradcheck(lambda x, w, b: FC.conv2d(x, w, b, stride=(2, 1), padding=1, dilation=(1, 2),
+                                           groups=2), [x, w, b])
+    w2 = rng.standard_normal((3, 4, 2, 2))  # even kernel: 'same' pads bottom/right more
+    nk.gradcheck(lambda x, w: FC.conv2d(x, w, padding="same"), [x, w2])
+
+
+def test_gradcheck_conv1d(rng):
+    x, w, b = rng.standard_normal((2, 3, 7)), rng.standard_normal((2, 3, 4)), rng.standard_normal(2)
+    nk.gradcheck(lambda x, w, b: FC.conv1d(x, w, b, stride=2, padding=1, dilation=2), [x, w, b])
+    nk.gradcheck(lambda x, w: FC.conv1d(x, w, padding="same"), [x, w])
+
+
+def test_gradcheck_pooling(rng):
+    x = rng.permutation(2 * 3 * 6 * 5).reshape(2, 3, 6, 5) / 7.0  # distinct: no ties
+    nk.gradcheck(lambda x: FC.max_pool2d(x, 3, stride=2, padding=1), [x])
+    nk.gradcheck(lambda x: FC.avg_pool2d(x, (2, 3), stride=1, padding=1), [x])
+    nk.gradcheck(lambda x: FC.avg_pool2d(x, 3, padding=1, count_include_pad=False), [x])
+
+
+def test_second_backward_recomputes_cols(rng):
+    x = nk.tensor(rng.standard_normal((2, 3, 6, 6)), requires_grad=True)
+    w = nk.tensor(rng.standard_normal((4, 3, 3, 3)), requires_grad=True)
+    y = FC.conv2d(x, w, padding=1).sum()
+    y.backward(retain_graph=True)
+    g1 = (x.grad.copy(), w.grad.copy())
+    y.backward()
+    np.testing.assert_allclose(x.grad, 2 * g1[0], rtol=1e-12)
+    np.testing.assert_allclose(w.grad, 2 * g1[1], rtol=1e-12)
+
+
+# ---- torch -----------------------------------------------------------------------------------
+
+def _torch_grads(torch, fn, arrays):
+    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+    out = fn(*ts)
+    dy = np.random.default_rng(0).standard_normal(tuple(out.shape)).astype(arrays[0].dtype)
+    out.backward(torch.tensor(dy))
+    return out.detach().numpy(), [t.grad.numpy() for t in ts], dy
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kw", [dict(stride=1, padding=1), dict(stride=(2, 1), padding=(0, 2),
+                                dilation=(2, 1), groups=2), dict(padding="same", dilation=2),
+                                dict(padding="valid", groups=4)])
+def test_conv2d_matches_torch(rng, dtype, kw):
+    torch = import_torch()
+    x = rng.standard_normal((3, 4, 9, 8)).astype(dtype)
+    w = rng.standard_normal((8, 4 // kw.get("groups", 1), 3, 2)).astype(dtype)
+    b = rng.standard_normal(8).astype(dtype)
+    ty, tg, dy = _torch_grads(torch, lambda x, w, b: torch.nn.functional.conv2d(x, w, b, **kw),
+                              [x, w, b])
+    args = [nk.tensor(a, requires_grad=True) for a in (x, w, b)]
+    y = FC.conv2d(*args, **kw)
+    y.backward(dy)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(y.numpy(), ty, **tol)
+    for a, g in zip(args, tg, strict=True):
+        np.testing.assert_allclose(a.grad, g, **tol)
+
+
+@pytest.mark.parametrize("kw", [dict(stride=2, padding=1), dict(padding="same", dilation=3),
+                                dict(groups=3, dilation=2)])
+@pytest.mark.filterwarnings("ignore:Using padding=.same.")
+def test_conv1d_matches_torch(rng, kw):
+    torch = import_torch()
+    x, w, b = rng.standard_normal((2, 3, 11)), rng.standard_normal((6, 3 // kw.get("groups", 1),
+                                                                     4)), rng.standard_normal(6)
+    ty, tg, dy = _torch_grads(torch, lambda x, w, b: torch.nn.functional.conv1d(x, w, b, **kw),
+                              [x, w, b])
+    args = [nk.tensor(a, requires_grad=True) for a in (x, w, b)]
+    y = FC.conv1d(*args, **kw)
+    y.backward(dy)
+    np.testing.assert_allclose(y.numpy(), ty, rtol=1e-10, atol=1e-12)
+    for a, g in zip(args, tg, strict=True):
+        np.testing.assert_allclose(a.grad, g, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=3, stride=1, padding=1),
+                                dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0))])
+def test_pooling_matches_torch_with_ties(rng, kw):
+    torch = import_torch()
+    x = rng.integers(0, 3, (2, 3, 7, 6)).astype(np.float32)  # many ties
+    for ours, theirs in ((FC.max_pool2d, torch.nn.functional.max_pool2d),
+                         (FC.avg_pool2d, torch.nn.functional.avg_pool2d)):
+        ty, (tgx,), dy = _torch_grads(torch, lambda x, f=theirs: f(x, **kw), [x])
+        xt = nk.tensor(x, requires_grad=True)
+        y = ours(xt, **kw)
+        y.backward(dy)
+        np.testing.assert_allclose(y.numpy(), ty, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(xt.grad, tgx, rtol=1e-6, atol=1e-6)
+
+
+def test_conv2d_module_matches_torch_after_state_dict_copy(rng):
+    torch = import_torch()
+    torch.manual_seed(0)
+    tnet = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                               torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 4, (2, 3), stride=2,
+                                                                      groups=2, bias=False),
+                               torch.nn.AvgPool2d(2, 1), torch.nn.Flatten())
+    net = nk.nn.Sequential(Conv2d(3, 8, 3, padding=1), nk.nn.ReLU(), MaxPool2d(2),
+                           Conv2d(8, 4, (2, 3), stride=2, groups=2, bias=False),
+                           AvgPool2d(2, 1), nk.nn.Flatten())
+    assert list(net.state_dict()) == list(tnet.state_dict())
+    net.load_state_dict(tnet.state_dict())
+    x = rng.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    ty = tnet(torch.tensor(x))
+    ty.sum().backward()
+    y = net(x)
+    y.sum().backward()
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-4, atol=1e-5)
+    for (name, p), tp in zip(net.named_parameters(), tnet.parameters(), strict=True):
+        np.testing.assert_allclose(p.grad, tp.grad.numpy(), rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def test_conv1d_module_matches_torch(rng):
+    torch = import_torch()
+    tm = torch.nn.Conv1d(4, 6, 3, padding="same", groups=2)
+    m = Conv1d(4, 6, 3, padding="same", groups=2)
+    m.load_state_dict(tm.state_dict())
+    x = rng.standard_normal((2, 4, 10)).astype(np.float32)
+    np.testing.assert_allclose(m(x).numpy(), tm(torch.tensor(x)).detach().numpy(), rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("cls, args, fan_in", [(Conv2d, (6, 8, (3, 2)), 36),
+                                               (Conv2d, (6, 9, 3, 1, 0, 1, 3), 18),
+                                               (Conv1d, (4, 5, 7), 28)])
+def test_default_init_is_torchs(cls, args, fan_in):
+    nk.manual_seed(0)
+    m = cls(*args)
+    bound = 1 / math.sqrt(fan_in)  # kaiming_uniform(a=sqrt(5)) and the bias rule agree
+    assert m.weight.dtype == np.float32 and m.weight.shape[0] == args[1]
+    assert m.weight.shape[1] * math.prod(m.weight.shape[2:]) == fan_in
+    for p in (m.weight.data, m.bias.data):
+        assert np.abs(p).max() <= bound
+    assert np.abs(m.weight.data).max() > 0.8 * bound  # uniform on the whole interval
+    assert abs(m.weight.data.std() - bound / math.sqrt(3)) < 0.25 * bound
+
+
+# ---- kernels ---------------------------------------------------------------------------------
+
+def test_parallel_builds_match_serial(rng):
+    x = rng.standard_normal((3, 4, 9, 7))
+    Ho, Wo = 5, 4
+    R_, P = 4 * 3 * 3, 3 * Ho * Wo
+    a, b = np.empty((R_, P)), np.empty((R_, P))
+    conv_cpu.im2col.serial(x, 3, 3, 2, 2, 1, 1, 1, 1, Ho, Wo, a)
+    conv_cpu.im2col.parallel(x, 3, 3, 2, 2, 1, 1, 1, 1, Ho, Wo, b)
+    np.testing.assert_array_equal(a, b)
+    dxa, dxb = np.empty_like(x), np.empty_like(x)
+    conv_cpu.col2im.serial(a, 3, 3, 2, 2, 1, 1, 1, 1, Ho, Wo, dxa)
+    conv_cpu.col2im.parallel(a, 3, 3, 2, 2, 1, 1, 1, 1, Ho, Wo, dxb)
+    np.testing.assert_array_equal(dxa, dxb)
+    dy = rng.standard_normal((3, 4, 20))
+    t1, t2, s1, s2 = np.empty((4, 3, 20)), np.empty((4, 3, 20)), np.empty(4), np.empty(4)
+    conv_cpu.transpose_sum.serial(dy, t1, s1)
+    conv_cpu.transpose_sum.parallel(dy, t2, s2)
+    np.testing.assert_array_equal(t1, t2)
+    np.testing.assert_array_equal(s1, s2)
+
+
+def test_im2col_col2im_are_adjoint(rng):
+    """<im2col(x), c> == <x, col2im(c)>: col2im is the transpose the backward needs."""
+    x = rng.standard_normal((2, 3, 6, 5))
+    Ho, Wo = 3, 5
+    cols = np.empty((3 * 2 * 3, 2 * Ho * Wo))
+    conv_cpu.im2col(x, 2, 3, 2, 1, 1, 1, 2, 1, Ho, Wo, cols)
+    c = rng.standard_normal(cols.shape)
+    back = np.empty_like(x)
+    conv_cpu.col2im(c, 2, 3, 2, 1, 1, 1, 2, 1, Ho, Wo, back)
+    assert math.isclose((cols * c).sum(), (x * back).sum(), rel_tol=1e-12)
+
+
+def test_float32_large_layer_matches_float64(rng):
+    """A layer big enough for the parallel builds and the pooled workspaces."""
+    x = rng.standard_normal((4, 16, 20, 20))
+    w = rng.standard_normal((32, 16, 3, 3)) / 12
+    y64, c64 = K.conv2d_forward(x, w, None, 1, 1)
+    y32, c32 = K.conv2d_forward(x.astype(np.float32), w.astype(np.float32), None, 1, 1)
+    np.testing.assert_allclose(y32, y64, rtol=1e-4, atol=1e-4)
+    dy = rng.standard_normal(y64.shape)
+    for a, b in zip(K.conv2d_backward(dy.astype(np.float32), c32)[:2],
+                    K.conv2d_backward(dy, c64)[:2], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3 * np.abs(b).max())
+
+
+# ---- validation ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("x_shape, w_shape, kw, match", [
+    ((2, 3, 5, 5), (4, 2, 3, 3), {}, r"channel mismatch: x has shape \(2, 3, 5, 5\)"),
+    ((2, 4, 5, 5), (6, 2, 3, 3), dict(groups=3), r"groups=3 must divide .*\(2, 4, 5, 5\)"),
+    ((2, 3, 2, 5), (4, 3, 3, 3), {}, r"larger than the padded input: x has shape \(2, 3, 2, 5\)"),
+    ((3, 5, 5), (4, 3, 3, 3), {}, r"x must be 4-D .* got shape \(3, 5, 5\)"),
+    ((2, 3, 5, 5), (4, 3, 3), {}, r"weight must be 4-D .* got shape \(4, 3, 3\)"),
+    ((2, 3, 5, 5), (4, 3, 3, 3), dict(padding="same", stride=2), "stride 1"),
+    ((2, 3, 5, 5), (4, 3, 3, 3), dict(padding="full"), "padding must be"),
+])
+def test_conv2d_bad_shapes_raise_naming_them(x_shape, w_shape, kw, match):
+    with pytest.raises(ValueError, match=match):
+        FC.conv2d(np.zeros(x_shape, np.float32), np.zeros(w_shape, np.float32), **kw)
+
+
+def test_bad_types_and_bias():
+    x, w = np.zeros((1, 2, 4, 4), np.float32), np.zeros((3, 2, 2, 2), np.float32)
+    with pytest.raises(TypeError, match="weight has dtype float64"):
+        K.conv2d_forward(x, w.astype(np.float64))
+    with pytest.raises(ValueError, match=r"bias must have shape \(3,\)"):
+        K.conv2d_forward(x, w, np.zeros(2, np.float32))
+    with pytest.raises(TypeError, match="stride"):
+        K.conv2d_forward(x, w, stride=1.5)
+    with pytest.raises(ValueError, match="padding"):
+        K.max_pool2d_forward(x, 2, padding=2)
+    with pytest.raises(ValueError, match="in_channels=3"):
+        Conv2d(3, 4, 3)(np.zeros((1, 2, 5, 5), np.float32))
+    with pytest.raises(ValueError, match="groups=2"):
+        Conv2d(3, 4, 3, groups=2)
+
+
+_ANY = st.one_of(st.integers(-2, 4), st.tuples(st.integers(-1, 3), st.integers(-1, 3)),
+                 st.sampled_from(["same", "valid", "full", None, 1.5, (1, 2, 3)]))
+
+
+@given(x_shape=st.lists(st.integers(0, 4), min_size=2, max_size=5),
+       w_shape=st.lists(st.integers(0, 4), min_size=2, max_size=5),
+       stride=_ANY, padding=_ANY, dilation=_ANY, groups=st.one_of(st.integers(-1, 3), _ANY),
+       pool=st.booleans())
+def test_fuzz_boundary_raises_only_value_or_type_errors(x_shape, w_shape, stride, padding,
+                                                        dilation, groups, pool):
+    x = np.zeros(x_shape, np.float32)
+    try:
+        if pool:
+            K.max_pool2d_forward(x, tuple(w_shape[:2]), stride, padding, dilation)
+            K.avg_pool2d_forward(x, tuple(w_shape[:2]), stride, padding)
+        else:
+            y, cache = K.conv2d_forward(x, np.ones(w_shape, np.float32), None, stride, padding,
+                                        dilation, groups)
+            K.conv2d_backward(np.ones_like(y), cache)
+    except (ValueError, TypeError):
+        pass
+
+
+# ---- CUDA kernels: under Numba's simulator in a child process, on a real GPU when present ----
+# The simulator must be on before numba.cuda is first imported, and the rest of this file runs
+# without it: the child runs this file as a script with NUMBA_ENABLE_CUDASIM=1 and writes each
+# case's outcome ("ok" or the traceback) to JSON. Shapes are tiny; blocks of 4 threads so
+# every launch spans several blocks with a ragged last one.
+
+_SIM_CONV = [  # (N, C, H, W, K, kh, kw, stride, pads, dilation, groups)
+    (1, 1, 3, 3, 1, 3, 3, (1, 1), ((0, 0), (0, 0)), (1, 1), 1),
+    (2, 4, 5, 4, 2, 2, 3, (2, 1), ((1, 1), (1, 1)), (1, 2), 2),
+    (1, 2, 4, 5, 3, 1, 1, (1, 2), ((0, 0), (2, 2)), (1, 1), 1),
+    (1, 1, 4, 4, 2, 2, 2, (1, 1), ((0, 1), (0, 1)), (1, 1), 1),  # 'same' for an even kernel
+]
+
+
+def _sim_conv():
+    from nnkit._ext import conv_cuda
+
+    conv_cuda.threads = 4
+    rng = np.random.default_rng(5)
+    for N, C, H, W, Kc, kh, kw, stride, pads, dil, groups in _SIM_CONV:
+        for dtype in (np.float32, np.float64):
+            x = rng.uniform(-1, 1, (N, C, H, W)).astype(dtype)
+            w = rng.uniform(-1, 1, (Kc, C // groups, kh, kw)).astype(dtype)
+            b = rng.uniform(-1, 1, Kc).astype(dtype)
+            pad4 = (*pads[0], *pads[1])
+            ref = R.conv2d(x, w, b, stride, pad4, dil, groups)
+            y = np.full(ref.shape, np.nan, dtype)
+            conv_cuda.conv2d_forward(x, w, b, True, stride, pads, dil, groups, y)
+            _assert_close(y, ref, w[0].size + 1, dtype, "y")
+            dy = rng.uniform(-1, 1, y.shape).astype(dtype)
+            rdx, rdw, rdb = R.conv2d_backward(dy, x, w, stride, pad4, dil, groups)
+            dx, dw, db = np.empty_like(x), np.empty_like(w), np.empty_like(b)
+            conv_cuda.conv2d_backward_input(dy, w, stride, pads, dil, groups, dx)
+            conv_cuda.conv2d_backward_weight(dy, x, stride, pads, dil, groups, dw)
+            conv_cuda.bias_grad(dy, db)
+            for name, a, e in (("dx", dx, rdx), ("dw", dw, rdw), ("db", db, rdb)):
+                _assert_close(a, e, dy.size, dtype, name)
+
+
+def _sim_pool():
+    from nnkit._ext import conv_cuda
+
+    conv_cuda.threads = 4
+    rng = np.random.default_rng(6)
+    for kernel, stride, pad, dil in (((2, 2), (2, 2), (0, 0), (1, 1)),
+                                     ((3, 2), (1, 2), (1, 1), (1, 1)),
+                                     ((2, 3), (2, 1), (1, 0), (2, 1))):
+        x = rng.integers(0, 3, (2, 2, 5, 6)).astype(np.float64)  # ties
+        y_ref = R.max_pool2d(x, kernel, stride, pad, dil)
+        y, idx = np.empty_like(y_ref), np.empty(y_ref.shape, np.int64)
+        conv_cuda.max_pool(x, kernel, stride, pad, dil, y, idx)
+        np.testing.assert_array_equal(y, y_ref)
+        dy = rng.uniform(-1, 1, y.shape)
+        dx = np.empty_like(x)
+        conv_cuda.max_pool_backward(dy, idx, kernel, stride, pad, dil, dx)
+        np.testing.assert_allclose(dx, R.max_pool2d_backward(dy, x, kernel, stride, pad, dil),
+                                   atol=1e-12)
+        for include in (True, False):
+            y_ref = R.avg_pool2d(x, kernel, stride, pad, include)
+            y = np.empty_like(y_ref)
+            conv_cuda.avg_pool(x, kernel, stride, pad, include, y)
+            np.testing.assert_allclose(y, y_ref, atol=1e-12)
+            dy = rng.uniform(-1, 1, y.shape)
+            conv_cuda.avg_pool_backward(dy, kernel, stride, pad, include, dx)
+            np.testing.assert_allclose(dx, R.avg_pool2d_backward(dy, x, kernel, stride, pad,
+                                                                 include), atol=1e-12)
+
+
+_SIM_CASES = {"conv2d": _sim_conv, "pooling": _sim_pool}
+
+
+def _child_main(result_path):
+    import json
+    import sys
+    import traceback
+
+    from numba import config
+
+    if not config.ENABLE_CUDASIM:
+        raise SystemExit("NUMBA_ENABLE_CUDASIM=1 is not in effect in the child")
+    sys.setswitchinterval(1e-4)  # the simulator runs a Python thread per CUDA thread
+    results = {}
+    for name, case in _SIM_CASES.items():
+        try:
+            case()
+            results[name] = "ok"
+        except Exception:
+            results[name] = traceback.format_exc()
+    with open(result_path, "w") as fh:
+        json.dump(results, fh)
+
+
+@pytest.fixture(scope="module")
+def cuda_simulator(tmp_path_factory):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    result_path = tmp_path_factory.mktemp("conv_cudasim") / "results.json"
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, __file__, str(result_path)], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 or not result_path.exists():
+        pytest.fail(f"the simulator child failed (exit {proc.returncode}):\n"
+                    f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(result_path.read_text())
+
+
+@pytest.mark.parametrize("case", list(_SIM_CASES))
+def test_cuda_kernels_under_simulator(cuda_simulator, case):
+    if cuda_simulator[case] != "ok":
+        pytest.fail(f"{case} failed under the CUDA simulator:\n{cuda_simulator[case]}",
+                    pytrace=False)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_public_functions_on_gpu_match_cpu(rng, dtype):
+    cupy = pytest.importorskip("cupy")
+    x = rng.standard_normal((4, 6, 13, 11)).astype(dtype)
+    w = rng.standard_normal((8, 3, 3, 2)).astype(dtype)
+    b = rng.standard_normal(8).astype(dtype)
+    kw = dict(stride=(2, 1), padding=1, dilation=(1, 2), groups=2)
+    y, cache = K.conv2d_forward(x, w, b, **kw)
+    gy, gcache = K.conv2d_forward(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b), **kw)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(cupy.asnumpy(gy), y, **tol)
+    dy = rng.standard_normal(y.shape).astype(dtype)
+    for c, g in zip(K.conv2d_backward(dy, cache), K.conv2d_backward(cupy.asarray(dy), gcache),
+                    strict=True):
+        np.testing.assert_allclose(cupy.asnumpy(g), c, **tol)
+    for fwd, bwd, args in ((K.max_pool2d_forward, K.max_pool2d_backward, (3, 2, 1)),
+                           (K.avg_pool2d_forward, K.avg_pool2d_backward, (2, 1, 1))):
+        y, c = fwd(x, *args)
+        gy, gc = fwd(cupy.asarray(x), *args)
+        np.testing.assert_allclose(cupy.asnumpy(gy), y, **tol)
+        dy = rng.standard_normal(y.shape).astype(dtype)
+        np.testing.assert_allclose(cupy.asnumpy(bwd(cupy.asarray(dy), gc)), bwd(dy, c), **tol)
+
+
+if __name__ == "__main__":
+    import sys
+
+    _child_main(sys.argv[1])
