@@ -38,6 +38,8 @@ __all__ = [
     "conv2d",
     "max_pool2d",
     "avg_pool2d",
+    "linear_scan",
+    "log_linear_scan",
 ]
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -80,7 +82,8 @@ def linear(x, weight, bias=None) -> Tensor:
             f"must have in_features={weight.shape[1]} entries"
         )
     xd, wd = x.data, weight.data
-    y = xd @ wd.T
+    x2 = xd.reshape(-1, xd.shape[-1])  # (M, in): one BLAS call for any leading shape
+    y = (x2 @ wd.T).reshape(xd.shape[:-1] + (wd.shape[0],))
     parents = (x, weight)
     if bias is not None:
         bias = _float_tensor(bias, "bias")
@@ -91,8 +94,8 @@ def linear(x, weight, bias=None) -> Tensor:
 
     def backward(g):
         g2 = g.reshape(-1, g.shape[-1])  # (M, out)
-        gx = g @ wd if x.requires_grad else None  # skipped for data inputs, as torch
-        gw = g2.T @ xd.reshape(-1, xd.shape[-1])  # (out, in)
+        gx = (g2 @ wd).reshape(xd.shape) if x.requires_grad else None  # none for data, as torch
+        gw = g2.T @ x2  # (out, in)
         if len(parents) == 3:
             return gx, gw, g2.sum(axis=0)
         return gx, gw
@@ -322,3 +325,4 @@ def embedding(ids, weight) -> Tensor:
 
 # Op families that live in their own modules, re-exported so that F.<name> finds them.
 from .functional_conv import avg_pool2d, conv1d, conv2d, max_pool2d  # noqa: E402
+from .functional_scan import linear_scan, log_linear_scan  # noqa: E402

@@ -17,6 +17,7 @@ from .conv import (
     max_pool2d_forward,
 )
 from .layer_norm import layer_norm_backward, layer_norm_forward
+from .scan import linear_scan_backward, linear_scan_forward
 from .softmax import (
     cross_entropy_backward,
     cross_entropy_forward,
@@ -44,4 +45,6 @@ __all__ = [
     "max_pool2d_backward",
     "avg_pool2d_forward",
     "avg_pool2d_backward",
+    "linear_scan_forward",
+    "linear_scan_backward",
 ]

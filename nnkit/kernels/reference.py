@@ -31,6 +31,8 @@ __all__ = [
     "max_pool2d_backward",
     "avg_pool2d",
     "avg_pool2d_backward",
+    "linear_scan",
+    "linear_scan_backward",
 ]
 
 
@@ -180,3 +182,4 @@ from .reference_conv import (  # noqa: E402
     max_pool2d,
     max_pool2d_backward,
 )
+from .reference_scan import linear_scan, linear_scan_backward  # noqa: E402

@@ -16,6 +16,7 @@ from .layers import (
     Softmax,
     Tanh,
 )
+from .linear_recurrent import LRU, MinGRU, MinLSTM
 from .loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
 from .module import Module, ModuleList, Parameter, Sequential
 
@@ -44,4 +45,7 @@ __all__ = [
     "Conv2d",
     "MaxPool2d",
     "AvgPool2d",
+    "MinGRU",
+    "MinLSTM",
+    "LRU",
 ]

@@ -1,0 +1,83 @@
+"""Differentiable linear scan (``F.linear_scan``): one autograd op over
+``nnkit.kernels.scan``'s forward/backward pair.
+"""
+
+from __future__ import annotations
+
+from .autograd import as_tensor, make_result
+from .kernels import scan as K
+
+__all__ = ["linear_scan", "log_linear_scan"]
+
+
+def linear_scan(a, b, h0=None, reverse=False):
+    """The diagonal linear recurrence h_t = a_t * h_{t-1} + b_t, all steps at once.
+
+    Parameters
+    ----------
+    a, b : Tensor or array (B, T, D), float32/64 or complex64/128 (one dtype)
+    h0 : Tensor or array (B, D) or None (zeros), the state before t = 0
+    reverse : bool
+        Run from t = T-1 down to 0, h_t = a_t * h_{t+1} + b_t (h0 the state after the end):
+        the same as flipping a and b along T, scanning, and flipping back.
+
+    Returns
+    -------
+    Tensor (B, T, D), differentiable in a, b and h0. Backward is a reverse scan,
+    g_t = dL/dh_t + conj(a_{t+1}) g_{t+1}, dL/db_t = g_t, dL/da_t = g_t conj(h_{t-1}),
+    dL/dh0 = conj(a_0) g_0 (conjugate convention for complex, as ``nnkit.autograd``).
+
+    Examples
+    --------
+    >>> import numpy as np, nnkit as nk
+    >>> from nnkit.functional_scan import linear_scan
+    >>> a = nk.tensor(np.full((1, 3, 1), 0.5), requires_grad=True)
+    >>> h = linear_scan(a, np.ones((1, 3, 1)))
+    >>> h.numpy()[0, :, 0].tolist()
+    [1.0, 1.5, 1.75]
+    >>> h.sum().backward(); a.grad[0, :, 0].tolist()
+    [0.0, 1.5, 1.5]
+    """
+    a, b = as_tensor(a), as_tensor(b)
+    parents = (a, b) if h0 is None else (a, b, as_tensor(h0))
+    h0_data = None if h0 is None else parents[2].data
+    h = K.linear_scan_forward(a.data, b.data, h0_data, reverse)
+
+    def backward(g):
+        da, db, dh0 = K.linear_scan_backward(g, a.data, h, h0_data, reverse)
+        return (da, db) if h0 is None else (da, db, dh0)
+
+    return make_result(h, parents, backward, "linear_scan")
+
+
+def log_linear_scan(log_a, log_b, log_h0=None):
+    """The linear scan of positive coefficients in log space (Feng et al. 2024):
+    log h_t = logaddexp(log a_t + log h_{t-1}, log b_t).
+
+    Parameters
+    ----------
+    log_a, log_b : Tensor or array (B, T, D), float32/64
+    log_h0 : Tensor or array (B, D) or None (h0 = 0)
+
+    Returns
+    -------
+    Tensor (B, T, D), log h; differentiable in all inputs.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nnkit.functional_scan import log_linear_scan
+    >>> out = log_linear_scan(np.log(np.full((1, 2, 1), 0.5)), np.zeros((1, 2, 1)))
+    >>> np.exp(out.numpy()).ravel().tolist()
+    [1.0, 1.5]
+    """
+    log_a, log_b = as_tensor(log_a), as_tensor(log_b)
+    parents = (log_a, log_b) if log_h0 is None else (log_a, log_b, as_tensor(log_h0))
+    h0 = None if log_h0 is None else parents[2].data
+    log_h = K.log_linear_scan_forward(log_a.data, log_b.data, h0)
+
+    def backward(g):
+        grads = K.log_linear_scan_backward(g, log_a.data, log_b.data, log_h, h0)
+        return grads[:2] if log_h0 is None else grads
+
+    return make_result(log_h, parents, backward, "log_linear_scan")

@@ -1,0 +1,284 @@
+"""The diagonal linear recurrence (linear scan): validated forward/backward pair, dispatch.
+
+    h_t = a_t * h_{t-1} + b_t,   t = 0..T-1,   h_{-1} = h0        (elementwise, (B, T, D))
+
+``reverse=True`` runs t from T-1 down to 0 with h_t = a_t * h_{t+1} + b_t (h0 the state after
+the end). Real (float32/64) and complex (complex64/128); a, b, h0 share one dtype.
+
+Backward, for a real loss L and upstream dh = dL/dh (complex gradients in the conjugate
+convention of ``nnkit.autograd``, g = dL/dRe + i dL/dIm), is a scan against the direction:
+
+    g_t = dh_t + conj(a_{t+1}) g_{t+1},  dL/db_t = g_t,  dL/da_t = g_t conj(h_{t-1}),
+    dL/dh0 = conj(a_0) g_0.
+
+CPU backends (``nnkit._ext.scan_cpu``), chosen by ``_plan``:
+
+- over sequences: tasks of (batch row, feature block), sequential in T; the work-efficient
+  path and the bandwidth-bound one. Feature blocks are whole rows (D) unless B is smaller than
+  twice the thread count; then D is cut into blocks of at least ``MIN_BLOCK`` features (short
+  blocks defeat the hardware prefetcher: block 32 of D = 256 ran 20x slower than block 256).
+- chunked along T: a reduce-then-scan over ``CHUNK_LANES`` x threads chunks, each task walking
+  ``CHUNK_LANES`` chunks in lockstep (independent dependency chains overlap on one core), for
+  D = 1 problems with B < ``CHUNK_MAX_SEQUENCES`` and T >= ``CHUNK_MIN_T``, and only with at
+  least ``CHUNK_MIN_THREADS`` threads. Measured on the shared 2-core machine (load average
+  2-4 from other jobs; medians of 5-7), float32, D = 1, rows kernel vs chunked:
+
+      (B, T)          rows kernel   chunked
+      (1, 10^7)       50-97 ms      91-110 ms   (bench_scan.py, 2026-11-22: 61.6 vs 93.6)
+      (4, 10^6)       23-43 ms      32-39 ms
+      (8, 10^6)       47-61 ms      64-72 ms
+
+  The chunked scan moves 5 arrays instead of 3 and its lane bookkeeping costs ~9 ns a step,
+  so on 2 threads it never beat the single latency-bound chain (~6 ns a step): here the rows
+  kernel is always chosen. ``CHUNK_MIN_THREADS`` = 4: four chains at once for 5/3 of the
+  traffic should overtake one chain; that threshold is an estimate, not measured here, and
+  ``benchmarks/bench_scan.py`` prints the comparison for the machine it runs on. The chunked
+  kernels are held to the sequential twin by the tests whatever the switch says.
+
+GPU arrays go to ``nnkit._ext.scan_cuda`` (imported lazily).
+
+Examples
+--------
+>>> import numpy as np
+>>> from nnkit.kernels.scan import linear_scan_forward
+>>> a = np.full((1, 3, 1), 0.5); b = np.ones((1, 3, 1))
+>>> linear_scan_forward(a, b)[0, :, 0].tolist()
+[1.0, 1.5, 1.75]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._backend import is_gpu_array
+from .._ext import scan_cpu
+from .._validation import COMPLEX, FLOATS, check_array
+
+__all__ = ["linear_scan_forward", "linear_scan_backward", "log_linear_scan_forward",
+           "log_linear_scan_backward", "CHUNK_MAX_SEQUENCES", "CHUNK_MIN_T"]
+
+SCAN_DTYPES = FLOATS + COMPLEX
+MIN_BLOCK = 64
+# Chunk along T only when fewer independent sequences than this and at least this many steps.
+CHUNK_MAX_SEQUENCES = 2
+CHUNK_MIN_T = 1 << 20
+CHUNK_MIN_THREADS = 4
+CHUNK_LANES = 8  # chunks a task walks in lockstep
+
+
+# ---- validation ------------------------------------------------------------------------
+
+def _check_pair(a, b, name_a="a", name_b="b"):
+    a = check_array(a, name=name_a, ndim=3, dtype=SCAN_DTYPES)
+    b = check_array(b, name=name_b, ndim=3, dtype=SCAN_DTYPES)
+    if a.dtype != b.dtype:
+        kind = ("mixed real and complex dtypes" if (a.dtype.kind == "c") != (b.dtype.kind == "c")
+                else "different dtypes")
+        raise TypeError(f"{name_a} and {name_b} must have the same dtype, got {a.dtype} and "
+                        f"{b.dtype} ({kind}); cast one of them")
+    if a.shape != b.shape:
+        raise ValueError(f"{name_a} and {name_b} must have the same shape (B, T, D), got "
+                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    if is_gpu_array(a) != is_gpu_array(b):
+        raise TypeError(f"{name_a} and {name_b} must both be NumPy arrays or both GPU arrays")
+    return a, b
+
+
+def _check_h0(h0, a):
+    B, _, D = a.shape
+    if h0 is None:
+        xp = _xp(a)
+        return xp.zeros((B, D), dtype=a.dtype)
+    h0 = check_array(h0, name="h0", ndim=2, dtype=SCAN_DTYPES)
+    if h0.dtype != a.dtype:
+        raise TypeError(f"h0 must have the dtype of a and b ({a.dtype}), got {h0.dtype}")
+    if tuple(h0.shape) != (B, D):
+        raise ValueError(f"h0 must have shape (B, D) = {(B, D)} to match a of shape "
+                         f"{tuple(a.shape)}, got {tuple(h0.shape)}")
+    if is_gpu_array(h0) != is_gpu_array(a):
+        raise TypeError("h0 must live where a and b live (both NumPy or both GPU arrays)")
+    return h0
+
+
+def _check_reverse(reverse):
+    if not isinstance(reverse, (bool, np.bool_)):
+        raise TypeError(f"reverse must be a bool, got {reverse!r} ({type(reverse).__name__})")
+    return bool(reverse)
+
+
+def _xp(x):
+    if is_gpu_array(x):
+        import cupy
+
+        return cupy
+    return np
+
+
+# ---- plan ------------------------------------------------------------------------------
+
+def _plan(B, T, D):
+    """('chunks', n_chunks) or ('rows', feature block) for a (B, T, D) problem."""
+    threads = scan_cpu.num_threads()
+    if (threads >= CHUNK_MIN_THREADS and D == 1 and B < CHUNK_MAX_SEQUENCES
+            and T >= CHUNK_MIN_T):
+        return "chunks", threads * CHUNK_LANES
+    if B >= 2 * threads or D <= MIN_BLOCK:
+        return "rows", max(D, 1)
+    pieces = -(-2 * threads // B)
+    return "rows", max(MIN_BLOCK, -(-D // pieces))
+
+
+def _bounds(T, n_chunks):
+    return np.linspace(0, T, n_chunks + 1).astype(np.int64)
+
+
+def _scan_chunked(a, b, h0, out, reverse, n_chunks, lanes=None):
+    """The chunked scan on D = 1 problems, as (B, T) sequences (views, no copies)."""
+    B, T, _ = a.shape
+    a2, b2, out2 = a.reshape(B, T), b.reshape(B, T), out.reshape(B, T)  # (S, T), S = B
+    lanes = CHUNK_LANES if lanes is None else lanes
+    bounds = _bounds(T, n_chunks)
+    A = np.empty((n_chunks, B), a.dtype)
+    H = np.empty_like(A)
+    carry = np.empty_like(A)
+    scan_cpu.chunk_reduce(a2, b2, bounds, A, H, reverse, lanes)
+    scan_cpu.chunk_carries(A, H, h0.reshape(B), carry)
+    scan_cpu.chunk_apply(a2, b2, bounds, carry, out2, reverse, lanes)
+    return out
+
+
+# ---- public pair -----------------------------------------------------------------------
+
+def linear_scan_forward(a, b, h0=None, reverse=False, out=None):
+    """h_t = a_t * h_{t-1} + b_t over (B, T, D) (``reverse``: h_t = a_t * h_{t+1} + b_t).
+
+    Parameters
+    ----------
+    a, b : array (B, T, D), float32/64 or complex64/128, one dtype
+    h0 : array (B, D) or None (zeros), same dtype
+    reverse : bool
+    out : array (B, T, D) of a's dtype, optional (C-contiguous; written and returned)
+
+    Returns
+    -------
+    h : array (B, T, D)
+    """
+    a, b = _check_pair(a, b)
+    h0 = _check_h0(h0, a)
+    reverse = _check_reverse(reverse)
+    if out is None:
+        out = _xp(a).empty_like(a)
+    if is_gpu_array(a):
+        from .._ext import scan_cuda
+
+        return scan_cuda.linear_scan(a, b, h0, out, reverse)
+    B, T, D = a.shape
+    mode, n = _plan(B, T, D)
+    if mode == "chunks":
+        return _scan_chunked(a, b, h0, out, reverse, n)
+    scan_cpu.scan_rows(a, b, h0, out, reverse, n)
+    return out
+
+
+def linear_scan_backward(dh, a, h, h0=None, reverse=False, out=None):
+    """Gradients of the linear scan (see the module docstring for the formulas).
+
+    Parameters
+    ----------
+    dh : array (B, T, D), the upstream gradient dL/dh
+    a : array (B, T, D), the coefficients of the forward
+    h : array (B, T, D), the forward's output
+    h0 : array (B, D) or None (zeros)
+    reverse : bool, as in the forward
+    out : tuple (da, db, dh0) of preallocated C-contiguous arrays, optional
+
+    Returns
+    -------
+    da, db : arrays (B, T, D); dh0 : array (B, D)
+    """
+    dh, a = _check_pair(dh, a, "dh", "a")
+    h, _ = _check_pair(h, a, "h", "a")
+    h0 = _check_h0(h0, a)
+    reverse = _check_reverse(reverse)
+    xp = _xp(a)
+    da, db, dh0 = (xp.empty_like(a), xp.empty_like(a), xp.empty_like(h0)) if out is None else out
+    if is_gpu_array(a):
+        from .._ext import scan_cuda
+
+        scan_cuda.linear_scan_backward(dh, a, h, h0, da, db, dh0, reverse)
+        return da, db, dh0
+    B, T, D = a.shape
+    mode, n = _plan(B, T, D)
+    if mode == "chunks":
+        return _backward_chunked(dh, a, h, h0, da, db, dh0, reverse, n)
+    scan_cpu.scan_rows_backward(dh, a, h, h0, da, db, dh0, reverse, n)
+    return da, db, dh0
+
+
+def _backward_chunked(dh, a, h, h0, da, db, dh0, reverse, n_chunks, lanes=None):
+    """g by the chunked scan with coefficients conj(a) shifted by one step, then da, dh0."""
+    coef = np.empty_like(a)
+    scan_cpu.conj_shift(a, coef, reverse)
+    _scan_chunked(coef, dh, np.zeros_like(h0), db, not reverse, n_chunks, lanes)
+    if reverse:  # h_prev(t) = h_{t+1}, h0 after the end
+        np.multiply(db[:, :-1], h[:, 1:].conj(), out=da[:, :-1])
+        np.multiply(db[:, -1], h0.conj(), out=da[:, -1])
+        np.multiply(a[:, -1].conj(), db[:, -1], out=dh0)
+    else:
+        np.multiply(db[:, 1:], h[:, :-1].conj(), out=da[:, 1:])
+        np.multiply(db[:, 0], h0.conj(), out=da[:, 0])
+        np.multiply(a[:, 0].conj(), db[:, 0], out=dh0)
+    return da, db, dh0
+
+
+# ---- the log-space scan (minGRU / minLSTM "log-space" variant) -------------------------------
+
+def log_linear_scan_forward(log_a, log_b, log_h0=None):
+    """log h_t = logaddexp(log a_t + log h_{t-1}, log b_t): the scan of positive a, b in logs.
+
+    Feng et al. (2024)'s log-space minGRU: for long sequences the products of many gates
+    underflow in float32 while their logs do not.
+
+    Parameters
+    ----------
+    log_a, log_b : array (B, T, D), float32/64 (-inf allowed: a or b = 0)
+    log_h0 : array (B, D) or None (-inf: h0 = 0)
+
+    Returns
+    -------
+    log_h : array (B, T, D)
+    """
+    log_a, log_b = _check_pair(log_a, log_b, "log_a", "log_b")
+    if log_a.dtype.kind != "f" or is_gpu_array(log_a):
+        raise TypeError(f"log_a and log_b must be real NumPy arrays, got {log_a.dtype}")
+    B, T, D = log_a.shape
+    log_h0 = (np.full((B, D), -np.inf, log_a.dtype) if log_h0 is None
+              else _check_h0(log_h0, log_a))
+    out = np.empty_like(log_a)
+    mode, n = _plan(B, T, D)
+    scan_cpu.log_scan_rows(log_a, log_b, log_h0, out, False, n if mode == "rows" else D)
+    return out
+
+
+def log_linear_scan_backward(dlog_h, log_a, log_b, log_h, log_h0=None):
+    """Gradients of the log-space scan. With w_t = exp(log a_t + log h_{t-1} - log h_t) (the
+    share of the carried term, 0 where h_{t-1} = 0),
+
+        G_t = dlog_h_t + w_{t+1} G_{t+1},  dlog_a_t = w_t G_t,  dlog_b_t = (1 - w_t) G_t,
+        dlog_h0 = w_0 G_0,
+
+    G by the (real) linear-scan backward kernel. Returns (dlog_a, dlog_b, dlog_h0).
+    """
+    B, T, D = log_a.shape
+    log_h0 = np.full((B, D), -np.inf, log_a.dtype) if log_h0 is None else log_h0
+    prev = np.concatenate([log_h0[:, None], log_h[:, :-1]], axis=1)  # (B, T, D) log h_{t-1}
+    with np.errstate(invalid="ignore"):
+        w = np.exp(log_a + prev - log_h)
+    w = np.nan_to_num(w, nan=0.0)  # -inf - -inf: both terms zero, no share
+    dw, G, _ = linear_scan_backward(np.ascontiguousarray(dlog_h, log_a.dtype), w,
+                                    np.zeros_like(w), None, False)
+    del dw
+    dlog_a = w * G
+    dlog_b = G - dlog_a
+    dlog_h0 = w[:, 0] * G[:, 0] if T > 0 else np.zeros((B, D), log_a.dtype)
+    return dlog_a, dlog_b, dlog_h0

@@ -1,0 +1,302 @@
+"""Linear recurrent layers trained by the parallel scan: ``MinGRU``, ``MinLSTM`` (Feng et al.
+2024, "Were RNNs all we needed?") and ``LRU`` (Orvieto et al. 2023, "Resurrecting recurrent
+neural networks for long sequences").
+
+The gates depend on the input only, never on h_{t-1}, so the recurrence is the diagonal
+linear scan h_t = a_t * h_{t-1} + b_t (``F.linear_scan``): every step's a_t, b_t come from one
+GEMM over all steps, and the scan is one fused kernel. ``step()`` runs the same recurrence one
+step at a time (inference); both give the same numbers.
+
+Section 5.2 of the notes writes the minGRU as z_t = sigma(G x_t) z_{t-1} + (1 - sigma(G x_t)) V x_t
+and calls it "LRU"; the README of the sources notes the slip: that is minGRU with the gate's
+roles swapped (here, as in the paper, z_t weighs the new content), while the complex diagonal
+lambda = exp(-exp(nu) + i theta) is the LRU of Orvieto et al.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .._random import get_rng
+from .._validation import check_scalar
+from ..autograd import Tensor, as_tensor, make_result, where
+from ..functional_scan import linear_scan, log_linear_scan
+from .layers import Linear, _check_size, _dtype
+from .module import Module, Parameter
+
+__all__ = ["MinGRU", "MinLSTM", "LRU"]
+
+
+# ---- small differentiable helpers ---------------------------------------------------------
+
+def _softplus(x: Tensor) -> Tensor:
+    """log(1 + exp(x)), stable: relu(x) + log(1 + exp(-|x|))."""
+    return x.relu() + ((-x.abs()).exp() + 1.0).log()
+
+
+def _log_g(x: Tensor) -> Tensor:
+    """log g(x) for the paper's positive activation g(x) = x + 1/2 (x >= 0), sigmoid(x) (x < 0)."""
+    return where(x.data >= 0, (x.relu() + 0.5).log(), -_softplus(-x))
+
+
+def _g(x: Tensor) -> Tensor:
+    return where(x.data >= 0, x.relu() + 0.5, x.sigmoid())
+
+
+def _complex(re: Tensor, im: Tensor) -> Tensor:
+    """re + i im from two real tensors; gradients Re g, Im g (conjugate convention)."""
+    kind = np.complex64 if re.data.dtype == np.float32 else np.complex128
+    z = (re.data + 1j * im.data).astype(kind)
+    return make_result(z, (re, im), lambda g: (g.real.copy(), g.imag.copy()), "complex")
+
+
+def _real(z: Tensor) -> Tensor:
+    """Re z; its gradient g (real) enters z as g + 0i."""
+    return make_result(z.data.real.copy(), (z,), lambda g: (g.astype(z.data.dtype),), "real")
+
+
+def _batch_first(x, batch_first, input_size, name):
+    x = as_tensor(x)
+    if x.ndim != 3 or x.shape[-1] != input_size:
+        layout = "(B, T, F)" if batch_first else "(T, B, F)"
+        raise ValueError(f"x has shape {x.shape} but {name} was built with "
+                         f"input_size={input_size}; expected {layout} with F = {input_size}")
+    return x if batch_first else x.transpose(1, 0, 2)  # (B, T, F)
+
+
+def _state(h, B, H, dtype, name="h0"):
+    if h is None:
+        return None
+    h = as_tensor(h)
+    if h.shape != (B, H):
+        raise ValueError(f"{name} must have shape (B, hidden_size) = {(B, H)}, got {h.shape}")
+    if h.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, got {h.dtype}")
+    return h
+
+
+class _MinRNN(Module):
+    """Shared plumbing: linear maps of the input, scan or log-scan, batch_first, step."""
+
+    n_maps = 2
+
+    def __init__(self, input_size, hidden_size, batch_first=True, bias=True, log_space=False,
+                 dtype=None):
+        super().__init__()
+        self.input_size = _check_size(input_size, "input_size")
+        self.hidden_size = _check_size(hidden_size, "hidden_size")
+        for name, flag in (("batch_first", batch_first), ("bias", bias),
+                           ("log_space", log_space)):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise TypeError(f"{name} must be a bool, got {flag!r}")
+        self.batch_first, self.log_space = bool(batch_first), bool(log_space)
+        dtype = _dtype(dtype)
+        self.linear = Linear(input_size, self.n_maps * hidden_size, bias=bias, dtype=dtype)
+
+    def _maps(self, x):
+        """The pre-activations, each (..., H), from one GEMM."""
+        # as 2-D rows (B*T, F): the backward's GEMMs then run as one BLAS call each (a 3-D
+        # operand made numpy loop over B, ~30x slower at B 64, T 1000)
+        k = self.linear(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
+        H = self.hidden_size
+        return [k[..., i * H:(i + 1) * H] for i in range(self.n_maps)]
+
+    def forward(self, x, h0=None):
+        """x (B, T, F) (or (T, B, F) without batch_first), h0 (B, H) or None (zeros; must be
+        positive in log space) -> h (B, T, H) (or (T, B, H))."""
+        x = _batch_first(x, self.batch_first, self.input_size, type(self).__name__)
+        h0 = _state(h0, x.shape[0], self.hidden_size, x.dtype)
+        maps = self._maps(x)
+        if self.log_space:
+            if h0 is not None and not np.all(h0.data > 0):
+                raise ValueError("h0 must be positive with log_space=True (the state is "
+                                 "computed as its logarithm); got a value <= 0")
+            log_a, log_b = self._log_coefficients(*maps)
+            log_h0 = None if h0 is None else h0.log()
+            h = log_linear_scan(log_a, log_b, log_h0).exp()
+        else:
+            a, b = self._coefficients(*maps)
+            h = linear_scan(a, b, h0)
+        return h if self.batch_first else h.transpose(1, 0, 2)
+
+    def step(self, x_t, h):
+        """One step of the recurrence: x_t (B, F), h (B, H) -> (y_t, h_new), y_t = h_new."""
+        x_t = as_tensor(x_t)
+        if x_t.ndim != 2 or x_t.shape[-1] != self.input_size:
+            raise ValueError(f"x_t must have shape (B, {self.input_size}), got {x_t.shape}")
+        h = _state(h, x_t.shape[0], self.hidden_size, x_t.dtype, "h")
+        maps = self._maps(x_t)
+        if self.log_space:
+            log_a, log_b = self._log_coefficients(*maps)
+            a, b = log_a.exp(), log_b.exp()
+        else:
+            a, b = self._coefficients(*maps)
+        h_new = b if h is None else a * h + b
+        return h_new, h_new
+
+
+class MinGRU(_MinRNN):
+    """minGRU (Feng et al. 2024): a GRU whose gate sees only the input, trained by the scan.
+
+        z_t = sigmoid(W_z x_t),  h~_t = W_h x_t,  h_t = (1 - z_t) * h_{t-1} + z_t * h~_t
+
+    With ``log_space=True`` the paper's log-space variant for long sequences: h~_t = g(W_h x_t)
+    with g(x) = x + 1/2 (x >= 0), sigmoid(x) (x < 0) keeps the state positive, and the scan
+    runs on log(1 - z_t) = -softplus(k), log(z_t h~_t) = -softplus(-k) + log g(W_h x_t).
+
+    Parameters
+    ----------
+    input_size, hidden_size : int
+    batch_first : bool, x (B, T, F) when True (default), else (T, B, F)
+    bias : bool, biases on both maps
+    log_space : bool
+    dtype : float32 (default) or float64
+
+    Attributes
+    ----------
+    linear : Linear (2 H, F): rows [0, H) W_z, rows [H, 2H) W_h
+
+    Examples
+    --------
+    >>> import numpy as np, nnkit as nk
+    >>> from nnkit.nn.linear_recurrent import MinGRU
+    >>> layer = MinGRU(3, 4)
+    >>> layer(np.zeros((2, 5, 3), np.float32)).shape
+    (2, 5, 4)
+    """
+
+    def _coefficients(self, k_z, k_h):
+        z = k_z.sigmoid()
+        return 1.0 - z, z * k_h  # a_t, b_t
+
+    def _log_coefficients(self, k_z, k_h):
+        return -_softplus(k_z), -_softplus(-k_z) + _log_g(k_h)
+
+
+class MinLSTM(_MinRNN):
+    """minLSTM (Feng et al. 2024), with the paper's normalised gates:
+
+        f_t = sigmoid(W_f x_t), i_t = sigmoid(W_i x_t), h~_t = W_h x_t,
+        f'_t = f_t / (f_t + i_t), i'_t = i_t / (f_t + i_t),  h_t = f'_t * h_{t-1} + i'_t * h~_t
+
+    ``log_space=True``: log f'_t = -softplus(d), log i'_t = -softplus(-d) with
+    d = softplus(-W_i x) - softplus(-W_f x), and h~_t = g(W_h x_t) as in ``MinGRU``.
+
+    Parameters and attributes as ``MinGRU``, with ``linear`` (3 H, F): rows f, i, h.
+    """
+
+    n_maps = 3
+
+    def _coefficients(self, k_f, k_i, k_h):
+        f, i = k_f.sigmoid(), k_i.sigmoid()
+        total = f + i
+        return f / total, (i / total) * k_h
+
+    def _log_coefficients(self, k_f, k_i, k_h):
+        d = _softplus(-k_i) - _softplus(-k_f)
+        return -_softplus(d), -_softplus(-d) + _log_g(k_h)
+
+
+class LRU(Module):
+    """Linear Recurrent Unit (Orvieto et al. 2023): a complex diagonal linear recurrence.
+
+        lambda = exp(-exp(nu) + i theta)   (|lambda| = exp(-exp(nu)) < 1 for every nu)
+        h_t = lambda * h_{t-1} + gamma * (B x_t),   y_t = Re(C h_t) + D * x_t
+
+    with h complex (state_size,), B (state_size, input_size) and C (input_size, state_size)
+    complex (stored as real parameters ``B_re``, ``B_im``, ``C_re``, ``C_im``), D (input_size,)
+    real, and gamma = exp(gamma_log), initialised to sqrt(1 - |lambda|^2) so that a white input
+    gives a state of unit variance at any |lambda| (the paper keeps gamma trainable).
+
+    Ring initialisation as the paper: |lambda|^2 uniform on [r_min^2, r_max^2] (lambda uniform
+    on the ring's area), nu = log(-log|lambda|), theta uniform on [0, max_phase].
+
+    Parameters
+    ----------
+    input_size, state_size : int
+    r_min, r_max : float, 0 <= r_min < r_max <= 1
+    max_phase : float > 0
+    dtype : float32 (default; state complex64) or float64 (complex128)
+    random_state : seed for the initialisation
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nnkit.nn.linear_recurrent import LRU
+    >>> lru = LRU(2, 8, r_min=0.9, r_max=0.99, random_state=0)
+    >>> bool(np.all(np.abs(lru.eigenvalues()) < 1))
+    True
+    >>> lru(np.zeros((3, 10, 2), np.float32)).shape
+    (3, 10, 2)
+    """
+
+    def __init__(self, input_size, state_size, r_min=0.0, r_max=1.0, max_phase=2 * math.pi,
+                 dtype=None, random_state=None):
+        super().__init__()
+        self.input_size = _check_size(input_size, "input_size")
+        self.state_size = _check_size(state_size, "state_size")
+        check_scalar(r_min, name="r_min", low=0.0, high=1.0, high_inclusive=False)
+        check_scalar(r_max, name="r_max", low=0.0, high=1.0, low_inclusive=False)
+        if not r_min < r_max:
+            raise ValueError(f"r_min must be < r_max, got r_min={r_min}, r_max={r_max}")
+        check_scalar(max_phase, name="max_phase", kind=numbers.Real, low=0.0,
+                     low_inclusive=False)
+        self.r_min, self.r_max, self.max_phase = float(r_min), float(r_max), float(max_phase)
+        dtype = _dtype(dtype)
+        rng = get_rng(random_state)
+        P, F = self.state_size, self.input_size
+        u1, u2 = rng.random(P), rng.random(P)
+        radius2 = np.clip(u1 * (r_max ** 2 - r_min ** 2) + r_min ** 2, 1e-12, 1 - 1e-7)
+        self.nu = Parameter(np.log(-0.5 * np.log(radius2)).astype(dtype))
+        self.theta = Parameter((u2 * max_phase).astype(dtype))
+        self.gamma_log = Parameter(0.5 * np.log(1 - radius2).astype(dtype))
+        self.B_re = Parameter((rng.standard_normal((P, F)) / math.sqrt(2 * F)).astype(dtype))
+        self.B_im = Parameter((rng.standard_normal((P, F)) / math.sqrt(2 * F)).astype(dtype))
+        self.C_re = Parameter((rng.standard_normal((F, P)) / math.sqrt(P)).astype(dtype))
+        self.C_im = Parameter((rng.standard_normal((F, P)) / math.sqrt(P)).astype(dtype))
+        self.D = Parameter(rng.standard_normal(F).astype(dtype))
+
+    def _lambda(self) -> Tensor:
+        return _complex(-self.nu.exp(), self.theta).exp()  # (P,) complex
+
+    def eigenvalues(self) -> np.ndarray:
+        """lambda (state_size,), complex: the diagonal of the recurrence."""
+        nu, theta = self.nu.data.astype(np.float64), self.theta.data.astype(np.float64)
+        return np.exp(-np.exp(nu) + 1j * theta)
+
+    def _input(self, x):
+        """gamma * (B x) as a complex tensor, (..., P)."""
+        gamma = self.gamma_log.exp()
+        rows = x.reshape(-1, x.shape[-1])  # (B*T, F): one GEMM each way (see _MinRNN._maps)
+        shape = (*x.shape[:-1], self.state_size)
+        return _complex((rows @ self.B_re.transpose()).reshape(*shape) * gamma,
+                        (rows @ self.B_im.transpose()).reshape(*shape) * gamma)
+
+    def _output(self, h, x):
+        """Re(C h) + D * x = Re(h) C_re^T - Im(h) C_im^T + D * x."""
+        c = _complex(self.C_re, self.C_im)
+        rows = h.reshape(-1, self.state_size)  # (B*T, P)
+        return _real(rows @ c.transpose()).reshape(*x.shape) + x * self.D
+
+    def forward(self, x, h0=None):
+        """x (B, T, F) real, h0 (B, P) complex or None -> y (B, T, F) real, by the scan."""
+        x = _batch_first(x, True, self.input_size, "LRU")
+        B, T, _ = x.shape
+        b = self._input(x)  # (B, T, P)
+        a = self._lambda() * Tensor(np.ones((B, T, self.state_size), b.data.dtype))
+        h0 = _state(h0, B, self.state_size, b.dtype)
+        h = linear_scan(a, b, h0)
+        return self._output(h, x)
+
+    def step(self, x_t, h):
+        """x_t (B, F), h (B, P) complex or None (zeros) -> (y_t (B, F), h_new (B, P))."""
+        x_t = as_tensor(x_t)
+        if x_t.ndim != 2 or x_t.shape[-1] != self.input_size:
+            raise ValueError(f"x_t must have shape (B, {self.input_size}), got {x_t.shape}")
+        b = self._input(x_t)
+        h = _state(h, x_t.shape[0], self.state_size, b.dtype, "h")
+        h_new = b if h is None else self._lambda() * h + b
+        return self._output(h_new, x_t), h_new

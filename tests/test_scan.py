@@ -1,0 +1,392 @@
+"""The linear scan (kernels, F.linear_scan) against its sequential twin; gradients; bad input;
+the linear-recurrent layers (MinGRU, MinLSTM, LRU)."""
+
+import math
+
+import numpy as np
+import pytest
+from helpers import tolerance
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+import nnkit as nk
+from nnkit._ext import scan_cpu
+from nnkit.functional_scan import linear_scan
+from nnkit.kernels import reference_scan as R
+from nnkit.kernels import scan as K
+from nnkit.nn.linear_recurrent import LRU, MinGRU, MinLSTM
+
+DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
+PRIMES = (2, 3, 5, 7, 11, 13, 17, 31, 61)
+
+
+def _draw(rng, shape, dtype, scale=1.0):
+    x = rng.standard_normal(shape) * scale
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.standard_normal(shape) * scale
+    return x.astype(dtype)
+
+
+def _problem(seed, B, T, D, dtype):
+    """a inside the unit disc (|a| < 0.95), b and h0 standard normal."""
+    rng = np.random.default_rng(seed)
+    a = _draw(rng, (B, T, D), dtype, 0.5)
+    a = (a / np.maximum(1.0, np.abs(a) / 0.95)).astype(dtype)
+    return a, _draw(rng, (B, T, D), dtype), _draw(rng, (B, D), dtype), _draw(rng, (B, T, D), dtype)
+
+
+def _factor(T):
+    return 64 + 8 * T  # rounding grows with the chain length
+
+
+def assert_matches_reference(actual, expected, factor=64.0, err_msg=""):
+    """Same shape and dtype as the twin, values within ``factor`` ulps (complex compared
+    as complex, not cast to real)."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype, err_msg
+    np.testing.assert_allclose(actual, expected, err_msg=err_msg,
+                               **tolerance(actual.dtype, factor))
+
+
+# ---- forward and backward against the twin ----------------------------------------------------
+
+@given(B=st.integers(0, 4), T=st.one_of(st.sampled_from((0, 1) + PRIMES), st.integers(1, 40)),
+       D=st.integers(0, 5), dtype=st.sampled_from(DTYPES), reverse=st.booleans(),
+       with_h0=st.booleans(), seed=st.integers(0, 2**16))
+@example(B=1, T=1, D=1, dtype=np.complex64, reverse=True, with_h0=True, seed=0)
+def test_scan_matches_twin(B, T, D, dtype, reverse, with_h0, seed):
+    a, b, h0, dh = _problem(seed, B, T, D, dtype)
+    h0 = h0 if with_h0 else None
+    h = K.linear_scan_forward(a, b, h0, reverse)
+    assert_matches_reference(h, R.linear_scan(a, b, h0, reverse), factor=_factor(T))
+    got = K.linear_scan_backward(dh, a, h, h0, reverse)
+    want = R.linear_scan_backward(dh, a, h, h0, reverse)
+    for name, g, w in zip(("da", "db", "dh0"), got, want, strict=True):
+        assert_matches_reference(g, w, factor=_factor(T), err_msg=name)
+
+
+@given(B=st.integers(1, 3), T=st.integers(1, 80),
+       n_chunks=st.integers(1, 40), lanes=st.integers(1, 9), dtype=st.sampled_from(DTYPES),
+       reverse=st.booleans(), seed=st.integers(0, 2**16))
+@example(B=1, T=17, n_chunks=17, lanes=8, dtype=np.float64, reverse=False, seed=1)
+# more chunks than steps: empty chunks
+@example(B=1, T=5, n_chunks=40, lanes=3, dtype=np.float32, reverse=True, seed=2)
+def test_chunked_scan_matches_twin(B, T, n_chunks, lanes, dtype, reverse, seed):
+    """The chunked path at every chunk boundary: chunks of 0, 1 and uneven lengths."""
+    a, b, h0, dh = _problem(seed, B, T, 1, dtype)
+    h = K._scan_chunked(a, b, h0, np.empty_like(a), reverse, n_chunks, lanes)
+    assert_matches_reference(h, R.linear_scan(a, b, h0, reverse), factor=_factor(T))
+    got = K._backward_chunked(dh, a, h, h0, np.empty_like(a), np.empty_like(a),
+                              np.empty_like(h0), reverse, n_chunks, lanes)
+    for g, w in zip(got, R.linear_scan_backward(dh, a, h, h0, reverse), strict=True):
+        assert_matches_reference(g, w, factor=_factor(T))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_plan_switches_to_chunks_for_one_long_sequence(dtype, monkeypatch):
+    monkeypatch.setattr(K, "CHUNK_MIN_T", 64)
+    monkeypatch.setattr(K, "CHUNK_MIN_THREADS", 1)
+    assert K._plan(1, 100, 1)[0] == "chunks"
+    assert K._plan(3, 100, 4)[0] == "rows"
+    a, b, h0, dh = _problem(3, 1, 100, 1, dtype)
+    h = K.linear_scan_forward(a, b, h0)
+    assert_matches_reference(h, R.linear_scan(a, b, h0), factor=_factor(100))
+    got, want = K.linear_scan_backward(dh, a, h, h0), R.linear_scan_backward(dh, a, h, h0)
+    for g, w in zip(got, want, strict=True):
+        assert_matches_reference(g, w, factor=_factor(100))
+
+
+@pytest.mark.parametrize("B,D", [(1, 300), (3, 130), (1, 64)])
+def test_feature_blocks_cover_every_feature(B, D):
+    """Small B cuts D into blocks (tasks for every thread); the last block is partial."""
+    a, b, h0, dh = _problem(4, B, 9, D, np.float64)
+    for block in (K._plan(B, 9, D)[1], 64, 7):
+        out = np.empty_like(a)
+        scan_cpu.scan_rows(a, b, h0, out, False, block)
+        np.testing.assert_allclose(out, R.linear_scan(a, b, h0), rtol=1e-12, atol=1e-12)
+
+
+def test_parallel_build_equals_serial_build():
+    a, b, h0, dh = _problem(5, 8, 33, 40, np.complex64)
+    outs = []
+    for build in (scan_cpu.scan_rows.serial, scan_cpu.scan_rows.parallel):
+        out = np.empty_like(a)
+        build(a, b, h0, out, True, 16)
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+# ---- properties --------------------------------------------------------------------------
+
+@given(T=st.integers(1, 30), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**16))
+def test_reverse_is_flip_scan_flip(T, dtype, seed):
+    a, b, h0, _ = _problem(seed, 2, T, 3, dtype)
+    flipped = K.linear_scan_forward(a[:, ::-1], b[:, ::-1], h0)[:, ::-1]
+    assert_matches_reference(K.linear_scan_forward(a, b, h0, reverse=True), flipped,
+                             factor=_factor(T))
+
+
+def test_unit_coefficients_give_cumsum_and_zero_give_b():
+    rng = np.random.default_rng(6)
+    b = rng.standard_normal((2, 50, 3))
+    np.testing.assert_allclose(K.linear_scan_forward(np.ones_like(b), b), np.cumsum(b, axis=1),
+                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(K.linear_scan_forward(np.zeros_like(b), b), b)
+
+
+def test_splitting_the_sequence_carries_the_state():
+    """Scanning T in two halves, the second from the first's last state, is one scan."""
+    a, b, h0, _ = _problem(7, 2, 20, 3, np.complex128)
+    first = K.linear_scan_forward(a[:, :11], b[:, :11], h0)
+    second = K.linear_scan_forward(a[:, 11:], b[:, 11:], first[:, -1])
+    np.testing.assert_allclose(np.concatenate([first, second], axis=1),
+                               K.linear_scan_forward(a, b, h0), rtol=1e-13, atol=1e-13)
+
+
+# ---- autograd ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", (np.float64, np.complex128))
+@pytest.mark.parametrize("reverse", (False, True))
+@pytest.mark.parametrize("with_h0", (False, True))
+def test_gradcheck(dtype, reverse, with_h0):
+    a, b, h0, _ = _problem(8, 2, 7, 3, dtype)
+    inputs = [nk.tensor(x, requires_grad=True) for x in (a, b, h0)]
+    if with_h0:
+        assert nk.gradcheck(lambda a, b, h0: linear_scan(a, b, h0, reverse), inputs)
+    else:
+        assert nk.gradcheck(lambda a, b: linear_scan(a, b, reverse=reverse), inputs[:2])
+
+
+def test_gradient_matches_composition_of_autograd_ops():
+    """F.linear_scan's backward equals autograd through the unrolled recurrence (complex)."""
+    a, b, h0, dh = _problem(9, 2, 6, 3, np.complex128)
+    ta, tb, th = (nk.tensor(x, requires_grad=True) for x in (a, b, h0))
+    (linear_scan(ta, tb, th) * nk.tensor(dh.conj())).sum().backward()
+    ua, ub, uh = (nk.tensor(x, requires_grad=True) for x in (a, b, h0))
+    state, total = uh, 0
+    for t in range(6):
+        state = ua[:, t] * state + ub[:, t]
+        total = total + (state * nk.tensor(dh[:, t].conj())).sum()
+    total.backward()
+    for x, y in ((ta, ua), (tb, ub), (th, uh)):
+        np.testing.assert_allclose(x.grad, y.grad, rtol=1e-12, atol=1e-12)
+
+
+# ---- bad input -------------------------------------------------------------------------------
+
+def test_bad_input_messages():
+    a = np.zeros((2, 5, 3))
+    with pytest.raises(ValueError, match="a and b must have the same shape"):
+        K.linear_scan_forward(a, np.zeros((2, 4, 3)))
+    with pytest.raises(ValueError, match=r"h0 must have shape \(B, D\) = \(2, 3\)"):
+        K.linear_scan_forward(a, a, np.zeros((2, 4)))
+    with pytest.raises(TypeError, match="mixed real and complex"):
+        K.linear_scan_forward(a, a.astype(np.complex128))
+    with pytest.raises(TypeError, match="h0 must have the dtype"):
+        K.linear_scan_forward(a, a, np.zeros((2, 3), np.float32))
+    with pytest.raises(TypeError, match="a must have dtype"):
+        K.linear_scan_forward(a.astype(np.int64), a)
+    with pytest.raises(ValueError, match="a must be 3-dimensional"):
+        linear_scan(np.zeros((5, 3)), np.zeros((5, 3)))
+    with pytest.raises(TypeError, match="reverse must be a bool"):
+        K.linear_scan_forward(a, a, reverse=1)
+
+
+_anything = st.one_of(
+    st.none(), st.integers(-3, 3), st.floats(allow_nan=True), st.text(max_size=3),
+    st.lists(st.floats(-2, 2), max_size=4),
+    st.builds(lambda s, d: np.zeros(s, d),
+              st.lists(st.integers(0, 3), min_size=0, max_size=4).map(tuple),
+              st.sampled_from((np.float32, np.float64, np.complex64, np.int32, np.bool_))),
+)
+
+
+@given(a=_anything, b=_anything, h0=_anything, reverse=st.one_of(st.booleans(), _anything))
+def test_boundary_fuzz_only_value_or_type_errors(a, b, h0, reverse):
+    try:
+        linear_scan(a, b, h0, reverse)
+    except (ValueError, TypeError):
+        pass
+
+
+# ---- layers: MinGRU, MinLSTM, LRU ------------------------------------------------------------
+
+def _unrolled(layer, x, h):
+    ys = []
+    for t in range(x.shape[1]):
+        y, h = layer.step(x[:, t], h)
+        ys.append(y.numpy())
+    return np.stack(ys, axis=1)
+
+
+@pytest.mark.parametrize("cls", (MinGRU, MinLSTM))
+@pytest.mark.parametrize("log_space", (False, True))
+@pytest.mark.parametrize("dtype", (np.float32, np.float64))
+def test_min_rnn_scan_equals_step(cls, log_space, dtype):
+    rng = np.random.default_rng(10)
+    layer = cls(3, 5, log_space=log_space, dtype=dtype)
+    x = rng.standard_normal((2, 13, 3)).astype(dtype)
+    h0 = (rng.random((2, 5)) + 0.1).astype(dtype)
+    np.testing.assert_allclose(layer(x, h0).numpy(), _unrolled(layer, x, nk.tensor(h0)),
+                               **tolerance(dtype, 256))
+    np.testing.assert_allclose(layer(x).numpy(), _unrolled(layer, x, None),
+                               **tolerance(dtype, 256))
+
+
+def test_min_gru_matches_its_formula_and_batch_first():
+    rng = np.random.default_rng(11)
+    layer = MinGRU(2, 3, dtype=np.float64)
+    x = rng.standard_normal((4, 6, 2))
+    W, bias = layer.linear.weight.data, layer.linear.bias.data
+    h, want = np.zeros((4, 3)), []
+    for t in range(6):
+        k = x[:, t] @ W.T + bias
+        z = 1 / (1 + np.exp(-k[:, :3]))
+        h = (1 - z) * h + z * k[:, 3:]
+        want.append(h)
+    np.testing.assert_allclose(layer(x).numpy(), np.stack(want, 1), rtol=1e-12, atol=1e-12)
+    time_major = MinGRU(2, 3, batch_first=False, dtype=np.float64)
+    time_major.load_state_dict(layer.state_dict())
+    np.testing.assert_allclose(time_major(x.transpose(1, 0, 2)).numpy().transpose(1, 0, 2),
+                               layer(x).numpy(), rtol=1e-12)
+
+
+def test_min_lstm_gates_are_normalised():
+    """f' + i' = 1: with h~ = h0 = c constant the state stays c."""
+    layer = MinLSTM(2, 3, bias=False, dtype=np.float64)
+    layer.linear.weight.data[6:] = 0.0  # h~ = 0
+    h = layer(np.random.default_rng(12).standard_normal((1, 9, 2)), np.zeros((1, 3)))
+    np.testing.assert_allclose(h.numpy(), 0.0, atol=1e-15)
+
+
+def test_log_space_survives_a_long_sequence():
+    """float32, T = 20000: the log-space state stays finite and positive."""
+    rng = np.random.default_rng(13)
+    plain, logs = MinGRU(2, 4), MinGRU(2, 4, log_space=True)
+    logs.load_state_dict(plain.state_dict())
+    x = rng.standard_normal((1, 20000, 2)).astype(np.float32)
+    y = logs(x).numpy()
+    assert np.isfinite(y).all() and (y > 0).all()
+
+
+@pytest.mark.parametrize("cls", (MinGRU, MinLSTM))
+@pytest.mark.parametrize("log_space", (False, True))
+def test_min_rnn_gradcheck(cls, log_space):
+    rng = np.random.default_rng(14)
+    layer = cls(3, 4, log_space=log_space, dtype=np.float64)
+    x, h0 = rng.standard_normal((2, 5, 3)), rng.random((2, 4)) + 0.1
+    params = [layer.linear.weight, layer.linear.bias]
+    assert nk.gradcheck(lambda x, h0, *_: layer(x, h0), [x, h0, *params])
+
+
+def _lru(**kw):
+    return LRU(3, 6, dtype=np.float64, random_state=0, **kw)
+
+
+def test_lru_scan_equals_step_and_formula():
+    rng = np.random.default_rng(15)
+    lru = _lru(r_min=0.4, r_max=0.95)
+    x = rng.standard_normal((2, 11, 3))
+    y = lru(x).numpy()
+    np.testing.assert_allclose(y, _unrolled(lru, x, None), rtol=1e-12, atol=1e-12)
+    lam, gamma = lru.eigenvalues(), np.exp(lru.gamma_log.data)
+    Bc = lru.B_re.data + 1j * lru.B_im.data
+    Cc = lru.C_re.data + 1j * lru.C_im.data
+    h, want = np.zeros((2, 6), complex), []
+    for t in range(11):
+        h = lam * h + gamma * (x[:, t] @ Bc.T)
+        want.append((h @ Cc.T).real + lru.D.data * x[:, t])
+    np.testing.assert_allclose(y, np.stack(want, 1), rtol=1e-12, atol=1e-12)
+
+
+def test_lru_ring_initialisation():
+    lru = LRU(2, 4000, r_min=0.5, r_max=0.9, max_phase=math.pi / 4, random_state=1)
+    r, phase = np.abs(lru.eigenvalues()), np.angle(lru.eigenvalues())
+    assert r.min() >= 0.5 - 1e-6 and r.max() <= 0.9 + 1e-6
+    assert phase.min() >= 0 and phase.max() <= math.pi / 4 + 1e-6
+    # uniform on the ring's area: |lambda|^2 uniform on [r_min^2, r_max^2]
+    assert abs(np.mean(r ** 2) - (0.25 + 0.81) / 2) < 0.01
+    np.testing.assert_allclose(np.exp(lru.gamma_log.data), np.sqrt(1 - r ** 2), rtol=1e-5)
+
+
+def test_lru_gradcheck_all_parameters():
+    lru = _lru(r_min=0.3, r_max=0.9)
+    x = np.random.default_rng(16).standard_normal((2, 5, 3))
+    params = [p for _, p in lru.named_parameters()]
+    assert nk.gradcheck(lambda x, *_: lru(x), [x, *params])
+
+
+def test_lru_stable_for_a_long_sequence():
+    """T = 10^5 with |lambda| up to 0.999: the output stays bounded (|lambda| < 1, gamma
+    normalisation keeps the state at unit scale)."""
+    lru = LRU(2, 16, r_min=0.99, r_max=0.999, random_state=2)
+    x = np.random.default_rng(17).standard_normal((1, 100_000, 2)).astype(np.float32)
+    y = lru(x).numpy()
+    assert np.isfinite(y).all() and np.abs(y).max() < 100
+    assert np.all(np.abs(lru.eigenvalues()) < 1)
+
+
+def test_layer_bad_input():
+    with pytest.raises(ValueError, match="input_size=3"):
+        MinGRU(3, 4)(np.zeros((2, 5, 2), np.float32))
+    with pytest.raises(ValueError, match="h0 must have shape"):
+        MinGRU(3, 4)(np.zeros((2, 5, 3), np.float32), np.zeros((2, 3), np.float32))
+    with pytest.raises(ValueError, match="r_min must be < r_max"):
+        LRU(2, 3, r_min=0.9, r_max=0.5)
+    with pytest.raises(TypeError, match="log_space must be a bool"):
+        MinLSTM(2, 3, log_space="yes")
+    with pytest.raises(ValueError, match="h0 must be positive"):
+        MinGRU(2, 3, log_space=True)(np.zeros((1, 4, 2), np.float32), np.zeros((1, 3), np.float32))
+    with pytest.raises(ValueError, match="hidden_size"):
+        MinGRU(2, 0)
+
+
+# ---- CUDA kernels under Numba's simulator (in a child process) -------------------------------
+# The simulator must be switched on before numba.cuda is first imported, so this file runs
+# itself as a script with NUMBA_ENABLE_CUDASIM=1 (as tests/test_cuda_sim.py does). Tiles of 4
+# threads and 3 threads per block cross tile and block boundaries on tiny shapes.
+
+def _cuda_cases():
+    from nnkit._ext import scan_cuda as C
+
+    C.tile, C.seq_threads = 4, 3
+    failures = []
+    for dtype in (np.float32, np.complex128):  # the real and the complex shared-memory scan
+        for reverse in (False, True):
+            # tiles of 4: 9 steps cross two tile edges, 8 end on one; empty B and T
+            for B, T, D in ((1, 9, 1), (2, 5, 3), (1, 8, 1), (0, 3, 2), (2, 0, 1)):
+                for seq_min in (0, 10**9):  # thread-per-sequence, then the block scan
+                    C.seq_min = seq_min
+                    a, b, h0, dh = _problem(B * 100 + T + D, B, T, D, dtype)
+                    out = np.zeros_like(a)
+                    C.linear_scan(a, b, h0, out, reverse)
+                    grads = [np.zeros_like(a), np.zeros_like(a), np.zeros_like(h0)]
+                    C.linear_scan_backward(dh, a, out, h0, *grads, reverse)
+                    want = [R.linear_scan(a, b, h0, reverse),
+                            *R.linear_scan_backward(dh, a, out, h0, reverse)]
+                    for name, got, w in zip(("h", "da", "db", "dh0"), [out, *grads], want,
+                                            strict=True):
+                        if not np.allclose(got, w, **tolerance(dtype, _factor(T))):
+                            failures.append(f"{name} {np.dtype(dtype)} rev={reverse} "
+                                            f"{(B, T, D)} seq_min={seq_min}")
+    return failures
+
+
+def test_cuda_kernels_under_simulator():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), str(root / "tests"),
+                                                    os.environ.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, __file__], env=env, cwd=root, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.strip().endswith("failures: []"), proc.stdout[-3000:]
+
+
+if __name__ == "__main__":
+    print("failures:", _cuda_cases())
