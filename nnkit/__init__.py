@@ -8,7 +8,19 @@ their naive twins in ``nk.kernels.reference``) <- ``nk.Tensor`` and autograd,
 
 __version__ = "0.1.0"
 
-from . import approx, classic, datasets, functional, kernels, nn, optim, signal, theory, training
+from . import (
+    analysis,
+    approx,
+    classic,
+    datasets,
+    functional,
+    kernels,
+    nn,
+    optim,
+    signal,
+    theory,
+    training,
+)
 from ._random import manual_seed
 from .autograd import (
     Tensor,
@@ -38,6 +50,7 @@ __all__ = [
     "GradcheckError",
     "manual_seed",
     "datasets",
+    "analysis",
     "approx",
     "classic",
     "theory",

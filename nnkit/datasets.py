@@ -9,7 +9,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Split", "load_digits"]
+__all__ = [
+    "Split",
+    "load_digits",
+    "adding_problem",
+    "copy_task",
+    "copy_task_baseline",
+    "ADDING_BASELINE_MSE",
+]
 
 
 @dataclass(frozen=True)
@@ -46,3 +53,12 @@ def load_digits(test_size: float = 0.25, flatten: bool = True, random_state: int
         X, y, test_size=test_size, random_state=random_state, stratify=y
     )
     return Split(X_train, y_train, X_test, y_test)
+
+
+# Sequence tasks (issue 6) live in their own module.
+from .datasets_sequences import (  # noqa: E402
+    ADDING_BASELINE_MSE,
+    adding_problem,
+    copy_task,
+    copy_task_baseline,
+)

@@ -17,6 +17,14 @@ from .conv import (
     max_pool2d_forward,
 )
 from .layer_norm import layer_norm_backward, layer_norm_forward
+from .recurrent import (
+    gru_backward,
+    gru_forward,
+    lstm_backward,
+    lstm_forward,
+    rnn_backward,
+    rnn_forward,
+)
 from .scan import linear_scan_backward, linear_scan_forward
 from .softmax import (
     cross_entropy_backward,
@@ -47,4 +55,10 @@ __all__ = [
     "avg_pool2d_backward",
     "linear_scan_forward",
     "linear_scan_backward",
+    "rnn_forward",
+    "rnn_backward",
+    "lstm_forward",
+    "lstm_backward",
+    "gru_forward",
+    "gru_backward",
 ]

@@ -33,6 +33,12 @@ __all__ = [
     "avg_pool2d_backward",
     "linear_scan",
     "linear_scan_backward",
+    "rnn",
+    "rnn_backward",
+    "lstm",
+    "lstm_backward",
+    "gru",
+    "gru_backward",
 ]
 
 
@@ -181,5 +187,13 @@ from .reference_conv import (  # noqa: E402
     conv2d_backward,
     max_pool2d,
     max_pool2d_backward,
+)
+from .reference_recurrent import (  # noqa: E402
+    gru,
+    gru_backward,
+    lstm,
+    lstm_backward,
+    rnn,
+    rnn_backward,
 )
 from .reference_scan import linear_scan, linear_scan_backward  # noqa: E402

@@ -19,6 +19,7 @@ from .layers import (
 from .linear_recurrent import LRU, MinGRU, MinLSTM
 from .loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
 from .module import Module, ModuleList, Parameter, Sequential
+from .recurrent import GRU, LSTM, RNN
 
 __all__ = [
     "init",
@@ -48,4 +49,7 @@ __all__ = [
     "MinGRU",
     "MinLSTM",
     "LRU",
+    "RNN",
+    "LSTM",
+    "GRU",
 ]

@@ -1,0 +1,406 @@
+"""Recurrent layers through time: validated forward/backward pairs (Elman RNN, LSTM, GRU).
+
+Each forward runs one layer in one direction over a whole sequence:
+
+1. the input projection of all steps as one GEMM, ``x_proj = x @ W_ih^T + b`` (T*B, G*H);
+2. the time loop in one compiled kernel (``nnkit._ext.recurrent_cpu``): per step the GEMM
+   ``h_{t-1} @ W_hh^T`` through BLAS and the gate nonlinearities fused with the cell update.
+
+Each backward runs BPTT in one compiled kernel, which leaves the gradients with respect to
+the gate pre-activations of every step; the parameter and input gradients are then large
+GEMMs over all steps at once::
+
+    dW_ih = sum_t dA_t^T x_t,   dx_t = dA_t W_ih,   dW_hh = sum_t dA^h_t^T h_{t-1},
+    db_ih = sum_t sum_b dA_t,   db_hh = sum_t sum_b dA^h_t
+
+(dA^h = dA except for the GRU's n gate, where the hidden part is r * dA_n.)
+
+Gate orders and formulas are torch's (``torch.nn.RNN/LSTM/GRU``); ``nnkit.kernels.reference``
+(``reference_recurrent``) holds the naive per-step twins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._backend import is_gpu_array
+from .._validation import FLOATS, check_array, check_choice
+
+__all__ = [
+    "RecurrentCache",
+    "rnn_forward",
+    "rnn_backward",
+    "lstm_forward",
+    "lstm_backward",
+    "gru_forward",
+    "gru_backward",
+]
+
+
+@dataclass
+class RecurrentCache:
+    """What backward needs of one layer-direction: inputs, weights and the kernel's saves.
+
+    ``saved`` maps names to arrays: RNN {y}, LSTM {y, gates, c}, GRU {y, gates, hn}.
+    """
+
+    cell: str
+    x: np.ndarray
+    h0: np.ndarray
+    c0: np.ndarray | None
+    weight_ih: np.ndarray
+    weight_hh: np.ndarray
+    has_bias: bool
+    nonlinearity: str
+    reverse: bool
+    saved: dict
+
+
+# ---- validation ------------------------------------------------------------------------
+
+def _check_inputs(x, h0, weight_ih, weight_hh, bias_ih, bias_hh, gates, c0=None):
+    """Validate one layer-direction's arrays; return them C-contiguous (biases may be None).
+
+    States left None become zeros; c0 is checked (and returned) only for the LSTM (gates 4).
+    """
+    x = check_array(x, name="x", ndim=3, dtype=FLOATS)
+    if is_gpu_array(x):
+        raise TypeError("the recurrent kernels run on NumPy arrays; got a GPU array for x")
+    T, B, D = x.shape
+    if T == 0:
+        raise ValueError(f"x has shape {tuple(x.shape)}: an empty sequence (T = 0); "
+                         "expected x of shape (T, B, input_size) with T >= 1")
+    weight_ih = _check_param(weight_ih, "weight_ih", 2, x)
+    GH = weight_ih.shape[0]
+    if GH % gates or weight_ih.shape[1] != D:
+        raise ValueError(f"weight_ih has shape {weight_ih.shape} but x has {D} features; "
+                         f"expected ({gates} * hidden_size, {D})")
+    H = GH // gates
+    weight_hh = _check_param(weight_hh, "weight_hh", 2, x)
+    if weight_hh.shape != (GH, H):
+        raise ValueError(f"weight_hh has shape {weight_hh.shape}; expected ({GH}, {H}) "
+                         f"for hidden_size={H}")
+    if (bias_ih is None) != (bias_hh is None):
+        raise ValueError("bias_ih and bias_hh must both be given or both be None")
+    if bias_ih is not None:
+        bias_ih = _check_param(bias_ih, "bias_ih", 1, x)
+        bias_hh = _check_param(bias_hh, "bias_hh", 1, x)
+        for b, name in ((bias_ih, "bias_ih"), (bias_hh, "bias_hh")):
+            if b.shape != (GH,):
+                raise ValueError(f"{name} has shape {b.shape}; expected ({GH},)")
+    h0 = _check_state(h0, "h0", (B, H), x)
+    c0 = _check_state(c0, "c0", (B, H), x) if gates == 4 else None
+    return x, h0, c0, weight_ih, weight_hh, bias_ih, bias_hh
+
+
+def _check_param(p, name, ndim, x):
+    p = check_array(p, name=name, ndim=ndim, dtype=FLOATS)
+    if p.dtype != x.dtype:
+        raise TypeError(f"{name} has dtype {p.dtype} but x has dtype {x.dtype}; they must "
+                        "match")
+    return p
+
+
+def _check_state(s, name, shape, x):
+    if s is None:
+        return np.zeros(shape, dtype=x.dtype)
+    s = _check_param(s, name, 2, x)
+    if s.shape != shape:
+        raise ValueError(f"{name} has shape {s.shape} but x has shape {tuple(x.shape)} and "
+                         f"hidden_size={shape[1]}; expected {name} of shape {shape}")
+    return s
+
+
+def _check_grad(g, name, shape, dtype):
+    if g is None:
+        return np.zeros(shape, dtype=dtype)
+    g = check_array(g, name=name, dtype=FLOATS)
+    if tuple(g.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(g.shape)}; expected {tuple(shape)}")
+    return np.ascontiguousarray(g, dtype=dtype)
+
+
+def _hidden_out(hidden_grads, y):
+    """The kernel's hidden_grads argument: the caller's (T, B, H) array or an empty one."""
+    if hidden_grads is None:
+        return np.empty((0, 0, 0), dtype=y.dtype)
+    if hidden_grads.shape != y.shape or hidden_grads.dtype != y.dtype or \
+            not hidden_grads.flags.c_contiguous:
+        raise ValueError(f"hidden_grads must be a C-contiguous {y.dtype} array of shape "
+                         f"{y.shape}, got {hidden_grads.dtype} {hidden_grads.shape}")
+    return hidden_grads
+
+
+def _ext():
+    from .._ext import recurrent_cpu
+
+    return recurrent_cpu
+
+
+# ---- shared GEMMs ------------------------------------------------------------------------
+
+def _input_projection(x, weight_ih, bias):
+    """x_proj = x @ W_ih^T + bias as one GEMM: (T, B, D) -> (T, B, G*H)."""
+    T, B, D = x.shape
+    x_proj = x.reshape(T * B, D) @ weight_ih.T  # (T*B, G*H)
+    if bias is not None:
+        x_proj += bias
+    return x_proj.reshape(T, B, -1)
+
+
+def _weight_grads(cache, dgx, dgh, h0):
+    """dx, dW_ih, dW_hh, db_ih, db_hh from the pre-activation gradients of all steps."""
+    x, y = cache.x, cache.saved["y"]
+    T, B, D = x.shape
+    GH, H = cache.weight_hh.shape
+    dgx2 = dgx.reshape(T * B, GH)  # (T*B, G*H)
+    dx = (dgx2 @ cache.weight_ih).reshape(T, B, D)
+    dw_ih = dgx2.T @ x.reshape(T * B, D)
+    # the step at t reads h_{t-1} = y[t-1] (y[t+1] in reverse), and h0 at the first step
+    first, later, prev = (T - 1, slice(0, T - 1), slice(1, T)) if cache.reverse else (
+        0, slice(1, T), slice(0, T - 1))
+    dw_hh = dgh[first].T @ h0
+    if T > 1:
+        dw_hh += dgh[later].reshape(-1, GH).T @ y[prev].reshape(-1, H)
+    if not cache.has_bias:
+        return dx, dw_ih, dw_hh, None, None
+    return dx, dw_ih, dw_hh, dgx2.sum(axis=0), dgh.reshape(T * B, GH).sum(axis=0)
+
+
+# ---- Elman RNN ---------------------------------------------------------------------------
+
+def rnn_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None,
+                nonlinearity="tanh", reverse=False):
+    """Elman RNN over a sequence: h_t = phi(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh).
+
+    In the notes' notation z_t = phi(U z_{t-1} + V x_t): U = weight_hh, V = weight_ih.
+
+    Parameters
+    ----------
+    x : ndarray (T, B, D), float32 or float64, T >= 1
+    h0 : ndarray (B, H) or None (zeros)
+    weight_ih : ndarray (H, D);  weight_hh : ndarray (H, H)
+    bias_ih, bias_hh : ndarray (H,), or both None
+    nonlinearity : {'tanh', 'relu'}
+    reverse : bool
+        Run from t = T-1 down to 0 (the reverse direction of a bidirectional layer).
+
+    Returns
+    -------
+    y : ndarray (T, B, H)
+        h_t for every t.
+    h_T : ndarray (B, H)
+        The last state (y[T-1], or y[0] when reverse).
+    cache : RecurrentCache
+        For ``rnn_backward``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nnkit.kernels.recurrent import rnn_forward
+    >>> y, h, _ = rnn_forward(np.ones((3, 1, 1)), None, np.ones((1, 1)), np.zeros((1, 1)))
+    >>> np.round(y.ravel(), 4)
+    array([0.7616, 0.7616, 0.7616])
+    """
+    check_choice(nonlinearity, name="nonlinearity", choices=("tanh", "relu"))
+    x, h0, _, w_ih, w_hh, b_ih, b_hh = _check_inputs(x, h0, weight_ih, weight_hh, bias_ih,
+                                                     bias_hh, gates=1)
+    T, B, _ = x.shape
+    H = w_hh.shape[0]
+    x_proj = _input_projection(x, w_ih, None if b_ih is None else b_ih + b_hh)
+    y = np.empty((T, B, H), dtype=x.dtype)
+    h = np.empty((B, H), dtype=x.dtype)
+    ext = _ext()
+    with ext.serial_step_blas():
+        ext.rnn_forward_cpu(x_proj, h0, np.ascontiguousarray(w_hh.T), nonlinearity == "relu",
+                            bool(reverse), y, h)
+    cache = RecurrentCache("rnn", x, h0, None, w_ih, w_hh, b_ih is not None, nonlinearity,
+                           bool(reverse), {"y": y})
+    return y, h, cache
+
+
+def rnn_backward(dy, dh_T, cache, hidden_grads=None):
+    """Gradients of ``rnn_forward`` by BPTT.
+
+    With a_t the pre-activation and g_t = dL/dh_t (from dy and from step t+1)::
+
+        dA_t = g_t * phi'(a_t),   dL/dh_{t-1} += dA_t W_hh
+
+    Parameters
+    ----------
+    dy : ndarray (T, B, H) or None (zeros)
+    dh_T : ndarray (B, H) or None (zeros)
+        Gradient with respect to the returned last state.
+    cache : RecurrentCache from ``rnn_forward``
+    hidden_grads : ndarray (T, B, H), x's dtype, optional
+        Filled with the total dL/dh_t of every step (the notes' dL/dz_t: the direct part
+        dy[t] plus everything that flows back through later steps).
+
+    Returns
+    -------
+    dx (T, B, D), dh0 (B, H), dweight_ih (H, D), dweight_hh (H, H), dbias_ih (H,),
+    dbias_hh (H,) — the biases' None when the forward had none.
+    """
+    y = cache.saved["y"]
+    dy = _check_grad(dy, "dy", y.shape, y.dtype)
+    dh_T = _check_grad(dh_T, "dh_T", cache.h0.shape, y.dtype)
+    da = np.empty_like(y)
+    dh = np.empty_like(cache.h0)
+    ext = _ext()
+    with ext.serial_step_blas():
+        ext.rnn_backward_cpu(dy, dh_T, y, cache.weight_hh, cache.nonlinearity == "relu",
+                            cache.reverse, da, dh, _hidden_out(hidden_grads, y))
+    dx, dw_ih, dw_hh, db_ih, db_hh = _weight_grads(cache, da, da, cache.h0)
+    return dx, dh, dw_ih, dw_hh, db_ih, db_hh
+
+
+# ---- LSTM --------------------------------------------------------------------------------
+
+def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse=False):
+    """LSTM over a sequence, gates (i, f, g, o) as torch::
+
+        [i, f, g, o] = [sig, sig, tanh, sig](W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)
+        c_t = f * c_{t-1} + i * g,    h_t = o * tanh(c_t)
+
+    Parameters
+    ----------
+    x : ndarray (T, B, D), float32 or float64, T >= 1
+    h0, c0 : ndarray (B, H) or None (zeros)
+    weight_ih : ndarray (4H, D);  weight_hh : ndarray (4H, H)
+    bias_ih, bias_hh : ndarray (4H,), or both None
+    reverse : bool
+
+    Returns
+    -------
+    y : ndarray (T, B, H);  h_T, c_T : ndarray (B, H);  cache : RecurrentCache
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nnkit.kernels.recurrent import lstm_forward
+    >>> y, h, c, _ = lstm_forward(np.ones((2, 1, 1)), None, None, np.ones((4, 1)),
+    ...                           np.zeros((4, 1)))
+    >>> round(float(c[0, 0]), 4)
+    1.1648
+    """
+    x, h0, c0, w_ih, w_hh, b_ih, b_hh = _check_inputs(
+        x, h0, weight_ih, weight_hh, bias_ih, bias_hh, gates=4, c0=c0)
+    T, B, _ = x.shape
+    H = w_hh.shape[1]
+    x_proj = _input_projection(x, w_ih, None if b_ih is None else b_ih + b_hh)
+    y = np.empty((T, B, H), dtype=x.dtype)
+    c_all = np.empty((T, B, H), dtype=x.dtype)
+    h, c = np.empty_like(h0), np.empty_like(h0)
+    ext = _ext()
+    with ext.serial_step_blas():
+        ext.lstm_forward_cpu(x_proj, h0, c0, np.ascontiguousarray(w_hh.T), bool(reverse), y,
+                             c_all, h, c, np.empty((B, 4 * H), dtype=x.dtype))
+    gates = x_proj  # activated in place
+    cache = RecurrentCache("lstm", x, h0, c0, w_ih, w_hh, b_ih is not None, "", bool(reverse),
+                           {"y": y, "gates": gates, "c": c_all})
+    return y, h, c, cache
+
+
+def lstm_backward(dy, dh_T, dc_T, cache, hidden_grads=None):
+    """Gradients of ``lstm_forward`` by BPTT.
+
+    With g = dL/dh_t and dc = dL/dc_t (from dc_T and step t+1)::
+
+        dc += g * o * (1 - tanh(c_t)^2)
+        dA = [dc g i(1-i), dc c_{t-1} f(1-f), dc i (1-g^2), g tanh(c_t) o(1-o)]
+        dL/dc_{t-1} = dc * f,   dL/dh_{t-1} = dA W_hh
+
+    Returns
+    -------
+    dx (T, B, D), dh0, dc0 (B, H), dweight_ih (4H, D), dweight_hh (4H, H), dbias_ih,
+    dbias_hh (4H,) or None.
+    """
+    y, gates, c_all = cache.saved["y"], cache.saved["gates"], cache.saved["c"]
+    dy = _check_grad(dy, "dy", y.shape, y.dtype)
+    dh_T = _check_grad(dh_T, "dh_T", cache.h0.shape, y.dtype)
+    dc_T = _check_grad(dc_T, "dc_T", cache.h0.shape, y.dtype)
+    dgates = np.empty_like(gates)
+    dh, dc = np.empty_like(cache.h0), np.empty_like(cache.h0)
+    ext = _ext()
+    with ext.serial_step_blas():
+        ext.lstm_backward_cpu(dy, dh_T, dc_T, cache.c0, gates, c_all, cache.weight_hh,
+                              cache.reverse, dgates, dh, dc,
+                              _hidden_out(hidden_grads, y))
+    dx, dw_ih, dw_hh, db_ih, db_hh = _weight_grads(cache, dgates, dgates, cache.h0)
+    return dx, dh, dc, dw_ih, dw_hh, db_ih, db_hh
+
+
+# ---- GRU ---------------------------------------------------------------------------------
+
+def gru_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse=False):
+    """GRU over a sequence, gates (r, z, n) as torch::
+
+        r = sig(W_ir x + b_ir + W_hr h + b_hr),  z = sig(W_iz x + b_iz + W_hz h + b_hz)
+        n = tanh(W_in x + b_in + r * (W_hn h + b_hn)),  h_t = (1 - z) * n + z * h_{t-1}
+
+    Parameters
+    ----------
+    x : ndarray (T, B, D), float32 or float64, T >= 1
+    h0 : ndarray (B, H) or None (zeros)
+    weight_ih : ndarray (3H, D);  weight_hh : ndarray (3H, H)
+    bias_ih, bias_hh : ndarray (3H,), or both None
+    reverse : bool
+
+    Returns
+    -------
+    y : ndarray (T, B, H);  h_T : ndarray (B, H);  cache : RecurrentCache
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nnkit.kernels.recurrent import gru_forward
+    >>> y, h, _ = gru_forward(np.ones((1, 1, 1)), None, np.ones((3, 1)), np.zeros((3, 1)))
+    >>> round(float(h[0, 0]), 4)
+    0.2049
+    """
+    x, h0, _, w_ih, w_hh, b_ih, b_hh = _check_inputs(x, h0, weight_ih, weight_hh, bias_ih,
+                                                     bias_hh, gates=3)
+    T, B, _ = x.shape
+    H = w_hh.shape[1]
+    x_proj = _input_projection(x, w_ih, b_ih)
+    b = np.zeros(3 * H, dtype=x.dtype) if b_hh is None else b_hh
+    y = np.empty((T, B, H), dtype=x.dtype)
+    hn = np.empty((T, B, H), dtype=x.dtype)
+    h = np.empty_like(h0)
+    gh = np.empty((B, 3 * H), dtype=x.dtype)
+    ext = _ext()
+    with ext.serial_step_blas():
+        ext.gru_forward_cpu(x_proj, h0, np.ascontiguousarray(w_hh.T), b, bool(reverse), y, hn,
+                            h, gh)
+    gates = x_proj  # activated in place
+    cache = RecurrentCache("gru", x, h0, None, w_ih, w_hh, b_ih is not None, "", bool(reverse),
+                           {"y": y, "gates": gates, "hn": hn})
+    return y, h, cache
+
+
+def gru_backward(dy, dh_T, cache, hidden_grads=None):
+    """Gradients of ``gru_forward`` by BPTT.
+
+    With g = dL/dh_t and hn = W_hn h_{t-1} + b_hn::
+
+        dA_n = g (1 - z)(1 - n^2),  dA_r = dA_n hn r(1-r),  dA_z = g (h_{t-1} - n) z(1-z)
+        dL/dh_{t-1} = g z + [dA_r, dA_z, r dA_n] W_hh
+
+    Returns
+    -------
+    dx (T, B, D), dh0 (B, H), dweight_ih (3H, D), dweight_hh (3H, H), dbias_ih, dbias_hh
+    (3H,) or None.
+    """
+    y, gates, hn = cache.saved["y"], cache.saved["gates"], cache.saved["hn"]
+    dy = _check_grad(dy, "dy", y.shape, y.dtype)
+    dh_T = _check_grad(dh_T, "dh_T", cache.h0.shape, y.dtype)
+    dgx, dgh = np.empty_like(gates), np.empty_like(gates)
+    dh = np.empty_like(cache.h0)
+    ext = _ext()
+    with ext.serial_step_blas():
+        ext.gru_backward_cpu(dy, dh_T, cache.h0, y, gates, hn, cache.weight_hh, cache.reverse,
+                             dgx, dgh, dh, np.empty_like(dh), _hidden_out(hidden_grads, y))
+    dx, dw_ih, dw_hh, db_ih, db_hh = _weight_grads(cache, dgx, dgh, cache.h0)
+    return dx, dh, dw_ih, dw_hh, db_ih, db_hh

@@ -1,0 +1,539 @@
+"""Recurrent layers (Elman RNN, LSTM, GRU): fused kernels vs naive twins, gradcheck, torch.
+
+- kernels (``nnkit.kernels.recurrent``) == per-step twins (``reference_recurrent``), forward
+  and every gradient, hypothesis over T (including 1), batch, sizes, directions, dtypes;
+- stacked / bidirectional modules == twins composed layer by layer (hypothesis);
+- central differences in float64 through the modules;
+- torch.nn.RNN/LSTM/GRU after a state_dict copy: outputs, final states, every parameter
+  gradient and the input/initial-state gradients;
+- the total hidden-state gradient (``nk.analysis.hidden_gradient_norms``) against torch's
+  ``retain_grad`` on a hand-unrolled loop; properties (reverse == flip, vanishing bound);
+- bad input: ValueError naming the shapes, and a fuzz of the boundary;
+- the CUDA per-step cells under Numba's simulator (a child process with
+  NUMBA_ENABLE_CUDASIM=1, as tests/test_cuda_sim.py), run through time by a host loop and
+  compared with the twins.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import assert_matches_reference, import_torch
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+import nnkit as nk
+from nnkit.analysis import hidden_gradient_norms
+from nnkit.datasets_sequences import (
+    ADDING_BASELINE_MSE,
+    adding_problem,
+    copy_task,
+    copy_task_baseline,
+)
+from nnkit.kernels import recurrent as K
+from nnkit.kernels import reference_recurrent as R
+from nnkit.nn.recurrent import GRU, LSTM, RNN
+
+GATES = {"rnn": 1, "lstm": 4, "gru": 3}
+MODULES = {"RNN": RNN, "LSTM": LSTM, "GRU": GRU}
+
+
+def _weights(rng, cell, D, H, dtype, bias=True, scale=0.6):
+    G = GATES[cell]
+    w = [rng.uniform(-scale, scale, s).astype(dtype) for s in ((G * H, D), (G * H, H))]
+    b = [rng.uniform(-scale, scale, G * H).astype(dtype) for _ in range(2)] if bias else [
+        None, None]
+    return w + b
+
+
+def _run_kernel(cell, x, h0, c0, params, dy, dh, dc, reverse, nonlinearity="tanh"):
+    """Forward and backward of the fused kernel; outputs then gradients, as one list."""
+    if cell == "lstm":
+        y, h, c, cache = K.lstm_forward(x, h0, c0, *params, reverse=reverse)
+        return [y, h, c, *K.lstm_backward(dy, dh, dc, cache)]
+    fwd, bwd = (K.gru_forward, K.gru_backward) if cell == "gru" else (K.rnn_forward,
+                                                                        K.rnn_backward)
+    kw = {"nonlinearity": nonlinearity} if cell == "rnn" else {}
+    y, h, cache = fwd(x, h0, *params, reverse=reverse, **kw)
+    return [y, h, *bwd(dy, dh, cache)]
+
+
+def _run_twin(cell, x, h0, c0, params, dy, dh, dc, reverse, nonlinearity="tanh"):
+    if cell == "lstm":
+        return [*R.lstm(x, h0, c0, *params, reverse=reverse),
+                *R.lstm_backward(dy, dh, dc, x, h0, c0, *params, reverse=reverse)]
+    if cell == "gru":
+        return [*R.gru(x, h0, *params, reverse=reverse),
+                *R.gru_backward(dy, dh, x, h0, *params, reverse=reverse)]
+    return [*R.rnn(x, h0, *params, nonlinearity, reverse),
+            *R.rnn_backward(dy, dh, x, h0, *params, nonlinearity, reverse)]
+
+
+# ---- kernels == twins ----------------------------------------------------------------------
+
+@given(cell=st.sampled_from(["rnn", "lstm", "gru"]), nonlinearity=st.sampled_from(["tanh", "relu"]),
+       T=st.integers(1, 6), B=st.integers(1, 3), D=st.integers(1, 4), H=st.integers(1, 5),
+       reverse=st.booleans(), bias=st.booleans(),
+       dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2**16))
+@example(cell="lstm", nonlinearity="tanh", T=1, B=1, D=1, H=1, reverse=True, bias=False,
+         dtype=np.float64, seed=0)  # a single step visited backwards: h0 feeds dW_hh alone
+def test_kernels_match_twins(cell, nonlinearity, T, B, D, H, reverse, bias, dtype, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((T, B, D)).astype(dtype)
+    h0, c0, dh, dc = (rng.standard_normal((B, H)).astype(dtype) for _ in range(4))
+    dy = rng.standard_normal((T, B, H)).astype(dtype)
+    params = _weights(rng, cell, D, H, dtype, bias)
+    got = _run_kernel(cell, x, h0, c0, params, dy, dh, dc, reverse, nonlinearity)
+    want = _run_twin(cell, x, h0, c0, params, dy, dh, dc, reverse, nonlinearity)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if g is None:  # no bias: no bias gradient
+            assert not bias
+            continue
+        scale = max(1.0, float(np.abs(w).max())) if w.size else 1.0
+        assert_matches_reference(g / scale, w / scale, dtype, factor=256 * T,
+                                 err_msg=f"{cell} output {i}")
+
+
+def test_hidden_grads_are_the_total_state_gradients(rng):
+    """The kernels' hidden_grads[t] = dL/dh_t, checked with torch's retain_grad."""
+    torch = import_torch()
+    T, B, D, H = 5, 2, 3, 4
+    x = rng.standard_normal((T, B, D))
+    params = _weights(rng, "rnn", D, H, np.float64)
+    dy = rng.standard_normal((T, B, H))
+    y, _, cache = K.rnn_forward(x, None, *params)
+    hidden = np.empty((T, B, H))
+    K.rnn_backward(dy, None, cache, hidden)
+    w_ih, w_hh, b_ih, b_hh = (torch.tensor(p, requires_grad=True) for p in params)
+    h, hs = torch.zeros(B, H, dtype=torch.float64), []
+    for t in range(T):
+        h = torch.tanh(torch.tensor(x[t]) @ w_ih.T + b_ih + h @ w_hh.T + b_hh)
+        h.retain_grad()
+        hs.append(h)
+    (torch.stack(hs) * torch.tensor(dy)).sum().backward()
+    np.testing.assert_allclose(hidden, np.stack([h.grad.numpy() for h in hs]), rtol=1e-12,
+                               atol=1e-12)
+
+
+# ---- modules == twins composed layer by layer -----------------------------------------------
+
+def _module_twin(model, x, h0, c0):
+    """Stacked / bidirectional layers composed from the per-step twins, (T, B, F) layout."""
+    cell = type(model).__name__.lower()
+    inp, hs, cs = x, [], []
+    for k in range(model.num_layers):
+        outs = []
+        for d, sfx in enumerate(model._suffixes()):
+            idx = k * model.num_directions + d
+            params = [p.data for p in model._layer_params(k, sfx)] + (
+                [] if model.bias else [None, None])
+            if cell == "lstm":
+                y, h, c = R.lstm(inp, h0[idx], c0[idx], *params, reverse=d == 1)
+                cs.append(c)
+            elif cell == "gru":
+                y, h = R.gru(inp, h0[idx], *params, reverse=d == 1)
+            else:
+                y, h = R.rnn(inp, h0[idx], *params, model.nonlinearity, d == 1)
+            outs.append(y)
+            hs.append(h)
+        inp = np.concatenate(outs, axis=-1)
+    return inp, np.stack(hs), (np.stack(cs) if cs else None)
+
+
+@given(mode=st.sampled_from(["RNN", "LSTM", "GRU"]), T=st.integers(1, 5), B=st.integers(1, 3),
+       F=st.integers(1, 3), H=st.integers(1, 4), layers=st.integers(1, 3),
+       bidirectional=st.booleans(), seed=st.integers(0, 2**16))
+def test_stacked_modules_match_composed_twins(mode, T, B, F, H, layers, bidirectional, seed):
+    nk.manual_seed(seed)
+    model = MODULES[mode](F, H, num_layers=layers, bidirectional=bidirectional,
+                          dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    L = layers * model.num_directions
+    x = rng.standard_normal((T, B, F))
+    h0, c0 = rng.standard_normal((L, B, H)), rng.standard_normal((L, B, H))
+    out = model(x, (h0, c0)) if mode == "LSTM" else model(x, h0)
+    y, h, c = _module_twin(model, x, h0, c0)
+    np.testing.assert_allclose(out[0].numpy(), y, rtol=1e-12, atol=1e-12)
+    h_n = out[1][0] if mode == "LSTM" else out[1]
+    np.testing.assert_allclose(h_n.numpy(), h, rtol=1e-12, atol=1e-12)
+    if mode == "LSTM":
+        np.testing.assert_allclose(out[1][1].numpy(), c, rtol=1e-12, atol=1e-12)
+
+
+def test_reverse_direction_is_the_forward_one_on_the_flipped_sequence(rng):
+    x = rng.standard_normal((6, 2, 3))
+    params = _weights(rng, "gru", 3, 4, np.float64)
+    y_rev, h_rev, _ = K.gru_forward(x, None, *params, reverse=True)
+    y, h, _ = K.gru_forward(x[::-1], None, *params)
+    np.testing.assert_allclose(y_rev, y[::-1], rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(h_rev, h, rtol=1e-14, atol=1e-14)
+
+
+# ---- finite differences ------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode,kw", [("RNN", {}), ("RNN", {"nonlinearity": "relu"}),
+                                     ("LSTM", {"bidirectional": True}),
+                                     ("GRU", {"num_layers": 2, "bias": False})])
+def test_gradcheck(mode, kw):
+    nk.manual_seed(0)
+    model = MODULES[mode](2, 3, dtype=np.float64, **kw)
+    rng = np.random.default_rng(1)
+    L = model.num_layers * model.num_directions
+    x = nk.tensor(rng.standard_normal((4, 2, 2)), requires_grad=True)
+    h0 = nk.tensor(rng.standard_normal((L, 2, 3)), requires_grad=True)
+    c0 = nk.tensor(rng.standard_normal((L, 2, 3)), requires_grad=True)
+    params = list(model.parameters())
+    if mode == "LSTM":
+        def fn(x, h0, c0, *ps):
+            out, (h, c) = model(x, (h0, c0))
+            return out, h, c
+        inputs = [x, h0, c0, *params]
+    else:
+        def fn(x, h0, *ps):
+            return model(x, h0)
+        inputs = [x, h0, *params]
+    assert nk.gradcheck(fn, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+# ---- torch equivalence -------------------------------------------------------------------
+
+CONFIGS = [
+    ("RNN", {}), ("RNN", {"nonlinearity": "relu", "num_layers": 2}),
+    ("RNN", {"bidirectional": True, "batch_first": True}),
+    ("LSTM", {}), ("LSTM", {"num_layers": 2, "bidirectional": True}),
+    ("LSTM", {"batch_first": True, "bias": False}),
+    ("GRU", {}), ("GRU", {"num_layers": 2, "bidirectional": True, "batch_first": True}),
+    ("GRU", {"bias": False}),
+]
+
+
+def _torch_pair(torch, mode, kw, dtype):
+    torch.manual_seed(0)
+    tm = getattr(torch.nn, mode)(4, 5, **kw)
+    tm = tm.double() if dtype == np.float64 else tm
+    nm = MODULES[mode](4, 5, dtype=dtype, **kw)
+    nm.load_state_dict(tm.state_dict())
+    return tm, nm
+
+
+def _loss(out, states, lib_sum):
+    loss = lib_sum(out * out)
+    for k, s in enumerate(states):
+        loss = loss + lib_sum(s * (k + 2.0))
+    return loss
+
+
+@pytest.mark.parametrize("given_states", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode,kw", CONFIGS)
+def test_matches_torch(mode, kw, dtype, given_states):
+    torch = import_torch()
+    tm, nm = _torch_pair(torch, mode, kw, dtype)
+    rng = np.random.default_rng(2)
+    T, B = 7, 3
+    x = rng.standard_normal((B, T, 4) if kw.get("batch_first") else (T, B, 4)).astype(dtype)
+    L = nm.num_layers * nm.num_directions
+    states = [rng.standard_normal((L, B, 5)).astype(dtype) for _ in range(2 if mode == "LSTM"
+                                                                            else 1)]
+    xt = torch.tensor(x, requires_grad=True)
+    xn = nk.tensor(x, requires_grad=True)
+    st_t = [torch.tensor(s, requires_grad=True) for s in states]
+    st_n = [nk.tensor(s, requires_grad=True) for s in states]
+    if mode == "LSTM":
+        args_t = (tuple(st_t),) if given_states else ()
+        args_n = (tuple(st_n),) if given_states else ()
+        out_t, fin_t = tm(xt, *args_t)
+        out_n, fin_n = nm(xn, *args_n)
+    else:
+        out_t, fin_t = tm(xt, *(st_t if given_states else ()))
+        out_n, fin_n = nm(xn, *(st_n if given_states else ()))
+        fin_t, fin_n = (fin_t,), (fin_n,)
+    _loss(out_t, fin_t, torch.sum).backward()
+    _loss(out_n, fin_n, lambda a: a.sum()).backward()
+    tol = {"rtol": 2e-5, "atol": 2e-5} if dtype == np.float32 else {"rtol": 1e-11, "atol": 1e-11}
+    np.testing.assert_allclose(out_n.numpy(), out_t.detach().numpy(), **tol)
+    for a, b in zip(fin_n, fin_t, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), **tol)
+    np.testing.assert_allclose(xn.grad, xt.grad.numpy(), **tol)
+    if given_states:
+        for a, b in zip(st_n, st_t, strict=True):
+            np.testing.assert_allclose(a.grad, b.grad.numpy(), **tol)
+    torch_params = dict(tm.named_parameters())
+    assert [n for n, _ in nm.named_parameters()] == list(torch_params)
+    for name, p in nm.named_parameters():
+        np.testing.assert_allclose(p.grad, torch_params[name].grad.numpy(), err_msg=name, **tol)
+
+
+def test_unbatched_input_matches_torch():
+    torch = import_torch()
+    tm, nm = _torch_pair(torch, "LSTM", {"num_layers": 2}, np.float64)
+    x = np.random.default_rng(3).standard_normal((6, 4))
+    out_t, (h_t, c_t) = tm(torch.tensor(x))
+    out_n, (h_n, c_n) = nm(x)
+    assert out_n.shape == (6, 5) and h_n.shape == (2, 5)
+    np.testing.assert_allclose(out_n.numpy(), out_t.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(c_n.numpy(), c_t.detach().numpy(), rtol=1e-12)
+
+
+def test_parameters_shapes_and_default_init():
+    model = GRU(3, 16, num_layers=2, bidirectional=True)
+    names = [n for n, _ in model.named_parameters()]
+    assert names[:4] == ["weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"]
+    assert names[4] == "weight_ih_l0_reverse" and len(names) == 16
+    assert model.weight_ih_l1.shape == (48, 32) and model.weight_hh_l1_reverse.shape == (48, 16)
+    values = np.concatenate([p.data.ravel() for p in model.parameters()])
+    assert values.dtype == np.float32
+    assert np.abs(values).max() <= 0.25 and np.abs(values).max() > 0.24  # U(-1/4, 1/4)
+
+
+# ---- hidden-state gradients --------------------------------------------------------------
+
+def test_hidden_gradient_norms_follow_the_spectral_bound():
+    """Loss on the last state: ||dL/dz_t|| <= ||dL/dz_T|| (alpha sigma_1(U))^(T-t)."""
+    nk.manual_seed(0)
+    T = 30
+    rnn = RNN(2, 8, dtype=np.float64)
+    rnn.weight_hh_l0.data *= 0.5
+    x = np.random.default_rng(0).standard_normal((T, 1, 2))
+    norms = hidden_gradient_norms(rnn, x, lambda out: out[0][-1].sum())
+    sigma = np.linalg.norm(rnn.weight_hh_l0.data, 2)  # alpha = 1 for tanh
+    bound = norms[-1] * sigma ** (T - 1 - np.arange(T))
+    assert np.all(norms <= bound * (1 + 1e-9))
+    assert norms[0] < 1e-3 * norms[-1]  # vanished
+    assert rnn.weight_hh_l0.grad is None  # the model's gradients are left alone
+
+
+def test_hidden_gradient_norms_need_a_recurrent_layer():
+    with pytest.raises(TypeError, match="nn.RNN"):
+        hidden_gradient_norms(nk.nn.Linear(2, 2), np.zeros((2, 2), np.float32),
+                              lambda y: y.sum())
+
+
+# ---- bad input ---------------------------------------------------------------------------
+
+def test_wrong_feature_size_names_input_size():
+    with pytest.raises(ValueError, match=r"input_size=4.*\(T, B, 4\)"):
+        LSTM(4, 3)(np.zeros((5, 2, 3), np.float32))
+
+
+def test_wrong_state_shapes():
+    model = LSTM(4, 3, num_layers=2)
+    x = np.zeros((5, 2, 4), np.float32)
+    good = np.zeros((2, 2, 3), np.float32)
+    with pytest.raises(ValueError, match=r"h0 has shape \(1, 2, 3\) but expected \(2, 2, 3\)"):
+        model(x, (np.zeros((1, 2, 3), np.float32), good))
+    with pytest.raises(ValueError, match=r"c0 has shape \(2, 3, 3\)"):
+        model(x, (good, np.zeros((2, 3, 3), np.float32)))
+    with pytest.raises(ValueError, match=r"h0 has shape"):
+        GRU(4, 3)(x, np.zeros((1, 2, 4), np.float32))
+
+
+def test_empty_sequence():
+    with pytest.raises(ValueError, match=r"\(0, 2, 4\): an empty sequence"):
+        RNN(4, 3)(np.zeros((0, 2, 4), np.float32))
+    with pytest.raises(ValueError, match="empty sequence"):
+        K.lstm_forward(np.zeros((0, 1, 1)), None, None, np.zeros((4, 1)), np.zeros((4, 1)))
+
+
+def test_bad_hyper_parameters_and_dtypes():
+    with pytest.raises(ValueError, match="nonlinearity"):
+        RNN(2, 3, nonlinearity="sigmoid")
+    with pytest.raises(ValueError, match="hidden_size"):
+        GRU(2, 0)
+    with pytest.raises(TypeError, match="float64"):
+        GRU(2, 3)(np.zeros((2, 1, 2)))  # float64 x, float32 parameters
+    with pytest.raises(TypeError, match=r"tuple \(h0, c0\)"):
+        LSTM(2, 3)(np.zeros((2, 1, 2), np.float32), np.zeros((1, 1, 3), np.float32))
+
+
+@given(mode=st.sampled_from(["RNN", "LSTM", "GRU"]),
+       x_shape=st.lists(st.integers(0, 3), min_size=0, max_size=4),
+       h_shape=st.lists(st.integers(0, 3), min_size=0, max_size=4),
+       layers=st.integers(1, 2), bidirectional=st.booleans(), batch_first=st.booleans())
+def test_fuzz_boundary_only_value_or_type_errors(mode, x_shape, h_shape, layers, bidirectional,
+                                                  batch_first):
+    model = MODULES[mode](2, 3, num_layers=layers, bidirectional=bidirectional,
+                          batch_first=batch_first)
+    x = np.zeros(x_shape, np.float32)
+    h = np.zeros(h_shape, np.float32)
+    state = (h, h) if mode == "LSTM" else h
+    try:
+        out, _ = model(x, state)
+    except (ValueError, TypeError):
+        return
+    assert out.shape[-1] == 3 * model.num_directions
+
+
+# ---- sequence tasks ------------------------------------------------------------------------
+
+@given(n=st.integers(1, 20), T=st.integers(2, 40), seed=st.integers(0, 2**16))
+def test_adding_problem_structure(n, T, seed):
+    X, y = adding_problem(n, T, random_state=seed)
+    assert X.shape == (n, T, 2) and y.shape == (n,) and X.dtype == np.float32
+    markers, values = X[..., 1], X[..., 0]
+    assert np.all(markers.sum(axis=1) == 2)
+    assert np.all(markers[:, : T // 2].sum(axis=1) == 1)  # one marker in each half
+    np.testing.assert_allclose(y, (markers * values).sum(axis=1), rtol=1e-6)
+    assert np.all((values >= 0) & (values < 1))
+    X2, y2 = adding_problem(n, T, random_state=seed)
+    np.testing.assert_array_equal(X, X2)
+
+
+def test_adding_baseline_is_the_variance_of_the_target():
+    _, y = adding_problem(200_000, 10, random_state=0, dtype=np.float64)
+    assert abs(np.mean((y - 1.0) ** 2) - ADDING_BASELINE_MSE) < 3e-3
+
+
+@given(n=st.integers(1, 5), delay=st.integers(1, 12), k=st.integers(1, 9),
+       length=st.integers(1, 6), seed=st.integers(0, 2**16))
+def test_copy_task_structure(n, delay, k, length, seed):
+    X, y = copy_task(n, delay, n_symbols=k, length=length, random_state=seed)
+    L = 2 * length + delay
+    assert X.shape == y.shape == (n, L)
+    np.testing.assert_array_equal(y[:, -length:], X[:, :length])
+    assert np.all((X[:, :length] >= 1) & (X[:, :length] <= k))
+    assert np.all(X[:, length + delay - 1] == k + 1)
+    assert np.all(y[:, : length + delay] == 0)
+    assert copy_task_baseline(delay, k, length) == pytest.approx(length * np.log(k) / L)
+
+
+@pytest.mark.parametrize("call, error", [
+    (lambda: adding_problem(0, 10), ValueError), (lambda: adding_problem(5, 1), ValueError),
+    (lambda: adding_problem(5, 10.0), TypeError), (lambda: adding_problem(5, 10, dtype=int),
+                                                   TypeError),
+    (lambda: copy_task(5, 0), ValueError), (lambda: copy_task(5, 3, n_symbols=0), ValueError),
+])
+def test_sequence_task_arguments(call, error):
+    with pytest.raises(error):
+        call()
+
+
+# ---- CUDA cells under the simulator -------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+SIM_SHAPES = [(1, 1, 1, 1), (3, 2, 3, 5), (2, 3, 2, 9)]  # (T, B, D, H); H 9 > 2 blocks of 4
+
+
+def _sim_sequence(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, dy):
+    """Forward and BPTT over x with the CUDA cells per step and NumPy GEMMs around them."""
+    from nnkit._ext import recurrent_cuda as C
+
+    T, B, _ = x.shape
+    H = h0.shape[1]
+    G = GATES[cell]
+    dt = x.dtype
+    hs, cs, caches = [h0], [c0], []
+    for t in range(T):
+        h = np.empty((B, H), dt)
+        if cell == "gru":
+            gates, hn = np.empty((B, 3 * H), dt), np.empty((B, H), dt)
+            C.gru_cell_forward(x[t] @ w_ih.T + b_ih, hs[-1] @ w_hh.T + b_hh, hs[-1], gates, hn,
+                               h)
+            caches.append((gates, hn))
+        else:
+            pre = x[t] @ w_ih.T + b_ih + hs[-1] @ w_hh.T + b_hh
+            if cell == "lstm":
+                gates, c = np.empty((B, G * H), dt), np.empty((B, H), dt)
+                C.lstm_cell_forward(pre, cs[-1], gates, c, h)
+                cs.append(c)
+                caches.append(gates)
+            else:
+                C.rnn_cell_forward(pre, False, h)
+        hs.append(h)
+    dh, dc = np.zeros((B, H), dt), np.zeros((B, H), dt)
+    dpres = [None] * T
+    for t in range(T - 1, -1, -1):
+        g = (dh + dy[t]).astype(dt)
+        if cell == "gru":
+            dxg, dhg, direct = (np.empty((B, 3 * H), dt), np.empty((B, 3 * H), dt),
+                                np.empty((B, H), dt))
+            C.gru_cell_backward(g, *caches[t], hs[t], dxg, dhg, direct)
+            dpres[t] = dxg
+            dh = direct + dhg @ w_hh
+        elif cell == "lstm":
+            dpre, dc_prev = np.empty((B, 4 * H), dt), np.empty((B, H), dt)
+            C.lstm_cell_backward(g, dc, caches[t], cs[t + 1], cs[t], dpre, dc_prev)
+            dpres[t], dc, dh = dpre, dc_prev, dpre @ w_hh
+        else:
+            da = np.empty((B, H), dt)
+            C.rnn_cell_backward(g, hs[t + 1], False, da)
+            dpres[t], dh = da, da @ w_hh
+    dx = np.stack([d @ w_ih for d in dpres])
+    return np.stack(hs[1:]), dx, dh
+
+
+def _case_cells():
+    from helpers import assert_matches_reference
+
+    from nnkit._ext import recurrent_cuda
+
+    rng = np.random.default_rng(5)
+    for small in (True, False):
+        recurrent_cuda.block = (2, 4) if small else (8, 32)
+        for T, B, D, H in SIM_SHAPES:
+            for dtype in (np.float32, np.float64):
+                for cell in ("rnn", "lstm", "gru"):
+                    x = rng.standard_normal((T, B, D)).astype(dtype)
+                    h0, c0 = (rng.standard_normal((B, H)).astype(dtype) for _ in range(2))
+                    dy = rng.standard_normal((T, B, H)).astype(dtype)
+                    params = _weights(rng, cell, D, H, dtype)
+                    y, dx, dh0 = _sim_sequence(cell, x, h0, c0, *params, dy)
+                    want = _run_twin(cell, x, h0, c0, params, dy, np.zeros_like(h0),
+                                     np.zeros_like(c0), False)
+                    n_out = 3 if cell == "lstm" else 2
+                    msg = f"{cell} {(T, B, D, H)} {np.dtype(dtype).name} small={small}"
+                    assert_matches_reference(y, want[0], dtype, factor=256, err_msg="y " + msg)
+                    assert_matches_reference(dx, want[n_out], dtype, factor=256,
+                                             err_msg="dx " + msg)
+                    assert_matches_reference(dh0, want[n_out + 1], dtype, factor=256,
+                                             err_msg="dh0 " + msg)
+
+
+SIM_CASES = {"cells_through_time": _case_cells}
+
+
+def _child_main(result_path):
+    from numba import config
+
+    if not config.ENABLE_CUDASIM:
+        raise SystemExit("NUMBA_ENABLE_CUDASIM=1 is not in effect in the child")
+    sys.setswitchinterval(1e-4)
+    results = {}
+    for name, case in SIM_CASES.items():
+        try:
+            case()
+            results[name] = "ok"
+        except Exception:
+            results[name] = traceback.format_exc()
+    Path(result_path).write_text(json.dumps(results))
+
+
+@pytest.fixture(scope="module")
+def simulator(tmp_path_factory):
+    result_path = tmp_path_factory.mktemp("cudasim_rnn") / "results.json"
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), str(result_path)],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 or not result_path.exists():
+        pytest.fail(f"the simulator child failed (exit {proc.returncode}):\n"
+                    f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(result_path.read_text())
+
+
+@pytest.mark.parametrize("case", list(SIM_CASES))
+def test_cuda_cells_under_simulator(simulator, case):
+    if simulator[case] != "ok":
+        pytest.fail(f"{case} failed under the CUDA simulator:\n{simulator[case]}",
+                    pytrace=False)
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1])
