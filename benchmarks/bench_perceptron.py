@@ -58,13 +58,9 @@ def run(quick: bool = False) -> list[dict]:
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     sys.path.insert(0, str(HERE.parent))
-    from harness import environment
+    from harness import report
 
-    from nnkit.tour import format_table
-
-    print(environment())
-    rows = run(quick="--quick" in argv)
-    print(format_table(rows, list(rows[0])))
+    report(run, argv)
 
 
 if __name__ == "__main__":

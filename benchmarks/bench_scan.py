@@ -159,13 +159,9 @@ def main(argv=None) -> None:
         _torch_worker(argv[1], int(argv[2]))
         return
     sys.path.insert(0, str(HERE.parent))
-    from harness import environment
+    from harness import report
 
-    from nnkit.tour import format_table
-
-    print(environment())
-    rows = run(quick="--quick" in argv)
-    print(format_table(rows, list(rows[0])))
+    report(run, argv)
 
 
 if __name__ == "__main__":

@@ -60,3 +60,14 @@ def try_import_torch():
         return None
     torch.set_num_threads(numba.get_num_threads())
     return torch
+
+
+def report(run, argv) -> list[dict]:
+    """The body of every benchmark's ``main()``: print the environment, run
+    ``run(quick=...)`` and print its rows as a table."""
+    from nnkit.tour import format_table
+
+    print(environment())
+    rows = run(quick="--quick" in argv)
+    print(format_table(rows, list(dict.fromkeys(k for r in rows for k in r))))
+    return rows
