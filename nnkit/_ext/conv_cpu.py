@@ -4,7 +4,8 @@ The convolution is lowered to GEMMs (the algorithm and its measurement are writt
 ``nnkit.kernels.conv``). These kernels do the data movement around them:
 
 - ``im2col``: cols[(c kh + i) kw + j, (n Ho + a) Wo + b] = xpad[n, c, a sh + i dh, b sw + j dw]
-  (zero outside the image); prange over the rows of cols, each written contiguously;
+  (zero outside the image); prange over the rows of cols, each written contiguously by
+  indexed loops over flat arrays with unsigned indices (vectorised; 2x the slice copies);
 - ``col2im``: the adjoint, dx[n, c, h, w] = sum of the cols entries that read (h, w); prange
   over (n, c) planes, so no two threads write the same element (deterministic);
 - ``bias_transpose``: y[n, k, p] = ykn[k, n, p] + bias[k] (GEMM output back to NCHW);
@@ -18,7 +19,10 @@ reads holds at least ``PARALLEL_MIN_ELEMENTS`` = 2^20 elements (4 MiB of float32
 2^16 of ``_dispatch``: these kernels move a few bytes per element, so below that size the
 ~10-30 us of waking the pool (and, on a busy 2-core machine, a scheduler slice of several
 ms; measured: a (144, 512) col2im took 8 ms parallel vs 0.05 ms serial with the other core
-busy) costs more than the second core saves.
+busy) costs more than the second core saves. The convolution (``nnkit.kernels.conv``) calls
+the serial builds of im2col, col2im, bias_transpose and transpose_sum outright: their
+OpenMP workers and OpenBLAS's threads, both spinning after a call, slow each other's next
+call by up to 2x (measurements there).
 
 No fastmath: pure data movement and sums whose order is fixed. Kernels validate nothing and
 take C-contiguous arrays with preallocated outputs.
@@ -54,27 +58,36 @@ _valid_range_jit = numba.njit(cache=True, inline="always")(_valid_range)
 def _im2col(x, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, cols):
     """cols (C kh kw, N Ho Wo) from x (N, C, H, W); see the module docstring."""
     N, C, H, W = x.shape
+    NP = N * Ho * Wo
+    xf = x.reshape(-1)
+    cf = cols.reshape(-1)
     for r in numba.prange(C * kh * kw):
         c = r // (kh * kw)
         i = (r // kw) % kh
         j = r % kw
         w0 = j * dw - pl
         lo, hi = _valid_range_jit(Wo, W, sw, w0)
-        crow = cols[r]  # (N Ho Wo,)
+        # flat unsigned indices: no wraparound check, so LLVM vectorises the copies
         for n in range(N):
             for a in range(Ho):
                 h = a * sh - pt + i * dh
-                o = (n * Ho + a) * Wo
+                o = np.uint64(r * NP + (n * Ho + a) * Wo)
                 if h < 0 or h >= H:
-                    crow[o:o + Wo] = 0
+                    for b in range(Wo):
+                        cf[o + np.uint64(b)] = 0
                     continue
-                crow[o:o + lo] = 0
-                if sw == 1:  # slices: a vectorised copy (indexed loops were 2.5x slower)
-                    crow[o + lo:o + hi] = x[n, c, h, lo + w0:hi + w0]
+                for b in range(lo):
+                    cf[o + np.uint64(b)] = 0
+                src = np.uint64(((n * C + c) * H + h) * W + w0 + lo * sw)
+                dst = o + np.uint64(lo)
+                if sw == 1:
+                    for t in range(hi - lo):
+                        cf[dst + np.uint64(t)] = xf[src + np.uint64(t)]
                 else:
-                    for b in range(lo, hi):
-                        crow[o + b] = x[n, c, h, b * sw + w0]
-                crow[o + hi:o + Wo] = 0
+                    for t in range(hi - lo):
+                        cf[dst + np.uint64(t)] = xf[src + np.uint64(t * sw)]
+                for b in range(hi, Wo):
+                    cf[o + np.uint64(b)] = 0
 
 
 def _col2im(cols, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, dx):
@@ -108,12 +121,16 @@ def _col2im(cols, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, dx):
 def _bias_transpose(ykn, bias, has_bias, y):
     """y[n, k, p] = ykn[k, n, p] (+ bias[k]); ykn (K, N, P), y (N, K, P)."""
     K, N, P = ykn.shape
+    yf = y.reshape(-1)
+    sf = ykn.reshape(-1)
     for nk in numba.prange(N * K):
         n = nk // K
         k = nk % K
-        b = bias[k] if has_bias else 0
+        b = bias[k] if has_bias else bias[0] * 0  # the array's dtype (a literal 0 is int64)
+        src = np.uint64((k * N + n) * P)
+        dst = np.uint64(nk * P)
         for p in range(P):
-            y[n, k, p] = ykn[k, n, p] + b
+            yf[dst + np.uint64(p)] = sf[src + np.uint64(p)] + b
 
 
 def _transpose_sum(dy, dyt, dbias):

@@ -34,19 +34,48 @@ GEMM's cache blocking pays; the margins are within this machine's noise, and the
 route needs three hand-written loops (forward, dx, dweight) where im2col needs one GEMM
 each, which OpenBLAS also threads. A batch-chunked im2col (cols for a few images at a time,
 cache-resident) measured within 10% of the whole-batch version, better forward, worse
-backward. So: im2col + whole-batch GEMM. im2col and col2im copy row segments with slices
-and unsigned indices (Numba's negative-index wraparound check kept the indexed loops from
-vectorising: 2.5x slower).
+backward. So: im2col + whole-batch GEMM.
 
-Against torch (oneDNN), benchmarks/bench_conv.py, same run, load ~3, torch/nnkit:
+Quiet-machine measurements (2026-11-22, 2 vCPUs, load < 1, numpy SGEMM 2048^3 ~195 GFLOP/s,
+float32, 3x3, pad 1, OpenBLAS and Numba 2 threads, ``env -u OPENBLAS_CORETYPE -u
+OPENBLAS_L2_SIZE``; per part: median of 25 back-to-back passes through the sequence of
+kernels, ms; before: parallel launchers and slice-copy im2col, after: serial builds and
+the indexed im2col):
 
-    threads  (32,3,32,32,16)    (32,16,32,32,32)   (8,64,56,56,64)     (fwd / fwd+bwd)
-    1        2.08 / 1.95        0.81 / 0.56        1.02 / 0.78         SGEMM 68 GFLOP/s
-    2        0.73 / 1.11        0.47 / 0.44        0.53 / 0.60         SGEMM 67 GFLOP/s
+    (N,C,H,W,K)       version    im2col  GEMM   bias_T  tsum  dW     dcols  col2im
+    (32,16,32,32,32)  before     1.17    6.07   2.17    0.76  6.82   7.12   2.42
+                      after      1.55    3.71   0.39    0.97  3.78   3.47   2.59
+    (8,64,56,56,64)   before     7.10    19.4   2.25    1.08  21.6   12.5   7.55
+                      after      3.96    11.9   0.55    1.34  13.2   12.4   6.36
 
-With two threads on the loaded machine OpenBLAS's pool degrades far more than torch's
-OpenMP one (SGEMM itself got no faster than with one thread); quiet-machine figures are
-still to be taken.
+- The Numba kernels around the GEMMs run their serial builds (``SERIAL_AROUND_BLAS``): a
+  parallel kernel's OpenMP workers keep spinning after it returns and take the second core
+  from the OpenBLAS GEMM that follows (up to 2x slower), and OpenBLAS's spinning threads
+  slow the next Numba kernel likewise (bias_transpose 2.2 ms parallel vs 0.4 serial).
+  A parallel Numba kernel that follows an idle pause also pays ~5 ms to wake the second
+  vCPU (an empty prange over 2^20 elements: 0.05 ms back-to-back, 5.8 ms after 0.15 s idle).
+- im2col is an indexed loop over flat arrays with unsigned indices, the padding handled by
+  the valid column range of each row, so LLVM vectorises the copy (Numba's negative-index
+  wraparound check blocked it): serial 1.9 ms vs 4.4 ms for the slice copies it replaces
+  ((32,16,32,32,32)), 4.9 vs 9.8 ms ((8,64,56,56,64)); bit-identical output.
+- GEMM orientation and blocking, measured and not taken: cols^T @ W^T ((N Ho Wo, C 9) @
+  (C 9, K)) 4.6 vs 4.0 ms and 13.6 vs 11.9 ms; one GEMM per image straight into (N, K, HW)
+  (no bias_transpose) 4.2 vs 4.0 and 11.9 vs 11.9 ms; column blocks of 512-8192 columns
+  3.5-5.6 vs 3.4 ms and 12.0-13.5 vs 12.0 ms.
+
+Against torch (oneDNN), benchmarks/bench_conv.py (full run, twice, alternating with the
+previous version; ms, nnkit / torch, torch/nnkit of the second run):
+
+    (N,C,H,W,K)        mode      before (parallel, slices)   after             torch/nnkit
+    (32,3,32,32,16)    fwd       1.14, 1.26                  0.78, 0.80        2.50
+                       fwd+bwd   3.40, 3.47                  3.28, 3.41        1.76
+    (32,16,32,32,32)   fwd       15.6, 11.0                  6.23, 6.79        0.91
+                       fwd+bwd   45.3, 47.4                  18.8, 20.1        0.58
+    (8,64,56,56,64)    fwd       33.8, 33.8                  19.5, 20.7        0.82
+                       fwd+bwd   85.3, 93.2                  58.3, 58.4        0.63
+
+torch took 5.6-6.5 / 11.3-12.9 ms and 16-17 / 33-38 ms on the two larger layers. The
+remaining gap is the three GEMMs (K = 32 and 64 rows run OpenBLAS at 80-150 GFLOP/s).
 
 GPU arrays (CuPy) run the direct Numba CUDA kernels of ``nnkit._ext.conv_cuda``.
 """
@@ -263,12 +292,22 @@ def _forward(x, weight, bias, stride, pads, dilation, groups, squeeze=False):
     return _conv2d_forward_cpu(x, weight, bias, cache), cache
 
 
+# Serial Numba builds around the GEMMs (measured, see the module docstring): a parallel
+# kernel's spinning OpenMP workers and OpenBLAS's spinning threads steal each other's core.
+SERIAL_AROUND_BLAS = True
+
+
+def _around_blas(kernel):
+    return kernel.serial if SERIAL_AROUND_BLAS else kernel
+
+
 def _im2col(cache, out):
     from .._ext import conv_cpu
 
     (sh, sw), ((pt, _), (pl, _)), (dh, dw) = cache.stride, cache.pads, cache.dilation
     kh, kw = cache.weight.shape[2:]
-    conv_cpu.im2col(cache.x, kh, kw, sh, sw, pt, pl, dh, dw, *cache.out_hw, out)
+    _around_blas(conv_cpu.im2col)(cache.x, kh, kw, sh, sw, pt, pl, dh, dw, *cache.out_hw,
+                                  out)
     return out
 
 
@@ -288,7 +327,8 @@ def _conv2d_forward_cpu(x, weight, bias, cache):
                   out=ykn.reshape(G, K // G, N * P))  # (G, K/G, N P)
     y = np.empty((N, K, P), dtype=x.dtype)
     b = bias if bias is not None else np.zeros(1, dtype=x.dtype)
-    conv_cpu.bias_transpose(ykn.reshape(K, N, P), b, bias is not None, y)  # (N, K, P)
+    _around_blas(conv_cpu.bias_transpose)(ykn.reshape(K, N, P), b, bias is not None,
+                                          y)  # (N, K, P)
     _pool.give(ykn)
     cache.cols = cols
     return y.reshape(N, K, *cache.out_hw)
@@ -352,7 +392,8 @@ def _conv2d_backward_cpu(dy, cache, needs_input_grad, needs_weight_grad):
     R = C * kh * kw
     dyt = _pool.take(K * N * P, x.dtype).reshape(K, N * P)
     dbias = np.empty(K, dtype=x.dtype)
-    conv_cpu.transpose_sum(dy.reshape(N, K, P), dyt.reshape(K, N, P), dbias)  # (K, N, P)
+    _around_blas(conv_cpu.transpose_sum)(dy.reshape(N, K, P), dyt.reshape(K, N, P),
+                                         dbias)  # (K, N, P)
     dweight = None
     if needs_weight_grad:
         cols = cache.cols
@@ -378,7 +419,8 @@ def _conv2d_backward_cpu(dy, cache, needs_input_grad, needs_weight_grad):
                       dyt.reshape(G, K // G, N * P), out=dcols.reshape(G, R // G, N * P))
         dx = np.empty(x.shape, dtype=x.dtype)
         (sh, sw), ((pt, _), (pl, _)), (dh, dw) = cache.stride, cache.pads, cache.dilation
-        conv_cpu.col2im(dcols, kh, kw, sh, sw, pt, pl, dh, dw, *cache.out_hw, dx)
+        _around_blas(conv_cpu.col2im)(dcols, kh, kw, sh, sw, pt, pl, dh, dw, *cache.out_hw,
+                                      dx)
         _pool.give(dcols)
     _pool.give(dyt)
     return dx, dweight, (dbias if cache.has_bias and needs_weight_grad else None)
