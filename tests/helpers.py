@@ -60,3 +60,52 @@ def arrays(draw, dtype=None, min_dims=1, max_dims=3, min_side=0, max_side=6,
 def import_torch():
     """Import torch or skip the test cleanly: torch is an optional test dependency."""
     return pytest.importorskip("torch")
+
+
+# ---- CUDA kernels under Numba's simulator, in a child process -------------------------------
+# The simulator must be enabled before numba.cuda is first imported, so a test file runs
+# itself as a script with NUMBA_ENABLE_CUDASIM=1: its ``__main__`` calls
+# ``run_simulator_cases`` and its parent-side fixture calls ``simulator_outcomes``.
+
+def run_simulator_cases(cases: dict, result_path) -> None:
+    """Child side: run each zero-argument case; write {name: "ok" or traceback} as JSON."""
+    import json
+    import sys
+    import traceback
+    from pathlib import Path
+
+    from numba import config
+
+    if not config.ENABLE_CUDASIM:
+        raise SystemExit("NUMBA_ENABLE_CUDASIM=1 is not in effect in the child")
+    sys.setswitchinterval(1e-4)  # the simulator runs a Python thread per CUDA thread
+    results = {}
+    for name, case in cases.items():
+        try:
+            case()
+            results[name] = "ok"
+        except Exception:
+            results[name] = traceback.format_exc()
+    Path(result_path).write_text(json.dumps(results))
+
+
+def simulator_outcomes(test_file, tmp_dir) -> dict:
+    """Parent side: run ``test_file`` as a script under NUMBA_ENABLE_CUDASIM=1 and return
+    its case outcomes; fails the test if the child itself fails."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    result_path = Path(tmp_dir) / "results.json"
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(root), str(root / "tests"), os.environ.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, str(Path(test_file).resolve()), str(result_path)],
+                          env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 or not result_path.exists():
+        pytest.fail(f"the simulator child failed (exit {proc.returncode}):\n"
+                    f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(result_path.read_text())

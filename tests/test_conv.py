@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import import_torch
+from helpers import import_torch, run_simulator_cases, simulator_outcomes
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -487,45 +487,9 @@ def _sim_pool():
 _SIM_CASES = {"conv2d": _sim_conv, "pooling": _sim_pool}
 
 
-def _child_main(result_path):
-    import json
-    import sys
-    import traceback
-
-    from numba import config
-
-    if not config.ENABLE_CUDASIM:
-        raise SystemExit("NUMBA_ENABLE_CUDASIM=1 is not in effect in the child")
-    sys.setswitchinterval(1e-4)  # the simulator runs a Python thread per CUDA thread
-    results = {}
-    for name, case in _SIM_CASES.items():
-        try:
-            case()
-            results[name] = "ok"
-        except Exception:
-            results[name] = traceback.format_exc()
-    with open(result_path, "w") as fh:
-        json.dump(results, fh)
-
-
 @pytest.fixture(scope="module")
 def cuda_simulator(tmp_path_factory):
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
-    result_path = tmp_path_factory.mktemp("conv_cudasim") / "results.json"
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, __file__, str(result_path)], env=env, cwd=root,
-                          capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0 or not result_path.exists():
-        pytest.fail(f"the simulator child failed (exit {proc.returncode}):\n"
-                    f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    return json.loads(result_path.read_text())
+    return simulator_outcomes(__file__, tmp_path_factory.mktemp("conv_cudasim"))
 
 
 @pytest.mark.parametrize("case", list(_SIM_CASES))
@@ -563,4 +527,4 @@ def test_public_functions_on_gpu_match_cpu(rng, dtype):
 if __name__ == "__main__":
     import sys
 
-    _child_main(sys.argv[1])
+    run_simulator_cases(_SIM_CASES, sys.argv[1])

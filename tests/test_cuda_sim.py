@@ -13,15 +13,12 @@ The tests marked ``cuda`` run the public functions on CuPy arrays against the CP
 are skipped unless a real GPU and CuPy are present (tests/conftest.py).
 """
 
-import json
-import os
-import subprocess
 import sys
-import traceback
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run_simulator_cases, simulator_outcomes
 
 ROOT = Path(__file__).resolve().parent.parent
 DTYPES = (np.float32, np.float64)
@@ -220,41 +217,12 @@ CASES = {
 }
 
 
-def _child_main(result_path):
-    """Run every case under the simulator; write {case: "ok" or traceback} to result_path."""
-    from numba import config
-
-    if not config.ENABLE_CUDASIM:
-        raise SystemExit("NUMBA_ENABLE_CUDASIM=1 is not in effect in the child")
-    sys.setswitchinterval(1e-4)  # the simulator runs a Python thread per CUDA thread
-    results = {}
-    for name, case in CASES.items():
-        try:
-            case()
-            results[name] = "ok"
-        except Exception:
-            results[name] = traceback.format_exc()
-    Path(result_path).write_text(json.dumps(results))
-
-
 # ---- the tests, run in the parent --------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def simulator(tmp_path_factory):
     """Run this file as a script under NUMBA_ENABLE_CUDASIM=1; return the case outcomes."""
-    result_path = tmp_path_factory.mktemp("cudasim") / "results.json"
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
-    )
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), str(result_path)],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )
-    if proc.returncode != 0 or not result_path.exists():
-        pytest.fail(f"the simulator child failed (exit {proc.returncode}):\n"
-                    f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    return json.loads(result_path.read_text())
+    return simulator_outcomes(__file__, tmp_path_factory.mktemp("cudasim"))
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -337,5 +305,4 @@ def test_softmax_family_on_gpu_matches_cpu(rng, dtype, shape):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers
-    _child_main(sys.argv[1])
+    run_simulator_cases(CASES, sys.argv[1])

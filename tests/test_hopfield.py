@@ -7,15 +7,12 @@ patterns at low load are fixed points; flip rate against (1 - erf(sqrt(1/(2 alph
 the boundary (only ValueError/TypeError, naming the argument).
 """
 
-import json
-import os
-import subprocess
 import sys
-import traceback
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run_simulator_cases, simulator_outcomes
 from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -404,34 +401,11 @@ def _cuda_sync_cases():
         np.testing.assert_array_equal(conv, c_conv)
 
 
-def _child_main(result_path):
-    from numba import config
-
-    if not config.ENABLE_CUDASIM:
-        raise SystemExit("NUMBA_ENABLE_CUDASIM=1 is not in effect in the child")
-    sys.setswitchinterval(1e-4)
-    try:
-        _cuda_sync_cases()
-        outcome = "ok"
-    except Exception:
-        outcome = traceback.format_exc()
-    Path(result_path).write_text(json.dumps({"sync": outcome}))
-
-
 def test_cuda_sync_kernel_under_simulator(tmp_path):
-    result_path = tmp_path / "results.json"
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
-                                        if p)
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), str(result_path)],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0 or not result_path.exists():
-        pytest.fail(f"the simulator child failed (exit {proc.returncode}):\n"
-                    f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    outcome = json.loads(result_path.read_text())["sync"]
+    outcome = simulator_outcomes(__file__, tmp_path)["sync"]
     if outcome != "ok":
         pytest.fail(f"CUDA sync kernel under the simulator:\n{outcome}", pytrace=False)
 
 
 if __name__ == "__main__":
-    _child_main(sys.argv[1])
+    run_simulator_cases({"sync": _cuda_sync_cases}, sys.argv[1])

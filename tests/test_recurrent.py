@@ -14,16 +14,17 @@
   compared with the twins.
 """
 
-import json
-import os
-import subprocess
 import sys
-import traceback
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_matches_reference, import_torch
+from helpers import (
+    assert_matches_reference,
+    import_torch,
+    run_simulator_cases,
+    simulator_outcomes,
+)
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -498,34 +499,9 @@ def _case_cells():
 SIM_CASES = {"cells_through_time": _case_cells}
 
 
-def _child_main(result_path):
-    from numba import config
-
-    if not config.ENABLE_CUDASIM:
-        raise SystemExit("NUMBA_ENABLE_CUDASIM=1 is not in effect in the child")
-    sys.setswitchinterval(1e-4)
-    results = {}
-    for name, case in SIM_CASES.items():
-        try:
-            case()
-            results[name] = "ok"
-        except Exception:
-            results[name] = traceback.format_exc()
-    Path(result_path).write_text(json.dumps(results))
-
-
 @pytest.fixture(scope="module")
 def simulator(tmp_path_factory):
-    result_path = tmp_path_factory.mktemp("cudasim_rnn") / "results.json"
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), str(result_path)],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0 or not result_path.exists():
-        pytest.fail(f"the simulator child failed (exit {proc.returncode}):\n"
-                    f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    return json.loads(result_path.read_text())
+    return simulator_outcomes(__file__, tmp_path_factory.mktemp("cudasim_rnn"))
 
 
 @pytest.mark.parametrize("case", list(SIM_CASES))
@@ -536,4 +512,4 @@ def test_cuda_cells_under_simulator(simulator, case):
 
 
 if __name__ == "__main__":
-    _child_main(sys.argv[1])
+    run_simulator_cases(SIM_CASES, sys.argv[1])
