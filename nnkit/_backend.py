@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["is_gpu_array", "array_module", "cuda_available"]
+__all__ = ["is_gpu_array", "array_module", "cuda_available", "launch_views"]
 
 
 def is_gpu_array(x) -> bool:
@@ -33,3 +33,20 @@ def cuda_available() -> bool:
         return bool(cuda.is_available())
     except Exception:  # no driver, no toolkit: no GPU for us
         return False
+
+
+def launch_views(*arrays):
+    """Numba device-array views (no copy) of CuPy arrays, for launching Numba CUDA kernels;
+    anything else (NumPy arrays under the simulator, Numba device arrays) is returned as is.
+
+    Numba reads a CuPy argument's ``__cuda_array_interface__`` again at every launch:
+    measured on an H100 machine's host, an empty 5-array kernel took 197 us per launch with
+    CuPy arguments and 64 us with Numba device arrays. A call that launches several kernels
+    on the same arrays converts them once.
+    """
+    if not any(type(a).__module__.startswith("cupy") for a in arrays):
+        return arrays
+    from numba import cuda
+
+    return tuple(cuda.as_cuda_array(a) if type(a).__module__.startswith("cupy") else a
+                 for a in arrays)

@@ -54,9 +54,9 @@ def check_array(
     Parameters
     ----------
     x : array_like
-        The argument to check. NumPy arrays pass through (made C-contiguous when
-        ``contiguous``); GPU arrays (``__cuda_array_interface__``) pass through unchanged
-        when ``allow_device``; anything else goes through ``np.asarray``.
+        The argument to check. NumPy and CuPy arrays pass through (made C-contiguous when
+        ``contiguous``); other GPU arrays (``__cuda_array_interface__``) pass through
+        unchanged when ``allow_device``; anything else goes through ``np.asarray``.
     name : str
         The argument's name, used in the messages.
     ndim : int or tuple of int, optional
@@ -68,7 +68,7 @@ def check_array(
     finite : bool
         Reject NaN and infinity (CPU arrays only).
     contiguous : bool
-        Return a C-contiguous array (copies non-contiguous views).
+        Return a C-contiguous array (copies non-contiguous views, NumPy's and CuPy's).
     """
     if _is_device_array(x):
         if not allow_device:
@@ -106,7 +106,17 @@ def check_array(
             raise ValueError(f"{name} must be finite, but it holds NaN or infinity")
     if contiguous and isinstance(arr, np.ndarray) and not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr)
+    elif contiguous and _needs_device_copy(arr):
+        arr = arr.copy()  # CuPy's copy: C order, positive strides
     return arr
+
+
+def _needs_device_copy(arr) -> bool:
+    """A CuPy array that is not C-contiguous, or has a negative stride: Numba CUDA refuses
+    negative strides even on axes of length 1, where CuPy calls the array contiguous."""
+    if not type(arr).__module__.startswith("cupy"):
+        return False
+    return not arr.flags.c_contiguous or any(s < 0 for s in arr.strides)
 
 
 def check_same_shape(a, b, *, name_a: str, name_b: str) -> None:

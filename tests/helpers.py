@@ -66,17 +66,30 @@ def import_torch():
 # The simulator must be enabled before numba.cuda is first imported, so a test file runs
 # itself as a script with NUMBA_ENABLE_CUDASIM=1: its ``__main__`` calls
 # ``run_simulator_cases`` and its parent-side fixture calls ``simulator_outcomes``.
+# On a machine with an NVIDIA GPU, NNKIT_CUDA_CASES=device runs the same cases on the real
+# device instead (NumPy arrays go to the kernels through Numba's automatic transfers).
+
+def _cases_on_device() -> bool:
+    import os
+
+    return os.environ.get("NNKIT_CUDA_CASES") == "device"
+
 
 def run_simulator_cases(cases: dict, result_path) -> None:
     """Child side: run each zero-argument case; write {name: "ok" or traceback} as JSON."""
     import json
     import sys
     import traceback
+    import warnings
     from pathlib import Path
 
-    from numba import config
+    from numba import config, cuda
 
-    if not config.ENABLE_CUDASIM:
+    if _cases_on_device():
+        if config.ENABLE_CUDASIM or not cuda.is_available():
+            raise SystemExit("NNKIT_CUDA_CASES=device but no real CUDA device in the child")
+        warnings.filterwarnings("ignore", message=".*(Grid size|Host array).*")
+    elif not config.ENABLE_CUDASIM:
         raise SystemExit("NUMBA_ENABLE_CUDASIM=1 is not in effect in the child")
     sys.setswitchinterval(1e-4)  # the simulator runs a Python thread per CUDA thread
     results = {}
@@ -90,8 +103,9 @@ def run_simulator_cases(cases: dict, result_path) -> None:
 
 
 def simulator_outcomes(test_file, tmp_dir) -> dict:
-    """Parent side: run ``test_file`` as a script under NUMBA_ENABLE_CUDASIM=1 and return
-    its case outcomes; fails the test if the child itself fails."""
+    """Parent side: run ``test_file`` as a script under NUMBA_ENABLE_CUDASIM=1 (or on the
+    real GPU with NNKIT_CUDA_CASES=device) and return its case outcomes; fails the test if
+    the child itself fails."""
     import json
     import os
     import subprocess
@@ -100,12 +114,16 @@ def simulator_outcomes(test_file, tmp_dir) -> dict:
 
     root = Path(__file__).resolve().parent.parent
     result_path = Path(tmp_dir) / "results.json"
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env = dict(os.environ)
+    if _cases_on_device():
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
+    else:
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(root), str(root / "tests"), os.environ.get("PYTHONPATH")) if p)
     proc = subprocess.run([sys.executable, str(Path(test_file).resolve()), str(result_path)],
                           env=env, cwd=root, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0 or not result_path.exists():
-        pytest.fail(f"the simulator child failed (exit {proc.returncode}):\n"
+        pytest.fail(f"the CUDA-case child failed (exit {proc.returncode}):\n"
                     f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return json.loads(result_path.read_text())

@@ -14,6 +14,7 @@
   compared with the twins.
 """
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -421,82 +422,58 @@ ROOT = Path(__file__).resolve().parent.parent
 SIM_SHAPES = [(1, 1, 1, 1), (3, 2, 3, 5), (2, 3, 2, 9)]  # (T, B, D, H); H 9 > 2 blocks of 4
 
 
-def _sim_sequence(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, dy):
-    """Forward and BPTT over x with the CUDA cells per step and NumPy GEMMs around them."""
-    from nnkit._ext import recurrent_cuda as C
-
-    T, B, _ = x.shape
-    H = h0.shape[1]
-    G = GATES[cell]
-    dt = x.dtype
-    hs, cs, caches = [h0], [c0], []
-    for t in range(T):
-        h = np.empty((B, H), dt)
-        if cell == "gru":
-            gates, hn = np.empty((B, 3 * H), dt), np.empty((B, H), dt)
-            C.gru_cell_forward(x[t] @ w_ih.T + b_ih, hs[-1] @ w_hh.T + b_hh, hs[-1], gates, hn,
-                               h)
-            caches.append((gates, hn))
-        else:
-            pre = x[t] @ w_ih.T + b_ih + hs[-1] @ w_hh.T + b_hh
-            if cell == "lstm":
-                gates, c = np.empty((B, G * H), dt), np.empty((B, H), dt)
-                C.lstm_cell_forward(pre, cs[-1], gates, c, h)
-                cs.append(c)
-                caches.append(gates)
-            else:
-                C.rnn_cell_forward(pre, False, h)
-        hs.append(h)
-    dh, dc = np.zeros((B, H), dt), np.zeros((B, H), dt)
-    dpres = [None] * T
-    for t in range(T - 1, -1, -1):
-        g = (dh + dy[t]).astype(dt)
-        if cell == "gru":
-            dxg, dhg, direct = (np.empty((B, 3 * H), dt), np.empty((B, 3 * H), dt),
-                                np.empty((B, H), dt))
-            C.gru_cell_backward(g, *caches[t], hs[t], dxg, dhg, direct)
-            dpres[t] = dxg
-            dh = direct + dhg @ w_hh
-        elif cell == "lstm":
-            dpre, dc_prev = np.empty((B, 4 * H), dt), np.empty((B, H), dt)
-            C.lstm_cell_backward(g, dc, caches[t], cs[t + 1], cs[t], dpre, dc_prev)
-            dpres[t], dc, dh = dpre, dc_prev, dpre @ w_hh
-        else:
-            da = np.empty((B, H), dt)
-            C.rnn_cell_backward(g, hs[t + 1], False, da)
-            dpres[t], dh = da, da @ w_hh
-    dx = np.stack([d @ w_ih for d in dpres])
-    return np.stack(hs[1:]), dx, dh
-
-
-def _case_cells():
+def _case_gpu_route():
+    """The GPU route (host loop of CUDA cell launches, ``recurrent_cuda.*_gpu``) through the
+    public kernels, against the CPU route on the same arrays: outputs and all gradients."""
     from helpers import assert_matches_reference
 
     from nnkit._ext import recurrent_cuda
 
     rng = np.random.default_rng(5)
+    cpu_or_gpu = K._steps
     for small in (True, False):
         recurrent_cuda.block = (2, 4) if small else (8, 32)
-        for T, B, D, H in SIM_SHAPES:
-            for dtype in (np.float32, np.float64):
-                for cell in ("rnn", "lstm", "gru"):
-                    x = rng.standard_normal((T, B, D)).astype(dtype)
-                    h0, c0 = (rng.standard_normal((B, H)).astype(dtype) for _ in range(2))
-                    dy = rng.standard_normal((T, B, H)).astype(dtype)
-                    params = _weights(rng, cell, D, H, dtype)
-                    y, dx, dh0 = _sim_sequence(cell, x, h0, c0, *params, dy)
-                    want = _run_twin(cell, x, h0, c0, params, dy, np.zeros_like(h0),
-                                     np.zeros_like(c0), False)
-                    n_out = 3 if cell == "lstm" else 2
-                    msg = f"{cell} {(T, B, D, H)} {np.dtype(dtype).name} small={small}"
-                    assert_matches_reference(y, want[0], dtype, factor=256, err_msg="y " + msg)
-                    assert_matches_reference(dx, want[n_out], dtype, factor=256,
-                                             err_msg="dx " + msg)
-                    assert_matches_reference(dh0, want[n_out + 1], dtype, factor=256,
-                                             err_msg="dh0 " + msg)
+        for (T, B, D, H), dtype, cell, reverse in itertools.product(
+                SIM_SHAPES, (np.float32, np.float64), ("rnn", "lstm", "gru"), (False, True)):
+            x = rng.standard_normal((T, B, D)).astype(dtype)
+            h0, c0, dh, dc = (rng.standard_normal((B, H)).astype(dtype) for _ in range(4))
+            dy = rng.standard_normal((T, B, H)).astype(dtype)
+            params = _weights(rng, cell, D, H, dtype)
+            args = (cell, x, h0, c0, params, dy, dh, dc, reverse, "relu" if small else "tanh")
+            want = _run_kernel(*args)
+            K._steps = lambda _x: K._gpu_steps()  # NumPy arrays down the GPU route
+            try:
+                got = _run_kernel(*args)
+            finally:
+                K._steps = cpu_or_gpu
+            msg = f"{cell} {(T, B, D, H)} {np.dtype(dtype).name} reverse={reverse}"
+            for i, (g, w) in enumerate(zip(got, want, strict=True)):
+                assert_matches_reference(g, w, dtype, factor=64, err_msg=f"output {i} {msg}")
+            hidden = [_hidden_grads(cell, x, h0, c0, params, dy, reverse)]
+            K._steps = lambda _x: K._gpu_steps()
+            try:
+                hidden.append(_hidden_grads(cell, x, h0, c0, params, dy, reverse))
+            finally:
+                K._steps = cpu_or_gpu
+            assert_matches_reference(hidden[1], hidden[0], dtype, factor=64,
+                                     err_msg=f"hidden_grads {msg}")
 
 
-SIM_CASES = {"cells_through_time": _case_cells}
+def _hidden_grads(cell, x, h0, c0, params, dy, reverse):
+    """The kernels' hidden_grads output (the total dL/dh_t of every step)."""
+    hidden = np.empty(dy.shape, dy.dtype)
+    if cell == "lstm":
+        *_, cache = K.lstm_forward(x, h0, c0, *params, reverse=reverse)
+        K.lstm_backward(dy, None, None, cache, hidden_grads=hidden)
+    else:
+        fwd, bwd = (K.gru_forward, K.gru_backward) if cell == "gru" else (K.rnn_forward,
+                                                                            K.rnn_backward)
+        *_, cache = fwd(x, h0, *params, reverse=reverse)
+        bwd(dy, None, cache, hidden_grads=hidden)
+    return hidden
+
+
+SIM_CASES = {"gpu_route_through_time": _case_gpu_route}
 
 
 @pytest.fixture(scope="module")
@@ -509,6 +486,30 @@ def test_cuda_cells_under_simulator(simulator, case):
     if simulator[case] != "ok":
         pytest.fail(f"{case} failed under the CUDA simulator:\n{simulator[case]}",
                     pytrace=False)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cell", ["rnn", "lstm", "gru"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(128, 32, 64, 128), (7, 3, 5, 33)])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_public_kernels_on_gpu_match_cpu(cell, dtype, shape, reverse):
+    """The recurrent kernels on CuPy arrays (real GPU) against the CPU route: outputs,
+    final states and every gradient."""
+    cupy = pytest.importorskip("cupy")
+    rng = np.random.default_rng(11)
+    T, B, D, H = shape
+    x = rng.standard_normal((T, B, D)).astype(dtype)
+    h0, c0, dh, dc = (rng.standard_normal((B, H)).astype(dtype) for _ in range(4))
+    dy = rng.standard_normal((T, B, H)).astype(dtype)
+    params = _weights(rng, cell, D, H, dtype, scale=1 / np.sqrt(H))
+    want = _run_kernel(cell, x, h0, c0, params, dy, dh, dc, reverse)
+    on_gpu = [cupy.asarray(v) for v in (x, h0, c0)]
+    got = _run_kernel(cell, *on_gpu, [cupy.asarray(p) for p in params], cupy.asarray(dy),
+                      cupy.asarray(dh), cupy.asarray(dc), reverse)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert_matches_reference(cupy.asnumpy(g), w, dtype, factor=4 * T,
+                                 err_msg=f"output {i} of {cell} {shape}")
 
 
 if __name__ == "__main__":

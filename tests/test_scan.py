@@ -2,10 +2,11 @@
 the linear-recurrent layers (MinGRU, MinLSTM, LRU)."""
 
 import math
+import sys
 
 import numpy as np
 import pytest
-from helpers import tolerance
+from helpers import run_simulator_cases, simulator_outcomes, tolerance
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -343,20 +344,23 @@ def test_layer_bad_input():
 
 # ---- CUDA kernels under Numba's simulator (in a child process) -------------------------------
 # The simulator must be switched on before numba.cuda is first imported, so this file runs
-# itself as a script with NUMBA_ENABLE_CUDASIM=1 (as tests/test_cuda_sim.py does). Tiles of 4
-# threads and 3 threads per block cross tile and block boundaries on tiny shapes.
+# itself as a script in a child process (tests/helpers.py; NNKIT_CUDA_CASES=device runs it on a
+# real GPU). Tiles of 4 threads and 3 threads per block cross tile and block boundaries on
+# tiny shapes.
 
 def _cuda_cases():
     from nnkit._ext import scan_cuda as C
 
     C.tile, C.seq_threads = 4, 3
+    C.min_chunk, C.chunk_threads = 2, 8  # several chunks even on the tiny shapes below
+    modes = {"rows": (0, 0), "chunks": (10**9, 0), "tiles": (10**9, 10**9)}
     failures = []
     for dtype in (np.float32, np.complex128):  # the real and the complex shared-memory scan
         for reverse in (False, True):
             # tiles of 4: 9 steps cross two tile edges, 8 end on one; empty B and T
-            for B, T, D in ((1, 9, 1), (2, 5, 3), (1, 8, 1), (0, 3, 2), (2, 0, 1)):
-                for seq_min in (0, 10**9):  # thread-per-sequence, then the block scan
-                    C.seq_min = seq_min
+            for B, T, D in ((1, 9, 1), (2, 5, 3), (1, 8, 1), (0, 3, 2), (2, 0, 1),
+                            (1, 1, 2), (2, 7, 2)):
+                for mode, (C.rows_min, C.seq_min) in modes.items():
                     a, b, h0, dh = _problem(B * 100 + T + D, B, T, D, dtype)
                     out = np.zeros_like(a)
                     C.linear_scan(a, b, h0, out, reverse)
@@ -368,25 +372,38 @@ def _cuda_cases():
                                             strict=True):
                         if not np.allclose(got, w, **tolerance(dtype, _factor(T))):
                             failures.append(f"{name} {np.dtype(dtype)} rev={reverse} "
-                                            f"{(B, T, D)} seq_min={seq_min}")
+                                            f"{(B, T, D)} {mode}")
     return failures
 
 
-def test_cuda_kernels_under_simulator():
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+def _case_scan_kernels():
+    failures = _cuda_cases()
+    assert not failures, failures
 
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), str(root / "tests"),
-                                                    os.environ.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, __file__], env=env, cwd=root, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert proc.stdout.strip().endswith("failures: []"), proc.stdout[-3000:]
+
+def test_cuda_kernels_under_simulator(tmp_path):
+    outcome = simulator_outcomes(__file__, tmp_path)["scan"]
+    assert outcome == "ok", outcome
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("shape", [(16, 4096, 256), (1, 100_003, 1), (3, 1, 5), (4, 777, 33)])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_public_scan_on_gpu_matches_cpu(dtype, shape, reverse):
+    """F.linear_scan forward and backward on CuPy arrays (real GPU) against the CPU kernels."""
+    cupy = pytest.importorskip("cupy")
+    a, b, h0, dh = _problem(sum(shape), *shape, dtype)
+    want_h = K.linear_scan_forward(a, b, h0, reverse=reverse)
+    want = K.linear_scan_backward(dh, a, want_h, h0, reverse=reverse)
+    ga, gb, gh0, gdh = (cupy.asarray(v) for v in (a, b, h0, dh))
+    got_h = K.linear_scan_forward(ga, gb, gh0, reverse=reverse)
+    got = K.linear_scan_backward(gdh, ga, got_h, gh0, reverse=reverse)
+    tol = tolerance(dtype, _factor(shape[1]))
+    np.testing.assert_allclose(cupy.asnumpy(got_h), want_h, **tol, err_msg="h")
+    for name, g, w in zip(("da", "db", "dh0"), got, want, strict=True):
+        np.testing.assert_allclose(cupy.asnumpy(g), w, **tol, err_msg=name)
 
 
 if __name__ == "__main__":
-    print("failures:", _cuda_cases())
+    run_simulator_cases({"scan": _case_scan_kernels}, sys.argv[1])

@@ -7,20 +7,33 @@ CuPy, as in the CPU path (``nnkit._ext.recurrent_cpu``, whose formulas and gate 
 these kernels share: LSTM (i, f, g, o), GRU (r, z, n)). Arithmetic is in float64 whatever
 the storage dtype.
 
+Each cell takes the two halves of its pre-activation (xg = x W_ih^T + b, hg = h W_hh^T)
+and, backwards, the two parts of dL/dh_t (dy_t from above, dh from step t+1) separately and
+adds them itself, so that a step is one GEMM and one launch: on the H100 machine's host a
+launch costs ~64 us and a CuPy operation ~70 us, far more than the step's arithmetic.
+Backward cells also write the total dL/dh_t to ``hidden`` when ``keep`` is set.
+
 Launchers take CuPy arrays, Numba device arrays, or NumPy arrays under
 ``NUMBA_ENABLE_CUDASIM=1`` (the tests); all arrays C-contiguous, outputs preallocated:
 
-- ``rnn_cell_forward(pre, relu, h)``: h = phi(pre), pre (B, H) the full pre-activation.
-- ``rnn_cell_backward(dh, h, relu, da)``: da = dh * phi'(.) from h.
-- ``lstm_cell_forward(pre, c_prev, gates, c, h)``: pre (B, 4H) pre-activations; gates (B, 4H)
-  activated, c, h (B, H).
-- ``lstm_cell_backward(dh, dc, gates, c, c_prev, dpre, dc_prev)``: dh, dc the total
-  gradients at the step's outputs h_t, c_t (dc from step t+1 only; the h path is added
-  inside); dpre (B, 4H), dc_prev (B, H).
+- ``rnn_cell_forward(xg, hg, relu, h)``: h = phi(xg + hg), (B, H) each.
+- ``rnn_cell_backward(dy, dh, h, relu, keep, hidden, da)``: da = (dy + dh) * phi'(.).
+- ``lstm_cell_forward(xg, hg, c_prev, gates, c, h)``: xg, hg (B, 4H); gates (B, 4H)
+  activated (may be xg itself: each thread reads its elements before writing them), c, h.
+- ``lstm_cell_backward(dy, dh, dc, gates, c, c_prev, keep, hidden, dpre, dc_prev)``: dc the
+  gradient at c_t from step t+1 (dc_prev may be dc itself); dpre (B, 4H).
 - ``gru_cell_forward(xg, hg, h_prev, gates, hn, h)``: xg = x W_ih^T + b_ih, hg = h W_hh^T +
-  b_hh (B, 3H); gates (B, 3H), hn (B, H) the cache, h (B, H).
-- ``gru_cell_backward(dh, gates, hn, h_prev, dxg, dhg, dh_prev)``: dxg, dhg (B, 3H)
-  gradients with respect to xg and hg; dh_prev (B, H) the direct part dh * z (add dhg W_hh).
+  b_hh (B, 3H); gates (B, 3H) (may be xg), hn (B, H) the cache, h (B, H).
+- ``gru_cell_backward(dy, dh, gates, hn, h_prev, keep, hidden, dxg, dhg, dh_prev)``: dxg,
+  dhg (B, 3H) gradients with respect to xg and hg; dh_prev (B, H) the direct part g * z
+  (may be dh itself; add dhg W_hh).
+
+Through time: ``rnn_forward_gpu`` ... ``gru_backward_gpu`` take exactly the arguments of
+their CPU twins in ``nnkit._ext.recurrent_cpu`` (same layouts, same in-place use of x_proj,
+same saves) and run the time loop from the host: per step one cuBLAS GEMM through CuPy
+(NumPy under the simulator) and one fused cell launch on Numba views made once per call.
+Nothing leaves the device; the cost is the host's per-step overhead, which is what cuDNN's
+persistent kernels avoid (benchmarks/RESULTS.md has the comparison).
 """
 
 from __future__ import annotations
@@ -28,6 +41,8 @@ from __future__ import annotations
 import math
 
 from numba import cuda, float64
+
+from .._backend import array_module, launch_views
 
 __all__ = [
     "block",
@@ -37,6 +52,12 @@ __all__ = [
     "lstm_cell_backward",
     "gru_cell_forward",
     "gru_cell_backward",
+    "rnn_forward_gpu",
+    "rnn_backward_gpu",
+    "lstm_forward_gpu",
+    "lstm_backward_gpu",
+    "gru_forward_gpu",
+    "gru_backward_gpu",
 ]
 
 block = (8, 32)  # threads per block (batch rows, hidden units); the tests lower it
@@ -51,10 +72,10 @@ def _sigmoid(a):
 
 
 @cuda.jit
-def _rnn_cell_fwd(pre, relu, h):
+def _rnn_cell_fwd(xg, hg, relu, h):
     b, j = cuda.grid(2)
     if b < h.shape[0] and j < h.shape[1]:
-        v = float64(pre[b, j])
+        v = float64(xg[b, j]) + float64(hg[b, j])
         if relu:
             h[b, j] = v if not (v <= 0) else 0.0 * v
         else:
@@ -62,10 +83,12 @@ def _rnn_cell_fwd(pre, relu, h):
 
 
 @cuda.jit
-def _rnn_cell_bwd(dh, h, relu, da):
+def _rnn_cell_bwd(dy, dh, h, relu, keep, hidden, da):
     b, j = cuda.grid(2)
     if b < h.shape[0] and j < h.shape[1]:
-        g = float64(dh[b, j])
+        g = float64(dy[b, j]) + float64(dh[b, j])
+        if keep:
+            hidden[b, j] = g
         v = float64(h[b, j])
         if relu:
             da[b, j] = g if v > 0 else 0.0 * g
@@ -74,14 +97,14 @@ def _rnn_cell_bwd(dh, h, relu, da):
 
 
 @cuda.jit
-def _lstm_cell_fwd(pre, c_prev, gates, c, h):
+def _lstm_cell_fwd(xg, hg, c_prev, gates, c, h):
     b, j = cuda.grid(2)
     H = c.shape[1]
     if b < c.shape[0] and j < H:
-        i = _sigmoid(float64(pre[b, j]))
-        f = _sigmoid(float64(pre[b, H + j]))
-        g = math.tanh(float64(pre[b, 2 * H + j]))
-        o = _sigmoid(float64(pre[b, 3 * H + j]))
+        i = _sigmoid(float64(xg[b, j]) + float64(hg[b, j]))
+        f = _sigmoid(float64(xg[b, H + j]) + float64(hg[b, H + j]))
+        g = math.tanh(float64(xg[b, 2 * H + j]) + float64(hg[b, 2 * H + j]))
+        o = _sigmoid(float64(xg[b, 3 * H + j]) + float64(hg[b, 3 * H + j]))
         cv = f * float64(c_prev[b, j]) + i * g
         gates[b, j] = i
         gates[b, H + j] = f
@@ -92,7 +115,7 @@ def _lstm_cell_fwd(pre, c_prev, gates, c, h):
 
 
 @cuda.jit
-def _lstm_cell_bwd(dh, dc, gates, c, c_prev, dpre, dc_prev):
+def _lstm_cell_bwd(dy, dh, dc, gates, c, c_prev, keep, hidden, dpre, dc_prev):
     b, j = cuda.grid(2)
     H = c.shape[1]
     if b < c.shape[0] and j < H:
@@ -101,7 +124,9 @@ def _lstm_cell_bwd(dh, dc, gates, c, c_prev, dpre, dc_prev):
         g = float64(gates[b, 2 * H + j])
         o = float64(gates[b, 3 * H + j])
         tc = math.tanh(float64(c[b, j]))
-        gh = float64(dh[b, j])
+        gh = float64(dy[b, j]) + float64(dh[b, j])
+        if keep:
+            hidden[b, j] = gh
         dcv = float64(dc[b, j]) + gh * o * (1.0 - tc * tc)
         dpre[b, j] = dcv * g * i * (1.0 - i)
         dpre[b, H + j] = dcv * float64(c_prev[b, j]) * f * (1.0 - f)
@@ -127,14 +152,16 @@ def _gru_cell_fwd(xg, hg, h_prev, gates, hn, h):
 
 
 @cuda.jit
-def _gru_cell_bwd(dh, gates, hn, h_prev, dxg, dhg, dh_prev):
+def _gru_cell_bwd(dy, dh, gates, hn, h_prev, keep, hidden, dxg, dhg, dh_prev):
     b, j = cuda.grid(2)
     H = hn.shape[1]
     if b < hn.shape[0] and j < H:
         r = float64(gates[b, j])
         z = float64(gates[b, H + j])
         n = float64(gates[b, 2 * H + j])
-        g = float64(dh[b, j])
+        g = float64(dy[b, j]) + float64(dh[b, j])
+        if keep:
+            hidden[b, j] = g
         dan = g * (1.0 - z) * (1.0 - n * n)
         dar = dan * float64(hn[b, j]) * r * (1.0 - r)
         daz = g * (float64(h_prev[b, j]) - n) * z * (1.0 - z)
@@ -151,31 +178,124 @@ def _grid(B, H):
     return ((B + block[0] - 1) // block[0], (H + block[1] - 1) // block[1]), block
 
 
-def rnn_cell_forward(pre, relu, h):
-    grid, threads = _grid(*h.shape)
-    _rnn_cell_fwd[grid, threads](pre, bool(relu), h)
+def rnn_cell_forward(xg, hg, relu, h):
+    _rnn_cell_fwd[_grid(*h.shape)](xg, hg, bool(relu), h)
 
 
-def rnn_cell_backward(dh, h, relu, da):
-    grid, threads = _grid(*h.shape)
-    _rnn_cell_bwd[grid, threads](dh, h, bool(relu), da)
+def rnn_cell_backward(dy, dh, h, relu, keep, hidden, da):
+    _rnn_cell_bwd[_grid(*h.shape)](dy, dh, h, bool(relu), bool(keep), hidden, da)
 
 
-def lstm_cell_forward(pre, c_prev, gates, c, h):
-    grid, threads = _grid(*c.shape)
-    _lstm_cell_fwd[grid, threads](pre, c_prev, gates, c, h)
+def lstm_cell_forward(xg, hg, c_prev, gates, c, h):
+    _lstm_cell_fwd[_grid(*c.shape)](xg, hg, c_prev, gates, c, h)
 
 
-def lstm_cell_backward(dh, dc, gates, c, c_prev, dpre, dc_prev):
-    grid, threads = _grid(*c.shape)
-    _lstm_cell_bwd[grid, threads](dh, dc, gates, c, c_prev, dpre, dc_prev)
+def lstm_cell_backward(dy, dh, dc, gates, c, c_prev, keep, hidden, dpre, dc_prev):
+    _lstm_cell_bwd[_grid(*c.shape)](dy, dh, dc, gates, c, c_prev, bool(keep), hidden, dpre,
+                                    dc_prev)
 
 
 def gru_cell_forward(xg, hg, h_prev, gates, hn, h):
-    grid, threads = _grid(*h.shape)
-    _gru_cell_fwd[grid, threads](xg, hg, h_prev, gates, hn, h)
+    _gru_cell_fwd[_grid(*h.shape)](xg, hg, h_prev, gates, hn, h)
 
 
-def gru_cell_backward(dh, gates, hn, h_prev, dxg, dhg, dh_prev):
-    grid, threads = _grid(*hn.shape)
-    _gru_cell_bwd[grid, threads](dh, gates, hn, h_prev, dxg, dhg, dh_prev)
+def gru_cell_backward(dy, dh, gates, hn, h_prev, keep, hidden, dxg, dhg, dh_prev):
+    _gru_cell_bwd[_grid(*hn.shape)](dy, dh, gates, hn, h_prev, bool(keep), hidden, dxg, dhg,
+                                    dh_prev)
+
+
+# ---- whole sequences: the CPU kernels' signatures, a host loop over T ----------------------
+
+def _order(T, reverse):
+    """Step times in the order the forward visits them."""
+    return range(T - 1, -1, -1) if reverse else range(T)
+
+
+def _hidden_view(hidden_grads):
+    """(keep, a launch view of hidden_grads (T, B, H)) — keep False when it is empty."""
+    keep = hidden_grads.size > 0
+    return keep, (launch_views(hidden_grads)[0] if keep else None)
+
+
+def rnn_forward_gpu(x_proj, h0, w_hh_t, relu, reverse, y, h):
+    """y[t] = phi(x_proj[t] + h_{t-1} @ w_hh_t), as ``recurrent_cpu.rnn_forward_cpu``."""
+    xp = array_module(x_proj)
+    hg = xp.empty_like(h0)
+    vx, vhg, vy = launch_views(x_proj, hg, y)
+    h_prev = h0
+    for t in _order(x_proj.shape[0], reverse):
+        xp.matmul(h_prev, w_hh_t, out=hg)
+        rnn_cell_forward(vx[t], vhg, relu, vy[t])
+        h_prev = y[t]
+    h[...] = h_prev
+
+
+def rnn_backward_gpu(dy, dh_T, y, w_hh, relu, reverse, da, dh, hidden_grads):
+    """BPTT as ``recurrent_cpu.rnn_backward_cpu``: da (T, B, H), dh ends as dL/dh0."""
+    xp = array_module(y)
+    keep, vhid = _hidden_view(hidden_grads)
+    dh[...] = dh_T
+    vdy, vy, vda, vdh = launch_views(dy, y, da, dh)
+    for t in reversed(_order(y.shape[0], reverse)):
+        rnn_cell_backward(vdy[t], vdh, vy[t], relu, keep, vhid[t] if keep else vdh, vda[t])
+        xp.matmul(da[t], w_hh, out=dh)
+
+
+def lstm_forward_gpu(x_proj, h0, c0, w_hh_t, reverse, y, c_all, h, c, work):
+    """As ``recurrent_cpu.lstm_forward_cpu``: x_proj (T, B, 4H) becomes the gates in place."""
+    xp = array_module(x_proj)
+    vx, vc0, vy, vc, vwork = launch_views(x_proj, c0, y, c_all, work)
+    h_prev, c_prev = h0, vc0
+    for t in _order(x_proj.shape[0], reverse):
+        xp.matmul(h_prev, w_hh_t, out=work)
+        lstm_cell_forward(vx[t], vwork, c_prev, vx[t], vc[t], vy[t])
+        h_prev, c_prev = y[t], vc[t]
+    h[...] = h_prev
+    c[...] = c_all[0 if reverse else -1]
+
+
+def lstm_backward_gpu(dy, dh_T, dc_T, c0, gates, c_all, w_hh, reverse, dgates, dh, dc,
+                      hidden_grads):
+    """BPTT as ``recurrent_cpu.lstm_backward_cpu``; dh, dc end as dL/dh0, dL/dc0."""
+    xp = array_module(gates)
+    T = gates.shape[0]
+    keep, vhid = _hidden_view(hidden_grads)
+    dh[...] = dh_T
+    dc[...] = dc_T
+    vdy, vc0, vg, vc, vdg, vdh, vdc = launch_views(dy, c0, gates, c_all, dgates, dh, dc)
+    first = T - 1 if reverse else 0
+    for t in reversed(_order(T, reverse)):
+        c_prev = vc0 if t == first else vc[t + 1 if reverse else t - 1]
+        lstm_cell_backward(vdy[t], vdh, vdc, vg[t], vc[t], c_prev, keep,
+                           vhid[t] if keep else vdh, vdg[t], vdc)
+        xp.matmul(dgates[t], w_hh, out=dh)
+
+
+def gru_forward_gpu(x_proj, h0, w_hh_t, b_hh, reverse, y, hn, h, gh):
+    """As ``recurrent_cpu.gru_forward_cpu``: x_proj (T, B, 3H) becomes r, z, n in place."""
+    xp = array_module(x_proj)
+    vx, vh0, vy, vhn, vgh = launch_views(x_proj, h0, y, hn, gh)
+    h_prev, vh_prev = h0, vh0
+    for t in _order(x_proj.shape[0], reverse):
+        xp.matmul(h_prev, w_hh_t, out=gh)
+        gh += b_hh
+        gru_cell_forward(vx[t], vgh, vh_prev, vx[t], vhn[t], vy[t])
+        h_prev, vh_prev = y[t], vy[t]
+    h[...] = h_prev
+
+
+def gru_backward_gpu(dy, dh_T, h0, y, gates, hn, w_hh, reverse, dgx, dgh, dh, dh_gated,
+                     hidden_grads):
+    """BPTT as ``recurrent_cpu.gru_backward_cpu``; dh ends as dL/dh0."""
+    xp = array_module(gates)
+    T = gates.shape[0]
+    keep, vhid = _hidden_view(hidden_grads)
+    dh[...] = dh_T
+    vdy, vh0, vy, vg, vhn, vdgx, vdgh, vdh = launch_views(dy, h0, y, gates, hn, dgx, dgh, dh)
+    first = T - 1 if reverse else 0
+    for t in reversed(_order(T, reverse)):
+        h_prev = vh0 if t == first else vy[t + 1 if reverse else t - 1]
+        gru_cell_backward(vdy[t], vdh, vg[t], vhn[t], h_prev, keep, vhid[t] if keep else vdh,
+                          vdgx[t], vdgh[t], vdh)  # dh becomes g * z, in place
+        xp.matmul(dgh[t], w_hh, out=dh_gated)
+        dh += dh_gated

@@ -5,6 +5,8 @@ Each forward runs one layer in one direction over a whole sequence:
 1. the input projection of all steps as one GEMM, ``x_proj = x @ W_ih^T + b`` (T*B, G*H);
 2. the time loop in one compiled kernel (``nnkit._ext.recurrent_cpu``): per step the GEMM
    ``h_{t-1} @ W_hh^T`` through BLAS and the gate nonlinearities fused with the cell update.
+   CuPy arrays run the same loop from the host (``nnkit._ext.recurrent_cuda``): per step a
+   cuBLAS GEMM and one fused Numba CUDA cell launch; every array stays on the device.
 
 Each backward runs BPTT in one compiled kernel, which leaves the gradients with respect to
 the gate pre-activations of every step; the parameter and input gradients are then large
@@ -21,11 +23,14 @@ Gate orders and formulas are torch's (``torch.nn.RNN/LSTM/GRU``); ``nnkit.kernel
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from .._backend import is_gpu_array
+from .._backend import array_module, is_gpu_array
 from .._validation import FLOATS, check_array, check_choice
 
 __all__ = [
@@ -66,8 +71,6 @@ def _check_inputs(x, h0, weight_ih, weight_hh, bias_ih, bias_hh, gates, c0=None)
     States left None become zeros; c0 is checked (and returned) only for the LSTM (gates 4).
     """
     x = check_array(x, name="x", ndim=3, dtype=FLOATS)
-    if is_gpu_array(x):
-        raise TypeError("the recurrent kernels run on NumPy arrays; got a GPU array for x")
     T, B, D = x.shape
     if T == 0:
         raise ValueError(f"x has shape {tuple(x.shape)}: an empty sequence (T = 0); "
@@ -97,6 +100,9 @@ def _check_inputs(x, h0, weight_ih, weight_hh, bias_ih, bias_hh, gates, c0=None)
 
 def _check_param(p, name, ndim, x):
     p = check_array(p, name=name, ndim=ndim, dtype=FLOATS)
+    if is_gpu_array(p) != is_gpu_array(x):
+        where = "a GPU array" if is_gpu_array(x) else "a NumPy array"
+        raise TypeError(f"{name} must live where x does: x is {where}")
     if p.dtype != x.dtype:
         raise TypeError(f"{name} has dtype {p.dtype} but x has dtype {x.dtype}; they must "
                         "match")
@@ -105,7 +111,7 @@ def _check_param(p, name, ndim, x):
 
 def _check_state(s, name, shape, x):
     if s is None:
-        return np.zeros(shape, dtype=x.dtype)
+        return array_module(x).zeros(shape, dtype=x.dtype)
     s = _check_param(s, name, 2, x)
     if s.shape != shape:
         raise ValueError(f"{name} has shape {s.shape} but x has shape {tuple(x.shape)} and "
@@ -113,19 +119,23 @@ def _check_state(s, name, shape, x):
     return s
 
 
-def _check_grad(g, name, shape, dtype):
+def _check_grad(g, name, like):
+    """g as a C-contiguous array of like's shape, dtype and device (zeros for None)."""
+    xp = array_module(like)
     if g is None:
-        return np.zeros(shape, dtype=dtype)
+        return xp.zeros(like.shape, dtype=like.dtype)
     g = check_array(g, name=name, dtype=FLOATS)
-    if tuple(g.shape) != tuple(shape):
-        raise ValueError(f"{name} has shape {tuple(g.shape)}; expected {tuple(shape)}")
-    return np.ascontiguousarray(g, dtype=dtype)
+    if tuple(g.shape) != tuple(like.shape):
+        raise ValueError(f"{name} has shape {tuple(g.shape)}; expected {tuple(like.shape)}")
+    if is_gpu_array(g) != is_gpu_array(like):
+        raise TypeError(f"{name} must live where the forward's arrays do")
+    return xp.ascontiguousarray(g, dtype=like.dtype)
 
 
 def _hidden_out(hidden_grads, y):
     """The kernel's hidden_grads argument: the caller's (T, B, H) array or an empty one."""
     if hidden_grads is None:
-        return np.empty((0, 0, 0), dtype=y.dtype)
+        return array_module(y).empty((0, 0, 0), dtype=y.dtype)
     if hidden_grads.shape != y.shape or hidden_grads.dtype != y.dtype or \
             not hidden_grads.flags.c_contiguous:
         raise ValueError(f"hidden_grads must be a C-contiguous {y.dtype} array of shape "
@@ -133,10 +143,38 @@ def _hidden_out(hidden_grads, y):
     return hidden_grads
 
 
-def _ext():
-    from .._ext import recurrent_cpu
+class _Steps(NamedTuple):
+    """The time-loop kernels of one device (``nnkit._ext.recurrent_cpu`` or ``_cuda``)."""
 
-    return recurrent_cpu
+    rnn_forward: Callable
+    rnn_backward: Callable
+    lstm_forward: Callable
+    lstm_backward: Callable
+    gru_forward: Callable
+    gru_backward: Callable
+    context: Callable  # a context manager the loops run in
+
+
+def _steps(x) -> _Steps:
+    """The kernels for x's device: Numba CPU for NumPy arrays, a host loop of Numba CUDA
+    cell launches and cuBLAS GEMMs for CuPy arrays."""
+    return _gpu_steps() if is_gpu_array(x) else _cpu_steps()
+
+
+def _cpu_steps() -> _Steps:
+    from .._ext import recurrent_cpu as c
+
+    return _Steps(c.rnn_forward_cpu, c.rnn_backward_cpu, c.lstm_forward_cpu,
+                  c.lstm_backward_cpu, c.gru_forward_cpu, c.gru_backward_cpu,
+                  c.serial_step_blas)
+
+
+def _gpu_steps() -> _Steps:
+    from .._ext import recurrent_cuda as g
+
+    return _Steps(g.rnn_forward_gpu, g.rnn_backward_gpu, g.lstm_forward_gpu,
+                  g.lstm_backward_gpu, g.gru_forward_gpu, g.gru_backward_gpu,
+                  contextlib.nullcontext)
 
 
 # ---- shared GEMMs ------------------------------------------------------------------------
@@ -209,13 +247,14 @@ def rnn_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None,
                                                      bias_hh, gates=1)
     T, B, _ = x.shape
     H = w_hh.shape[0]
+    xp = array_module(x)
     x_proj = _input_projection(x, w_ih, None if b_ih is None else b_ih + b_hh)
-    y = np.empty((T, B, H), dtype=x.dtype)
-    h = np.empty((B, H), dtype=x.dtype)
-    ext = _ext()
-    with ext.serial_step_blas():
-        ext.rnn_forward_cpu(x_proj, h0, np.ascontiguousarray(w_hh.T), nonlinearity == "relu",
-                            bool(reverse), y, h)
+    y = xp.empty((T, B, H), dtype=x.dtype)
+    h = xp.empty((B, H), dtype=x.dtype)
+    steps = _steps(x)
+    with steps.context():
+        steps.rnn_forward(x_proj, h0, xp.ascontiguousarray(w_hh.T), nonlinearity == "relu",
+                          bool(reverse), y, h)
     cache = RecurrentCache("rnn", x, h0, None, w_ih, w_hh, b_ih is not None, nonlinearity,
                            bool(reverse), {"y": y})
     return y, h, cache
@@ -244,14 +283,15 @@ def rnn_backward(dy, dh_T, cache, hidden_grads=None):
     dbias_hh (H,) — the biases' None when the forward had none.
     """
     y = cache.saved["y"]
-    dy = _check_grad(dy, "dy", y.shape, y.dtype)
-    dh_T = _check_grad(dh_T, "dh_T", cache.h0.shape, y.dtype)
-    da = np.empty_like(y)
-    dh = np.empty_like(cache.h0)
-    ext = _ext()
-    with ext.serial_step_blas():
-        ext.rnn_backward_cpu(dy, dh_T, y, cache.weight_hh, cache.nonlinearity == "relu",
-                            cache.reverse, da, dh, _hidden_out(hidden_grads, y))
+    xp = array_module(y)
+    dy = _check_grad(dy, "dy", y)
+    dh_T = _check_grad(dh_T, "dh_T", cache.h0)
+    da = xp.empty_like(y)
+    dh = xp.empty_like(cache.h0)
+    steps = _steps(y)
+    with steps.context():
+        steps.rnn_backward(dy, dh_T, y, cache.weight_hh, cache.nonlinearity == "relu",
+                           cache.reverse, da, dh, _hidden_out(hidden_grads, y))
     dx, dw_ih, dw_hh, db_ih, db_hh = _weight_grads(cache, da, da, cache.h0)
     return dx, dh, dw_ih, dw_hh, db_ih, db_hh
 
@@ -289,14 +329,15 @@ def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, re
         x, h0, weight_ih, weight_hh, bias_ih, bias_hh, gates=4, c0=c0)
     T, B, _ = x.shape
     H = w_hh.shape[1]
+    xp = array_module(x)
     x_proj = _input_projection(x, w_ih, None if b_ih is None else b_ih + b_hh)
-    y = np.empty((T, B, H), dtype=x.dtype)
-    c_all = np.empty((T, B, H), dtype=x.dtype)
-    h, c = np.empty_like(h0), np.empty_like(h0)
-    ext = _ext()
-    with ext.serial_step_blas():
-        ext.lstm_forward_cpu(x_proj, h0, c0, np.ascontiguousarray(w_hh.T), bool(reverse), y,
-                             c_all, h, c, np.empty((B, 4 * H), dtype=x.dtype))
+    y = xp.empty((T, B, H), dtype=x.dtype)
+    c_all = xp.empty((T, B, H), dtype=x.dtype)
+    h, c = xp.empty_like(h0), xp.empty_like(h0)
+    steps = _steps(x)
+    with steps.context():
+        steps.lstm_forward(x_proj, h0, c0, xp.ascontiguousarray(w_hh.T), bool(reverse), y,
+                           c_all, h, c, xp.empty((B, 4 * H), dtype=x.dtype))
     gates = x_proj  # activated in place
     cache = RecurrentCache("lstm", x, h0, c0, w_ih, w_hh, b_ih is not None, "", bool(reverse),
                            {"y": y, "gates": gates, "c": c_all})
@@ -318,16 +359,16 @@ def lstm_backward(dy, dh_T, dc_T, cache, hidden_grads=None):
     dbias_hh (4H,) or None.
     """
     y, gates, c_all = cache.saved["y"], cache.saved["gates"], cache.saved["c"]
-    dy = _check_grad(dy, "dy", y.shape, y.dtype)
-    dh_T = _check_grad(dh_T, "dh_T", cache.h0.shape, y.dtype)
-    dc_T = _check_grad(dc_T, "dc_T", cache.h0.shape, y.dtype)
-    dgates = np.empty_like(gates)
-    dh, dc = np.empty_like(cache.h0), np.empty_like(cache.h0)
-    ext = _ext()
-    with ext.serial_step_blas():
-        ext.lstm_backward_cpu(dy, dh_T, dc_T, cache.c0, gates, c_all, cache.weight_hh,
-                              cache.reverse, dgates, dh, dc,
-                              _hidden_out(hidden_grads, y))
+    xp = array_module(y)
+    dy = _check_grad(dy, "dy", y)
+    dh_T = _check_grad(dh_T, "dh_T", cache.h0)
+    dc_T = _check_grad(dc_T, "dc_T", cache.h0)
+    dgates = xp.empty_like(gates)
+    dh, dc = xp.empty_like(cache.h0), xp.empty_like(cache.h0)
+    steps = _steps(y)
+    with steps.context():
+        steps.lstm_backward(dy, dh_T, dc_T, cache.c0, gates, c_all, cache.weight_hh,
+                            cache.reverse, dgates, dh, dc, _hidden_out(hidden_grads, y))
     dx, dw_ih, dw_hh, db_ih, db_hh = _weight_grads(cache, dgates, dgates, cache.h0)
     return dx, dh, dc, dw_ih, dw_hh, db_ih, db_hh
 
@@ -364,16 +405,17 @@ def gru_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse
                                                      bias_hh, gates=3)
     T, B, _ = x.shape
     H = w_hh.shape[1]
+    xp = array_module(x)
     x_proj = _input_projection(x, w_ih, b_ih)
-    b = np.zeros(3 * H, dtype=x.dtype) if b_hh is None else b_hh
-    y = np.empty((T, B, H), dtype=x.dtype)
-    hn = np.empty((T, B, H), dtype=x.dtype)
-    h = np.empty_like(h0)
-    gh = np.empty((B, 3 * H), dtype=x.dtype)
-    ext = _ext()
-    with ext.serial_step_blas():
-        ext.gru_forward_cpu(x_proj, h0, np.ascontiguousarray(w_hh.T), b, bool(reverse), y, hn,
-                            h, gh)
+    b = xp.zeros(3 * H, dtype=x.dtype) if b_hh is None else b_hh
+    y = xp.empty((T, B, H), dtype=x.dtype)
+    hn = xp.empty((T, B, H), dtype=x.dtype)
+    h = xp.empty_like(h0)
+    gh = xp.empty((B, 3 * H), dtype=x.dtype)
+    steps = _steps(x)
+    with steps.context():
+        steps.gru_forward(x_proj, h0, xp.ascontiguousarray(w_hh.T), b, bool(reverse), y, hn,
+                          h, gh)
     gates = x_proj  # activated in place
     cache = RecurrentCache("gru", x, h0, None, w_ih, w_hh, b_ih is not None, "", bool(reverse),
                            {"y": y, "gates": gates, "hn": hn})
@@ -394,13 +436,14 @@ def gru_backward(dy, dh_T, cache, hidden_grads=None):
     (3H,) or None.
     """
     y, gates, hn = cache.saved["y"], cache.saved["gates"], cache.saved["hn"]
-    dy = _check_grad(dy, "dy", y.shape, y.dtype)
-    dh_T = _check_grad(dh_T, "dh_T", cache.h0.shape, y.dtype)
-    dgx, dgh = np.empty_like(gates), np.empty_like(gates)
-    dh = np.empty_like(cache.h0)
-    ext = _ext()
-    with ext.serial_step_blas():
-        ext.gru_backward_cpu(dy, dh_T, cache.h0, y, gates, hn, cache.weight_hh, cache.reverse,
-                             dgx, dgh, dh, np.empty_like(dh), _hidden_out(hidden_grads, y))
+    xp = array_module(y)
+    dy = _check_grad(dy, "dy", y)
+    dh_T = _check_grad(dh_T, "dh_T", cache.h0)
+    dgx, dgh = xp.empty_like(gates), xp.empty_like(gates)
+    dh = xp.empty_like(cache.h0)
+    steps = _steps(y)
+    with steps.context():
+        steps.gru_backward(dy, dh_T, cache.h0, y, gates, hn, cache.weight_hh, cache.reverse,
+                           dgx, dgh, dh, xp.empty_like(dh), _hidden_out(hidden_grads, y))
     dx, dw_ih, dw_hh, db_ih, db_hh = _weight_grads(cache, dgx, dgh, cache.h0)
     return dx, dh, dw_ih, dw_hh, db_ih, db_hh

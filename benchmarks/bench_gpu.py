@@ -1,0 +1,344 @@
+"""nnkit's Numba CUDA kernels on a real NVIDIA GPU, against torch CUDA and the memory roof.
+
+Run on a machine with an NVIDIA GPU, numba-cuda, CuPy and (for the ratios) torch::
+
+    python benchmarks/bench_gpu.py [--quick] [--json PATH]
+
+Every section times nnkit on CuPy arrays and torch on CUDA tensors in the same process, the
+device synchronised around each timed block (so launch overhead counts, as it does for a
+user). The roofs are measured first in the same run: device-to-device copy bandwidth (bytes
+read + written) and the float32 matrix-product rate (CuPy/cuBLAS). Sections:
+
+- softmax / layer_norm (4096 x 4096 float32): time vs the bandwidth bound, vs torch;
+- conv2d 3x3 padding 1 on the convolution issue's shapes: forward and forward+backward vs
+  torch (cuDNN), achieved GFLOP/s;
+- linear_scan (16, 4096, 256) float32 and complex64: forward and backward vs the bandwidth
+  bound (a, b, h once each; backward dh, a, h, h0 read, da, db written), vs torch's
+  cumsum-of-log form;
+- LSTM / GRU / RNN over the recurrent issue's shapes, forward and forward+backward, vs
+  torch.nn.LSTM/GRU/RNN (cuDNN).
+
+A section that fails prints its error and the rest go on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+
+import numpy as np
+
+
+def _sync():
+    import cupy
+
+    cupy.cuda.Device().synchronize()
+    try:
+        import torch
+
+        torch.cuda.synchronize()
+    except ImportError:
+        pass
+
+
+def gpu_time(fn, repeats=20, inner=5, warmup=3):
+    """Median seconds per call of fn(), the device synchronised around each block."""
+    for _ in range(warmup):
+        fn()
+    _sync()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        _sync()
+        samples.append((time.perf_counter() - start) / inner)
+    return float(np.median(samples))
+
+
+def _torch():
+    try:
+        import torch
+
+        return torch if torch.cuda.is_available() else None
+    except ImportError:
+        return None
+
+
+# ---- roofs ----------------------------------------------------------------------------------
+
+def roofs(quick):
+    import cupy
+
+    n = (1 << 26) if quick else (1 << 28)  # bytes per buffer
+    src = cupy.random.random(n // 4, dtype=cupy.float32)
+    dst = cupy.empty_like(src)
+    t_copy = gpu_time(lambda: cupy.copyto(dst, src), repeats=10)
+    m = 4096 if quick else 8192
+    a = cupy.random.random((m, m), dtype=cupy.float32)
+    b = cupy.random.random((m, m), dtype=cupy.float32)
+    t_mm = gpu_time(lambda: a @ b, repeats=5, inner=2)
+    return {"copy_GBps": 2 * n / t_copy / 1e9, "sgemm_TFLOPs": 2 * m ** 3 / t_mm / 1e12}
+
+
+# ---- sections -------------------------------------------------------------------------------
+
+def softmax_rows(roof, quick):
+    import cupy
+
+    from nnkit.kernels import layer_norm_forward, softmax_backward, softmax_forward
+
+    torch = _torch()
+    shape = (2048, 2048) if quick else (4096, 4096)
+    x = cupy.random.standard_normal(shape, dtype=cupy.float32)
+    dy = cupy.random.standard_normal(shape, dtype=cupy.float32)
+    w = cupy.ones(shape[1], cupy.float32)
+    bias = cupy.zeros(shape[1], cupy.float32)
+    y = softmax_forward(x)
+    nbytes = x.nbytes
+    cases = {
+        "softmax fwd": (lambda: softmax_forward(x), 2 * nbytes,
+                        (lambda tx: (lambda: torch.softmax(tx, -1))) if torch else None),
+        "softmax bwd": (lambda: softmax_backward(dy, y), 3 * nbytes, None),
+        "layer_norm fwd": (lambda: layer_norm_forward(x, (shape[1],), w, bias), 2 * nbytes,
+                           (lambda tx: (lambda: torch.nn.functional.layer_norm(
+                               tx, (shape[1],)))) if torch else None),
+    }
+    rows = []
+    tx = torch.as_tensor(x, device="cuda") if torch else None
+    for name, (fn, moved, torch_fn) in cases.items():
+        t = gpu_time(fn)
+        row = {"section": "rows", "case": f"{name} {shape} f32", "nnkit_ms": t * 1e3,
+               "pct_of_bandwidth": 100 * moved / t / 1e9 / roof["copy_GBps"]}
+        if torch_fn is not None:
+            row["torch_ms"] = gpu_time(torch_fn(tx)) * 1e3
+            row["torch/nnkit"] = row["torch_ms"] / row["nnkit_ms"]
+        rows.append(row)
+    return rows
+
+
+def conv(roof, quick):
+    import cupy
+
+    from nnkit.kernels import conv as K
+
+    torch = _torch()
+    shapes = [(32, 3, 32, 32, 16), (32, 16, 32, 32, 32), (8, 64, 56, 56, 64)]
+    rows = []
+    for N, C, H, W, Kc in shapes[:2] if quick else shapes:
+        x = cupy.random.standard_normal((N, C, H, W), dtype=cupy.float32)
+        w = cupy.random.standard_normal((Kc, C, 3, 3), dtype=cupy.float32) * 0.1
+        b = cupy.random.standard_normal(Kc, dtype=cupy.float32)
+        y, cache = K.conv2d_forward(x, w, b, padding=1)
+        dy = cupy.random.standard_normal(y.shape, dtype=cupy.float32)
+
+        def fwd(x=x, w=w, b=b):
+            return K.conv2d_forward(x, w, b, padding=1)
+
+        def fwd_bwd(x=x, w=w, b=b, dy=dy):
+            _, c = K.conv2d_forward(x, w, b, padding=1)
+            return K.conv2d_backward(dy, c)
+
+        flops = 2 * N * Kc * H * W * C * 9
+        t_f, t_fb = gpu_time(fwd), gpu_time(fwd_bwd)
+        row = {"section": "conv2d", "case": f"(N,C,H,W,K)={(N, C, H, W, Kc)}",
+               "fwd_ms": t_f * 1e3, "fwd_bwd_ms": t_fb * 1e3,
+               "fwd_TFLOPs": flops / t_f / 1e12, "fwd_bwd_TFLOPs": 3 * flops / t_fb / 1e12,
+               "pct_of_sgemm": 100 * flops / t_f / 1e12 / roof["sgemm_TFLOPs"]}
+        if torch:
+            tx = torch.as_tensor(x, device="cuda").requires_grad_()
+            tw = torch.as_tensor(w, device="cuda").requires_grad_()
+            tb = torch.as_tensor(b, device="cuda").requires_grad_()
+            tdy = torch.as_tensor(dy, device="cuda")
+
+            def torch_f(tx=tx, tw=tw, tb=tb):
+                with torch.no_grad():
+                    return torch.nn.functional.conv2d(tx, tw, tb, padding=1)
+
+            def torch_fb(tx=tx, tw=tw, tb=tb, tdy=tdy):
+                y = torch.nn.functional.conv2d(tx, tw, tb, padding=1)
+                torch.autograd.grad(y, (tx, tw, tb), tdy)
+
+            row["torch_fwd_ms"] = gpu_time(torch_f) * 1e3
+
+            row["torch_fwd_bwd_ms"] = gpu_time(torch_fb) * 1e3
+            row["torch/nnkit fwd"] = row["torch_fwd_ms"] / row["fwd_ms"]
+            row["torch/nnkit fwd+bwd"] = row["torch_fwd_bwd_ms"] / row["fwd_bwd_ms"]
+        rows.append(row)
+    return rows
+
+
+def scan(roof, quick):
+    import cupy
+
+    from nnkit.kernels import scan as K
+
+    torch = _torch()
+    B, T, D = (4, 4096, 256) if quick else (16, 4096, 256)
+    rows = []
+    for dtype in (cupy.float32, cupy.complex64):
+        shape = (B, T, D)
+        mag = cupy.random.uniform(0.5, 0.99, shape)
+        a = (mag * (cupy.exp(1j * cupy.random.uniform(0, 6.28, shape))
+                    if dtype == cupy.complex64 else mag)).astype(dtype)
+        b = cupy.random.standard_normal(shape).astype(dtype)
+        h0 = cupy.zeros((B, D), dtype)
+        dh = cupy.random.standard_normal(shape).astype(dtype)
+        h = K.linear_scan_forward(a, b, h0)
+        out = cupy.empty_like(a)
+        grads = (cupy.empty_like(a), cupy.empty_like(a), cupy.empty_like(h0))
+        t_f = gpu_time(lambda a=a, b=b, h0=h0, out=out: K.linear_scan_forward(a, b, h0,
+                                                                              out=out))
+        t_b = gpu_time(lambda dh=dh, a=a, h=h, h0=h0, g=grads: K.linear_scan_backward(
+            dh, a, h, h0, out=g))
+        size = a.nbytes
+        bound_f = 3 * size / (roof["copy_GBps"] * 1e9)  # a, b read; h written
+        bound_b = 5 * size / (roof["copy_GBps"] * 1e9)  # dh, a, h read; da, db written
+        row = {"section": "linear_scan", "case": f"{shape} {np.dtype(dtype).name}",
+               "fwd_ms": t_f * 1e3, "bwd_ms": t_b * 1e3,
+               "fwd_pct_of_bound": 100 * bound_f / t_f, "bwd_pct_of_bound": 100 * bound_b / t_b}
+        if torch and dtype == cupy.float32:
+            ta, tb = torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda")
+
+            def cumsum_log(ta=ta, tb=tb):  # h_t = A_t sum_s b_s / A_s with A_t = prod a
+                log_a = torch.cumsum(torch.log(ta), dim=1)
+                return torch.exp(log_a) * torch.cumsum(tb * torch.exp(-log_a), dim=1)
+
+            row["torch_cumsum_log_ms"] = gpu_time(cumsum_log) * 1e3
+            row["torch/nnkit fwd"] = row["torch_cumsum_log_ms"] / row["fwd_ms"]
+        rows.append(row)
+    return rows
+
+
+def recurrent(roof, quick):
+    import cupy
+
+    from nnkit.kernels import recurrent as K
+
+    torch = _torch()
+    shapes = [(128, 32, 64, 128), (512, 16, 128, 256)]
+    fns = {"lstm": (K.lstm_forward, K.lstm_backward, 4), "gru": (K.gru_forward,
+                                                                 K.gru_backward, 3),
+           "rnn": (K.rnn_forward, K.rnn_backward, 1)}
+    rows = []
+    for T, B, D, H in shapes[:1] if quick else shapes:
+        for cell, (fwd, bwd, G) in fns.items():
+            s = 1 / np.sqrt(H)
+            x = cupy.random.standard_normal((T, B, D), dtype=cupy.float32)
+            w_ih = cupy.random.uniform(-s, s, (G * H, D)).astype(cupy.float32)
+            w_hh = cupy.random.uniform(-s, s, (G * H, H)).astype(cupy.float32)
+            b_ih = cupy.random.uniform(-s, s, G * H).astype(cupy.float32)
+            b_hh = cupy.random.uniform(-s, s, G * H).astype(cupy.float32)
+            dy = cupy.random.standard_normal((T, B, H), dtype=cupy.float32)
+            states = (None, None) if cell == "lstm" else (None,)
+
+            def run_fwd(x=x, w=(w_ih, w_hh, b_ih, b_hh), fwd=fwd, states=states):
+                return fwd(x, *states, *w)
+
+            def run_fwd_bwd(run_fwd=run_fwd, bwd=bwd, dy=dy, cell=cell):
+                out = run_fwd()
+                extra = (None, None) if cell == "lstm" else (None,)
+                return bwd(dy, *extra, out[-1])
+
+            flops = 2 * T * B * G * H * (D + H)
+            t_f, t_fb = gpu_time(run_fwd, repeats=10, inner=2), gpu_time(run_fwd_bwd,
+                                                                            repeats=10, inner=2)
+            row = {"section": "recurrent", "case": f"{cell} (T,B,D,H)={(T, B, D, H)}",
+                   "fwd_ms": t_f * 1e3, "fwd_bwd_ms": t_fb * 1e3,
+                   "fwd_GFLOPs": flops / t_f / 1e9}
+            if torch:
+                mod = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU, "rnn": torch.nn.RNN}[cell]
+                net = mod(D, H).cuda()
+                tx = torch.as_tensor(x, device="cuda")
+                tdy = torch.as_tensor(dy, device="cuda")
+                with torch.no_grad():
+                    row["torch_fwd_ms"] = gpu_time(lambda net=net, tx=tx: net(tx),
+                                                   repeats=10, inner=2) * 1e3
+
+                def torch_fb(net=net, tx=tx, tdy=tdy):
+                    net(tx)[0].backward(tdy)
+
+                row["torch_fwd_bwd_ms"] = gpu_time(torch_fb, repeats=10, inner=2) * 1e3
+                row["torch/nnkit fwd"] = row["torch_fwd_ms"] / row["fwd_ms"]
+                row["torch/nnkit fwd+bwd"] = row["torch_fwd_bwd_ms"] / row["fwd_bwd_ms"]
+            rows.append(row)
+    return rows
+
+
+def launch_overhead(roof, quick):
+    """Host time per Numba CUDA launch of an empty 5-argument kernel: CuPy arguments (read
+    through __cuda_array_interface__ at every launch) against Numba device arrays."""
+    import cupy
+    from numba import cuda
+
+    @cuda.jit
+    def touch(a, b, c, d, e):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            a[i] = b[i] + c[i] + d[i] + e[i]
+
+    arrays = [cupy.ones(256, cupy.float32) for _ in range(5)]
+    device = [cuda.as_cuda_array(x) for x in arrays]
+    rows = []
+    for name, args in (("cupy args", arrays), ("numba device args", device)):
+        t = gpu_time(lambda args=args: touch[2, 128](*args), repeats=20, inner=50)
+        rows.append({"section": "launch", "case": name, "us_per_launch": t * 1e6})
+    t = gpu_time(lambda: arrays[0] @ arrays[1], repeats=20, inner=50)
+    rows.append({"section": "launch", "case": "cupy dot (256)", "us_per_launch": t * 1e6})
+    return rows
+
+
+SECTIONS = {"launch": launch_overhead, "rows": softmax_rows, "conv": conv, "scan": scan,
+            "recurrent": recurrent}
+
+
+def _fmt(v):
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", default=None, help="write every row to this JSON file")
+    parser.add_argument("--only", nargs="*", default=None, help="sections to run")
+    args = parser.parse_args(argv)
+    try:
+        import cupy
+        from numba import cuda
+
+        if not cuda.is_available():
+            raise RuntimeError("numba.cuda finds no GPU")
+        name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    except Exception as exc:  # no GPU, no CuPy: nothing to measure
+        print(f"bench_gpu: needs an NVIDIA GPU with numba-cuda and CuPy ({exc})")
+        return 2
+    torch = _torch()
+    print(f"device: {name}; torch {torch.__version__ if torch else 'not installed'}")
+    roof = roofs(args.quick)
+    print(f"roofs: copy {roof['copy_GBps']:.0f} GB/s (read + write), "
+          f"SGEMM {roof['sgemm_TFLOPs']:.1f} TFLOP/s")
+    rows = [{"section": "roofs", **roof, "device": name}]
+    for key, section in SECTIONS.items():
+        if args.only and key not in args.only:
+            continue
+        try:
+            got = section(roof, args.quick)
+        except Exception:
+            print(f"section {key} failed:\n{traceback.format_exc()}")
+            rows.append({"section": key, "error": traceback.format_exc()[-2000:]})
+            continue
+        for row in got:
+            print(" | ".join(f"{k}={_fmt(v)}" for k, v in row.items()))
+        rows.extend(got)
+        sys.stdout.flush()
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
