@@ -40,6 +40,8 @@ __all__ = [
     "avg_pool2d",
     "linear_scan",
     "log_linear_scan",
+    "scaled_dot_product_attention",
+    "sinusoidal_positional_encoding",
 ]
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -324,5 +326,9 @@ def embedding(ids, weight) -> Tensor:
 
 
 # Op families that live in their own modules, re-exported so that F.<name> finds them.
+from .functional_attention import (  # noqa: E402
+    scaled_dot_product_attention,
+    sinusoidal_positional_encoding,
+)
 from .functional_conv import avg_pool2d, conv1d, conv2d, max_pool2d  # noqa: E402
 from .functional_scan import linear_scan, log_linear_scan  # noqa: E402

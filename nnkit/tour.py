@@ -20,6 +20,7 @@ from ._conv_tour import cnn_section
 from ._random import manual_seed
 from ._rnn_tour import rnn_section
 from ._scan_tour import scan_section
+from ._translate_tour import translate_section
 from .approx._tour import approx_section
 from .classic._hopfield_tour import hopfield_section
 from .classic._tour import perceptron_section
@@ -113,7 +114,7 @@ def mlp_section(ctx: TourContext) -> list[dict]:
 
 
 SECTIONS = [mlp_section, perceptron_section, hopfield_section, approx_section, cnn_section,
-            rnn_section, scan_section]
+            rnn_section, scan_section, translate_section]
 
 
 def run_tour(out_dir="nnkit-tour", quick: bool = False, seed: int = 0) -> list[dict]:

@@ -6,6 +6,7 @@ returns plain arrays. ``nnkit.kernels.reference`` holds the naive twin of each.
 """
 
 from . import reference
+from .attention import attention_backward, attention_forward, attention_mask_backward
 from .conv import (
     avg_pool2d_backward,
     avg_pool2d_forward,
@@ -37,6 +38,9 @@ from .softmax import (
 
 __all__ = [
     "reference",
+    "attention_forward",
+    "attention_backward",
+    "attention_mask_backward",
     "softmax_forward",
     "softmax_backward",
     "log_softmax_forward",

@@ -39,6 +39,8 @@ __all__ = [
     "lstm_backward",
     "gru",
     "gru_backward",
+    "attention_reference",
+    "attention_reference_backward",
 ]
 
 
@@ -178,6 +180,10 @@ def layer_norm_backward(dy, x, weight=None, eps=1e-5):
 
 
 # Twins of other op families live beside this file, one module per family.
+from .reference_attention import (  # noqa: E402
+    attention_reference,
+    attention_reference_backward,
+)
 from .reference_conv import (  # noqa: E402
     avg_pool2d,
     avg_pool2d_backward,

@@ -1,6 +1,7 @@
 """Layers and containers (``nk.nn``), torch-compatible names and ``state_dict`` layouts."""
 
 from . import init
+from .attention import MultiheadAttention
 from .conv import AvgPool2d, Conv1d, Conv2d, MaxPool2d
 from .layers import (
     GELU,
@@ -20,6 +21,14 @@ from .linear_recurrent import LRU, MinGRU, MinLSTM
 from .loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
 from .module import Module, ModuleList, Parameter, Sequential
 from .recurrent import GRU, LSTM, RNN
+from .transformer import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+    generate_square_subsequent_mask,
+)
 
 __all__ = [
     "init",
@@ -52,4 +61,11 @@ __all__ = [
     "RNN",
     "LSTM",
     "GRU",
+    "MultiheadAttention",
+    "TransformerEncoderLayer",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerDecoder",
+    "Transformer",
+    "generate_square_subsequent_mask",
 ]

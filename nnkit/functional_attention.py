@@ -1,0 +1,111 @@
+"""Differentiable scaled-dot-product attention (``F.scaled_dot_product_attention``), one
+autograd op over ``nnkit.kernels.attention``'s fused forward/backward pair, and the
+sinusoidal positional encoding (``F.sinusoidal_positional_encoding``).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ._random import get_rng
+from ._validation import check_scalar
+from .autograd import Tensor, as_tensor, make_result
+from .kernels import attention as K
+
+__all__ = ["scaled_dot_product_attention", "sinusoidal_positional_encoding"]
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None) -> Tensor:
+    """softmax(query key^T * scale + attn_mask) value, fused (torch's semantics).
+
+    Parameters
+    ----------
+    query : Tensor or array (..., L, E), float32 or float64
+    key : Tensor or array (..., S, E), same dtype; batch dims broadcast against query's
+    value : Tensor or array (..., S, Ev), same dtype
+    attn_mask : Tensor or array broadcastable to (batch..., L, S), optional
+        bool: True = the key takes part; float (the query's dtype): added to the scores
+        (use -inf to exclude). A float mask that requires grad receives dL/dscores.
+    dropout_p : float in [0, 1)
+        Probability of dropping an attention weight (applied whenever > 0, as torch; pass
+        0.0 in evaluation). Seeds are drawn from nnkit's generator (``nk.manual_seed``).
+    is_causal : bool
+        Key j takes part for query i iff j <= i (torch's ``ones(L, S).tril()``). May be
+        combined with ``attn_mask`` (torch refuses the combination).
+    scale : float or None (1/sqrt(E))
+
+    Returns
+    -------
+    Tensor (batch..., L, Ev), differentiable in query, key, value (and a float attn_mask).
+    Rows where no key takes part are 0 (as torch's CPU kernel), with zero gradients.
+    The (L, S) matrix is never materialised, in the forward or the backward (except for
+    the gradient of a mask that requires grad, which has that shape itself).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nnkit.functional_attention import scaled_dot_product_attention
+    >>> q = np.zeros((1, 2, 4)); kv = np.eye(3, 4)[None]  # (1, 3, 4)
+    >>> scaled_dot_product_attention(q, kv, kv).numpy()[0, 0].round(3).tolist()
+    [0.333, 0.333, 0.333, 0.0]
+    """
+    q, k, v = as_tensor(query), as_tensor(key), as_tensor(value)
+    mask = None if attn_mask is None else as_tensor(attn_mask)
+    seed = None
+    if dropout_p is not None and not isinstance(dropout_p, bool) and isinstance(
+            dropout_p, numbers.Real) and dropout_p > 0:
+        seed = int(get_rng().integers(0, 2**63 - 1))
+    out, cache = K.attention_forward(q.data, k.data, v.data,
+                                     None if mask is None else mask.data, is_causal, scale,
+                                     dropout_p, seed)
+    mask_grad = mask is not None and mask.requires_grad
+    parents = (q, k, v, mask) if mask_grad else (q, k, v)
+
+    def backward(g):
+        dq, dk, dv = K.attention_backward(g, cache)
+        if mask_grad:
+            return dq, dk, dv, K.attention_mask_backward(g, cache, mask.shape)
+        return dq, dk, dv
+
+    return make_result(out, parents, backward, "scaled_dot_product_attention")
+
+
+def sinusoidal_positional_encoding(T, d, base=10000.0, dtype=np.float32) -> Tensor:
+    """The sinusoidal positional encoding of Vaswani et al. (2017), (T, d).
+
+        p[t, 2i] = sin(t / base^(2i/d)),   p[t, 2i+1] = cos(t / base^(2i/d))
+
+    (the lecture notes' section 6.3 writes omega_k = C^(k/d); the frequency is the
+    reciprocal, base^(-2i/d), shared by the pair of columns 2i and 2i+1, as in the paper).
+    Odd ``d`` works: the last column is a sine.
+
+    Parameters
+    ----------
+    T : int >= 0, number of positions t = 0..T-1
+    d : int >= 0, encoding size
+    base : float > 0 (10000 in the paper)
+    dtype : float32 (default) or float64; computed in float64, then rounded
+
+    Returns
+    -------
+    Tensor (T, d), not requiring grad.
+
+    Examples
+    --------
+    >>> from nnkit.functional_attention import sinusoidal_positional_encoding
+    >>> sinusoidal_positional_encoding(2, 4, dtype=float).numpy()[1].round(4).tolist()
+    [0.8415, 0.5403, 0.01, 1.0]
+    """
+    T = check_scalar(T, name="T", kind=numbers.Integral, low=0)
+    d = check_scalar(d, name="d", kind=numbers.Integral, low=0)
+    base = check_scalar(base, name="base", low=0.0, low_inclusive=False)
+    if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"dtype must be float32 or float64, got {np.dtype(dtype)}")
+    t = np.arange(T, dtype=np.float64)[:, None]  # (T, 1)
+    two_i = (np.arange(d) // 2 * 2).astype(np.float64)  # (d,): 2i for columns 2i and 2i+1
+    angle = t / np.power(float(base), two_i / d) if d > 0 else np.zeros((T, 0))  # (T, d)
+    enc = np.where(np.arange(d) % 2 == 0, np.sin(angle), np.cos(angle))
+    return Tensor(enc.astype(dtype))

@@ -1,0 +1,328 @@
+"""Scaled-dot-product attention: validated forward/backward pair, backend dispatch.
+
+    out = softmax(query key^T * scale + mask) value        (torch's F.scaled_dot_product_attention)
+
+query (..., L, E), key (..., S, E), value (..., S, Ev); the leading (batch) dimensions
+broadcast against each other as torch's do, and the output is (batch..., L, Ev).
+``attn_mask`` broadcasts to (batch..., L, S): a bool mask says which keys take part (True),
+a float mask (the query's dtype) is added to the scores. ``is_causal`` lets key j take part
+for query i iff j <= i (top-left aligned, torch's ``ones(L, S).tril()``); unlike torch,
+which refuses ``attn_mask`` together with ``is_causal``, both may be given and combine.
+``scale`` defaults to 1/sqrt(E). ``dropout_p`` drops attention probabilities (kept ones are
+scaled by 1/(1-p)) with a mask that is a pure function of ``seed`` and the element's index,
+so the backward regenerates it (``nnkit._ext.attention_cpu`` documents the hash).
+
+The compiled kernels see 4-D C-contiguous arrays (B, H, L, E): the broadcast batch shape
+(b_1, ..., b_n) becomes B = b_1 ... b_{n-1}, H = b_n. Inputs whose batch dimensions were
+broadcast are expanded for the kernels and their gradients summed back. The mask is never
+expanded to (B, H, L, S): a bool mask becomes an additive 0/-inf mask of its own shape,
+then a zero-stride broadcast view (only when the mask varies along a leading dimension
+that cannot be folded into B without a copy is it copied over those leading dimensions,
+still without its broadcast L or S axes).
+
+NumPy arrays run on ``nnkit._ext.attention_cpu``, GPU arrays (CuPy) on
+``nnkit._ext.attention_cuda`` (imported lazily). ``attention_mask_backward`` gives the
+gradient of a float mask (dL/dscores, summed to the mask's shape); it is not fused (it builds
+one (L, S) slab per (batch, head)) and only runs when a mask requires grad.
+
+Examples
+--------
+>>> import numpy as np
+>>> from nnkit.kernels.attention import attention_forward, attention_backward
+>>> q = np.zeros((2, 3, 4)); k = np.zeros((2, 5, 4)); v = np.arange(10.0).reshape(2, 5, 1)
+>>> out, cache = attention_forward(q, k, v)
+>>> out[:, 0, 0].tolist()  # uniform weights: the mean of the values
+[2.0, 7.0]
+>>> dq, dk, dv = attention_backward(np.ones_like(out), cache)
+>>> dv[0, :, 0].round(12).tolist()
+[0.6, 0.6, 0.6, 0.6, 0.6]
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._backend import array_module, is_gpu_array
+from .._ext import attention_cpu
+from .._validation import FLOATS, check_array, check_scalar
+
+__all__ = ["attention_forward", "attention_backward", "attention_mask_backward",
+           "AttentionCache"]
+
+
+@dataclass
+class AttentionCache:
+    """What the backward needs: the kernels' 4-D arrays, the options and the shapes to which
+    the gradients are reduced."""
+
+    q: object
+    k: object
+    v: object
+    mask: object
+    has_mask: bool
+    causal: bool
+    scale: float
+    dropout_p: float
+    seed: int
+    out: object
+    lse: object
+    shapes: tuple  # original shapes of query, key, value
+    batch: tuple  # the broadcast batch shape
+
+
+# ---- validation ---------------------------------------------------------------------------
+
+def _check_qkv(query, key, value):
+    query = check_array(query, name="query", min_ndim=2, dtype=FLOATS, contiguous=False)
+    key = check_array(key, name="key", min_ndim=2, dtype=FLOATS, contiguous=False)
+    value = check_array(value, name="value", min_ndim=2, dtype=FLOATS, contiguous=False)
+    if not query.dtype == key.dtype == value.dtype:
+        raise TypeError(f"query, key and value must have one dtype, got {query.dtype}, "
+                        f"{key.dtype} and {value.dtype}")
+    if not is_gpu_array(query) == is_gpu_array(key) == is_gpu_array(value):
+        raise TypeError("query, key and value must all be NumPy arrays or all GPU arrays")
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(f"query and key must have the same embedding size E (last axis): "
+                         f"query {tuple(query.shape)} (..., L, E), key {tuple(key.shape)} "
+                         f"(..., S, E)")
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(f"key and value must have the same length S (second-last axis): "
+                         f"key {tuple(key.shape)} (..., S, E), value {tuple(value.shape)} "
+                         f"(..., S, Ev)")
+    try:
+        batch = np.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    except ValueError:
+        raise ValueError(f"the batch dimensions of query {tuple(query.shape)}, key "
+                         f"{tuple(key.shape)} and value {tuple(value.shape)} do not "
+                         f"broadcast (all but the last two axes)") from None
+    return query, key, value, tuple(batch)
+
+
+def _check_mask(attn_mask, query, batch, L, S):
+    if attn_mask is None:
+        return None
+    attn_mask = check_array(attn_mask, name="attn_mask", contiguous=False)
+    if attn_mask.dtype != np.bool_ and attn_mask.dtype != query.dtype:
+        raise TypeError(f"attn_mask must be bool (True = takes part) or have the query's dtype "
+                        f"{query.dtype} (added to the scores), got {attn_mask.dtype}")
+    if is_gpu_array(attn_mask) != is_gpu_array(query):
+        raise TypeError("attn_mask must live where query lives (both NumPy or both GPU arrays)")
+    target = batch + (L, S)
+    try:
+        ok = np.broadcast_shapes(tuple(attn_mask.shape), target) == target
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to "
+                         f"the scores' shape {target} (batch..., L, S)")
+    return attn_mask
+
+
+def _check_options(is_causal, scale, dropout_p, seed, E):
+    if not isinstance(is_causal, (bool, np.bool_)):
+        raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(E) if E > 0 else 1.0
+    scale = float(check_scalar(scale, name="scale"))
+    dropout_p = float(check_scalar(dropout_p, name="dropout_p", low=0.0, high=1.0,
+                                   high_inclusive=False))
+    if seed is None:
+        from .._random import get_rng
+
+        seed = int(get_rng().integers(0, 2**63 - 1)) if dropout_p > 0 else 0
+    seed = int(check_scalar(seed, name="seed", kind=numbers.Integral, low=0,
+                            high=2**63 - 1))
+    return bool(is_causal), scale, dropout_p, seed
+
+
+# ---- layout -------------------------------------------------------------------------------
+
+def _bh(batch):
+    """(B, H) of a batch shape: (prod of all but the last, last); (1, 1) for ()."""
+    if not batch:
+        return 1, 1
+    return math.prod(batch[:-1]), batch[-1]
+
+
+def _as_4d(x, batch, B, H, xp):
+    """x (..., N, F) broadcast to batch + (N, F), C-contiguous, as (B, H, N, F)."""
+    if tuple(x.shape[:-2]) != batch:
+        x = xp.broadcast_to(x, batch + tuple(x.shape[-2:]))
+    return xp.ascontiguousarray(x).reshape(B, H, x.shape[-2], x.shape[-1])
+
+
+def _additive(mask, dtype, xp):
+    """A bool mask as 0 (takes part) / -inf (excluded) of ``dtype``; a float mask unchanged."""
+    if mask.dtype != np.bool_:
+        return mask
+    return xp.where(mask, xp.zeros((), dtype), xp.asarray(-np.inf, dtype))
+
+
+def _mask_4d(additive, batch, B, H, L, S, xp):
+    """A (B, H, L, S) view of the mask broadcast to batch + (L, S), without expanding it."""
+    nb = len(batch)
+    m = additive.reshape((1,) * (nb + 2 - additive.ndim) + tuple(additive.shape))
+    if nb == 0:
+        return xp.broadcast_to(m.reshape(1, 1, *m.shape[-2:]), (B, H, L, S))
+    lead = xp.broadcast_to(m, batch[:-1] + tuple(m.shape[nb - 1:]))  # (b_1..b_{n-1}, h, l, s)
+    folded_shape = (B,) + tuple(m.shape[nb - 1:])
+    if xp is np:
+        try:
+            folded = np.reshape(lead, folded_shape, copy=False)
+        except ValueError:  # varies along leading axes that do not fold into one stride
+            folded = np.ascontiguousarray(lead).reshape(folded_shape)
+    else:
+        folded = lead.reshape(folded_shape)
+    return xp.broadcast_to(folded, (B, H, L, S))
+
+
+def _backend(x):
+    if is_gpu_array(x):
+        from .._ext import attention_cuda
+
+        return attention_cuda
+    return attention_cpu
+
+
+def _reduce_to(g, shape, xp):
+    """Sum g (batch + (N, F)) over broadcast batch dimensions back to ``shape``."""
+    shape = tuple(shape)
+    if tuple(g.shape) == shape:
+        return g
+    extra = g.ndim - len(shape)
+    if extra > 0:
+        g = g.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    return xp.ascontiguousarray(g.reshape(shape))
+
+
+# ---- public pair --------------------------------------------------------------------------
+
+def attention_forward(query, key, value, attn_mask=None, is_causal=False, scale=None,
+                      dropout_p=0.0, seed=None):
+    """Fused scaled-dot-product attention (see the module docstring).
+
+    Parameters
+    ----------
+    query : array (..., L, E), float32 or float64
+    key : array (..., S, E), same dtype
+    value : array (..., S, Ev), same dtype
+    attn_mask : array broadcastable to (batch..., L, S), bool or the query's dtype; optional
+    is_causal : bool
+    scale : float or None (1/sqrt(E))
+    dropout_p : float in [0, 1)
+    seed : int in [0, 2^63) or None (drawn from nnkit's generator when dropout_p > 0)
+
+    Returns
+    -------
+    out : array (batch..., L, Ev) of the query's dtype
+    cache : AttentionCache, for ``attention_backward``
+    """
+    query, key, value, batch = _check_qkv(query, key, value)
+    L, E = query.shape[-2:]
+    S, Ev = value.shape[-2:]
+    attn_mask = _check_mask(attn_mask, query, batch, L, S)
+    is_causal, scale, dropout_p, seed = _check_options(is_causal, scale, dropout_p, seed, E)
+    xp = array_module(query)
+    B, H = _bh(batch)
+    q, k, v = (_as_4d(x, batch, B, H, xp) for x in (query, key, value))
+    has_mask = attn_mask is not None
+    if has_mask:
+        mask = _mask_4d(_additive(attn_mask, query.dtype, xp), batch, B, H, L, S, xp)
+    else:
+        mask = xp.broadcast_to(xp.zeros((), query.dtype), (B, H, L, S))
+    out = xp.empty((B, H, L, Ev), query.dtype)
+    lse = xp.empty((B, H, L), query.dtype)
+    _backend(query).attention_forward(q, k, v, mask, has_mask, is_causal, scale, dropout_p,
+                                      seed, out, lse)
+    cache = AttentionCache(q, k, v, mask, has_mask, is_causal, scale, dropout_p, seed, out, lse,
+                           (tuple(query.shape), tuple(key.shape), tuple(value.shape)), batch)
+    return out.reshape(batch + (L, Ev)), cache
+
+
+def attention_backward(dout, cache):
+    """Gradients of ``attention_forward``'s output.
+
+    Parameters
+    ----------
+    dout : array (batch..., L, Ev), the upstream gradient, the forward's dtype
+    cache : AttentionCache from ``attention_forward``
+
+    Returns
+    -------
+    dq, dk, dv : arrays of the shapes of query, key and value (summed over the batch
+        dimensions along which they were broadcast)
+    """
+    c = cache
+    B, H, L, Ev = c.out.shape
+    dout = check_array(dout, name="dout", dtype=(c.q.dtype,), contiguous=False)
+    if tuple(dout.shape) != c.batch + (L, Ev):
+        raise ValueError(f"dout must have the output's shape {c.batch + (L, Ev)}, got "
+                         f"{tuple(dout.shape)}")
+    xp = array_module(c.q)
+    dout4 = xp.ascontiguousarray(dout).reshape(B, H, L, Ev)
+    dq, dk, dv = xp.empty_like(c.q), xp.empty_like(c.k), xp.empty_like(c.v)
+    _backend(c.q).attention_backward(c.q, c.k, c.v, c.mask, c.has_mask, c.causal, c.scale,
+                                     c.dropout_p, c.seed, c.out, c.lse, dout4, dq, dk, dv)
+    grads = []
+    for g, shape in zip((dq, dk, dv), c.shapes, strict=True):
+        full = g.reshape(c.batch + tuple(shape[-2:]))
+        grads.append(_reduce_to(full, shape, xp))
+    return tuple(grads)
+
+
+def attention_mask_backward(dout, cache, mask_shape):
+    """The gradient of a float ``attn_mask`` (the scores' gradient dS, summed to
+    ``mask_shape``).
+
+    dS = P (dP - D), P = exp(s - lse), dP = (dout v^T) z, D_i = sum_e dout_ie out_ie. The
+    result has the mask's own shape, which may be (batch..., L, S); it is built one
+    (batch, head) slab of (L, S) at a time (never (B, H, L, S) at once when the mask is
+    smaller). Not a fused kernel: only used when the mask itself requires a gradient.
+    """
+    c = cache
+    B, H, L, Ev = c.out.shape
+    S = c.k.shape[2]
+    xp = array_module(c.q)
+    dout4 = xp.ascontiguousarray(dout).reshape(B, H, L, Ev)
+    delta = (dout4 * c.out).sum(axis=-1, keepdims=True)  # (B, H, L, 1)
+    nb = len(c.batch)
+    shape = tuple(mask_shape)
+    padded = (1,) * (nb + 2 - len(shape)) + shape
+    lead = padded[: max(nb - 1, 0)]
+    head_axis = padded[nb - 1] if nb >= 1 else 1
+    grad = xp.zeros(lead + (head_axis,) + padded[-2:], dtype=c.q.dtype)
+    grad_bh = grad.reshape((-1,) + grad.shape[-3:]) if lead else grad.reshape(
+        (1,) + grad.shape[-3:])
+    strides = [int(np.prod(c.batch[d + 1:-1], dtype=np.int64)) for d in range(len(lead))]
+    for bh in range(B * H):
+        b, h = divmod(bh, H)
+        s = (c.q[b, h] @ c.k[b, h].T) * c.scale + c.mask[b, h]
+        if c.causal:
+            s = xp.where(xp.tril(xp.ones((L, S), dtype=bool)), s, -xp.inf)
+        with np.errstate(invalid="ignore", over="ignore"):
+            p = xp.where(xp.isneginf(c.lse[b, h])[:, None], 0.0, xp.exp(s - c.lse[b, h][:, None]))
+        dp = dout4[b, h] @ c.v[b, h].T
+        if c.dropout_p > 0:
+            z = attention_cpu.dropout_multipliers(c.seed, c.dropout_p, (1, 1, L, S), c.q.dtype,
+                                                  bh0=bh)[0, 0]
+            dp = dp * xp.asarray(z)
+        ds = (p * (dp - delta[b, h])).astype(c.q.dtype)
+        idx = 0
+        for d, stride in enumerate(strides):  # flat index of b in the mask's leading axes
+            coord = (b // stride) % c.batch[d]
+            idx = idx * lead[d] + (coord if lead[d] > 1 else 0)
+        hh = h if head_axis > 1 else 0
+        target = grad_bh[idx, hh]
+        if padded[-2] == 1:
+            ds = ds.sum(axis=0, keepdims=True)
+        if padded[-1] == 1:
+            ds = ds.sum(axis=1, keepdims=True)
+        target += ds
+    return grad.reshape(shape)
