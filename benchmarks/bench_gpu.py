@@ -299,33 +299,35 @@ def _fmt(v):
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", default=None, help="write every row to this JSON file")
-    parser.add_argument("--only", nargs="*", default=None, help="sections to run")
-    args = parser.parse_args(argv)
+def _device_name():
+    """The GPU's name; SystemExit with a clear message when there is none (nnkit bench
+    reports that and goes on)."""
     try:
         import cupy
         from numba import cuda
 
         if not cuda.is_available():
             raise RuntimeError("numba.cuda finds no GPU")
-        name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+        return cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     except Exception as exc:  # no GPU, no CuPy: nothing to measure
-        print(f"bench_gpu: needs an NVIDIA GPU with numba-cuda and CuPy ({exc})")
-        return 2
+        raise SystemExit(f"bench_gpu: needs an NVIDIA GPU with numba-cuda and CuPy ({exc})") \
+            from None
+
+
+def run(quick=False, only=None):
+    """Every section's rows (the roofs first); a failing section leaves an error row."""
+    name = _device_name()
     torch = _torch()
     print(f"device: {name}; torch {torch.__version__ if torch else 'not installed'}")
-    roof = roofs(args.quick)
+    roof = roofs(quick)
     print(f"roofs: copy {roof['copy_GBps']:.0f} GB/s (read + write), "
           f"SGEMM {roof['sgemm_TFLOPs']:.1f} TFLOP/s")
     rows = [{"section": "roofs", **roof, "device": name}]
     for key, section in SECTIONS.items():
-        if args.only and key not in args.only:
+        if only and key not in only:
             continue
         try:
-            got = section(roof, args.quick)
+            got = section(roof, quick)
         except Exception:
             print(f"section {key} failed:\n{traceback.format_exc()}")
             rows.append({"section": key, "error": traceback.format_exc()[-2000:]})
@@ -334,6 +336,20 @@ def main(argv=None):
             print(" | ".join(f"{k}={_fmt(v)}" for k, v in row.items()))
         rows.extend(got)
         sys.stdout.flush()
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", default=None, help="write every row to this JSON file")
+    parser.add_argument("--only", nargs="*", default=None, help="sections to run")
+    args = parser.parse_args(argv)
+    try:
+        rows = run(args.quick, args.only)
+    except SystemExit as exc:
+        print(exc)
+        return 2
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)
