@@ -4,8 +4,10 @@ Both translators learn number words -> digits (``nnkit.datasets_translation``) b
 forcing; rows give their exact match on held-out sentences with greedy and beam search, the
 training time, the key/value cache against full recomputation, beam size 1 against greedy,
 and the cache's decoding speed-up. The plot shows each model's attention alignment on one
-held-out sentence. ``ctx.quick`` trains on a small split for a few epochs (seconds; the
-accuracy rows are then information only).
+held-out sentence; a second one is the sinusoidal positional encoding as a heatmap (the
+notes' Figure 6.2), with a row checking its defining property: p_t . p_{t+k} depends on the
+offset k only (each pair of columns is a rotation by t omega_i). ``ctx.quick`` trains on a
+small split for a few epochs (seconds; the accuracy rows are then information only).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from . import optim
 from ._random import manual_seed
 from .autograd import no_grad
 from .datasets_translation import PAD_ID, exact_match, number_translation
+from .functional_attention import sinusoidal_positional_encoding
 from .models import Seq2Seq, TransformerTranslator, beam_search, greedy_decode
 from .training import minibatches
 
@@ -145,6 +148,28 @@ def _plot(ctx, alignments, task, src_row):
     plt.close(fig)
 
 
+def _positional_row(ctx):
+    """p_t . p_{t+k} is a function of k alone; the heatmap of P (T = 100, d = 64)."""
+    P = sinusoidal_positional_encoding(100, 64, dtype=np.float64).numpy()  # (T, d)
+    gram = P @ P.T
+    spread = max(float(np.ptp(np.diagonal(gram, offset=k))) for k in range(50))
+    if ctx.plots:
+        from .tour import _pyplot
+
+        plt = _pyplot()
+        if plt is not None:
+            fig, ax = plt.subplots(figsize=(6, 3.6))
+            image = ax.imshow(P, aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
+            ax.set(xlabel="dimension k", ylabel="position t",
+                   title="sinusoidal positional encoding p[t, k]")
+            fig.colorbar(image, ax=ax)
+            fig.tight_layout()
+            fig.savefig(ctx.out_dir / "positional_encoding.png", dpi=110)
+            plt.close(fig)
+    return _row("positional encoding: p_t . p_(t+k) depends on k only (max spread over t)",
+                f"{spread:.1e}", "<= 1e-9", spread <= 1e-9)
+
+
 def translate_section(ctx) -> list[dict]:
     """Rows of the translation section (see the module docstring)."""
     quick = ctx.quick
@@ -152,7 +177,7 @@ def translate_section(ctx) -> list[dict]:
                               random_state=ctx.seed)
     epochs = {"Seq2Seq": 3 if quick else 8, "TransformerTranslator": 3 if quick else 12}
     target = "(full run >= 0.95)" if quick else ">= 0.95"
-    rows, alignments = [], {}
+    rows, alignments = [_positional_row(ctx)], {}
     sentence = int(np.argmax((task.src_test != PAD_ID).sum(axis=1)))  # a long one
     for name, (model, lr) in make_translators(task, ctx.seed).items():
         start = time.perf_counter()
