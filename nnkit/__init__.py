@@ -15,9 +15,11 @@ from . import (
     datasets,
     functional,
     kernels,
+    models,
     nn,
     optim,
     signal,
+    text,
     theory,
     training,
 )
@@ -55,9 +57,11 @@ __all__ = [
     "classic",
     "theory",
     "signal",
+    "text",
     "functional",
     "training",
     "kernels",
+    "models",
     "nn",
     "optim",
 ]

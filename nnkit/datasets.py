@@ -16,6 +16,21 @@ __all__ = [
     "copy_task",
     "copy_task_baseline",
     "ADDING_BASELINE_MSE",
+    "TranslationTask",
+    "Vocabulary",
+    "exact_match",
+    "number_to_words",
+    "number_translation",
+    "CORPUS_SOURCE",
+    "TextSplit",
+    "TextTask",
+    "corpus_tokenizer",
+    "load_corpus",
+    "next_sentence_task",
+    "sentence_order_task",
+    "sentiment_task",
+    "span_task",
+    "tagging_task",
 ]
 
 
@@ -55,10 +70,30 @@ def load_digits(test_size: float = 0.25, flatten: bool = True, random_state: int
     return Split(X_train, y_train, X_test, y_test)
 
 
-# Sequence tasks (issue 6) live in their own module.
+# The sequence (issue 6), translation (issue 8) and text (issue 9) tasks live in their own
+# modules.
 from .datasets_sequences import (  # noqa: E402
     ADDING_BASELINE_MSE,
     adding_problem,
     copy_task,
     copy_task_baseline,
+)
+from .datasets_text import (  # noqa: E402
+    CORPUS_SOURCE,
+    TextSplit,
+    TextTask,
+    corpus_tokenizer,
+    load_corpus,
+    next_sentence_task,
+    sentence_order_task,
+    sentiment_task,
+    span_task,
+    tagging_task,
+)
+from .datasets_translation import (  # noqa: E402
+    TranslationTask,
+    Vocabulary,
+    exact_match,
+    number_to_words,
+    number_translation,
 )

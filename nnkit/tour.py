@@ -16,11 +16,13 @@ from tqdm.auto import tqdm
 
 from . import functional as F
 from . import nn, optim
+from ._bert_tour import bert_section
 from ._conv_tour import cnn_section
 from ._random import manual_seed
 from ._rnn_tour import rnn_section
 from ._scan_tour import scan_section
 from ._translate_tour import translate_section
+from ._vit_tour import vit_section
 from .approx._tour import approx_section
 from .classic._hopfield_tour import hopfield_section
 from .classic._tour import perceptron_section
@@ -114,7 +116,7 @@ def mlp_section(ctx: TourContext) -> list[dict]:
 
 
 SECTIONS = [mlp_section, perceptron_section, hopfield_section, approx_section, cnn_section,
-            rnn_section, scan_section, translate_section]
+            rnn_section, scan_section, translate_section, vit_section, bert_section]
 
 
 def run_tour(out_dir="nnkit-tour", quick: bool = False, seed: int = 0) -> list[dict]:

@@ -1,0 +1,229 @@
+"""The ``nnkit tour`` section for BERT (notes, section 6.5).
+
+A small BERT is pretrained on sentence pairs from the shipped corpus (Alice in Wonderland,
+``nnkit.datasets_text``) with the masked-LM and next-sentence losses; rows give the
+held-out MLM and NSP accuracy before and after, then the accuracy of the pretrained
+encoder fine-tuned with each kind of head (sequence, token, span), next to the majority
+baseline, and checks that the MLM decoder is still the word embedding after training. The
+plot shows both accuracies per epoch. ``ctx.quick`` uses a tiny model, a small vocabulary
+and subsets (seconds; the accuracy rows are then information only).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+
+import numpy as np
+
+from . import datasets_text as data
+from . import optim
+from ._random import manual_seed
+from .autograd import enable_grad, no_grad
+from .models.bert import (
+    IGNORE_INDEX,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    best_span,
+    mask_tokens,
+)
+from .training import minibatches
+
+__all__ = ["bert_section", "pretrain_epoch", "finetune_head", "head_accuracy",
+           "unigram_accuracy"]
+
+SECTION = "BERT"
+
+
+def _row(result, value, target="", ok=True):
+    return {"section": SECTION, "result": result, "value": value, "target": target,
+            "ok": bool(ok)}
+
+
+def _batches(split, size, rng):
+    """Minibatches (ids, types, mask, labels) of a ``TextSplit``, cut to the longest row."""
+    for idx in minibatches(len(split), size, rng=rng):
+        width = int(split.attention_mask[idx].sum(axis=1).max())
+        labels = split.labels[idx]
+        if labels.shape[1:] == split.input_ids.shape[1:]:  # per-token labels (n, T)
+            labels = labels[:, :width]
+        yield (split.input_ids[idx, :width], split.token_type_ids[idx, :width],
+               split.attention_mask[idx, :width], labels)
+
+
+def _subset(task, n_train, n_test):
+    def cut(split, n):
+        fields = ("input_ids", "token_type_ids", "attention_mask", "labels", "texts")
+        return dataclasses.replace(split, **{f: getattr(split, f)[:n] for f in fields})
+
+    return dataclasses.replace(task, train=cut(task.train, n_train), test=cut(task.test, n_test))
+
+
+def pretrain_epoch(model, opt, split, tokenizer, rng, train: bool = True,
+                   batch_size: int = 16) -> tuple[float, float]:
+    """One pass over NSP pairs with fresh 15% masks; (MLM accuracy, NSP accuracy).
+
+    MLM accuracy is over the masked positions. With ``train=False`` nothing is updated.
+    """
+    model.train(train)
+    counts = np.zeros(4)  # MLM right, MLM total, NSP right, NSP total
+    for ids, types, mask, nsp in _batches(split, batch_size, rng):
+        masked, labels = mask_tokens(ids, tokenizer.mask_token_id, tokenizer.vocab_size,
+                                     tokenizer.special_ids, rng=rng)
+        with enable_grad() if train else no_grad():
+            out = model(masked, types, mask, mlm_labels=labels, next_sentence_labels=nsp,
+                        masked_only=True)
+        if train:
+            opt.zero_grad()
+            out.loss.backward()
+            optim.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        target = labels[labels != IGNORE_INDEX]
+        counts += [(out.mlm_logits.numpy().argmax(-1) == target).sum(), target.size,
+                   (out.nsp_logits.numpy().argmax(-1) == nsp).sum(), nsp.size]
+    return counts[0] / max(counts[1], 1), counts[2] / max(counts[3], 1)
+
+
+def unigram_accuracy(train, test, special_ids) -> float:
+    """Held-out MLM accuracy of always guessing the most frequent training token.
+
+    Masked positions are uniform over the non-special tokens, so this is the share of the
+    test split's non-special tokens equal to the training split's most frequent one.
+    """
+    words = train.input_ids[~np.isin(train.input_ids, special_ids)]
+    held_out = test.input_ids[~np.isin(test.input_ids, special_ids)]
+    return float(np.mean(held_out == np.bincount(words).argmax()))
+
+
+def _loss(head, kind, ids, types, mask, y):
+    if kind == "span":
+        return head(ids, types, mask, start_positions=y[:, 0], end_positions=y[:, 1]).loss
+    return head(ids, types, mask, labels=y).loss
+
+
+def head_accuracy(head, kind: str, split, sep_id: int, max_answer_len: int = 10) -> float:
+    """Test accuracy: per sequence ('sequence'), per labelled token ('token'), or the exact
+    answer span inside the context segment ('span')."""
+    head.eval()
+    with no_grad():
+        args = (split.input_ids, split.token_type_ids, split.attention_mask)
+        if kind == "span":
+            out = head(*args)
+            context = (split.token_type_ids == 1) & (split.input_ids != sep_id)
+            start, end = best_span(out.start_logits, out.end_logits, max_answer_len, context)
+            return float(np.mean((start == split.labels[:, 0]) & (end == split.labels[:, 1])))
+        pred = head(*args).logits.numpy().argmax(-1)
+        keep = split.labels != IGNORE_INDEX
+        return float(np.mean(pred[keep] == split.labels[keep]))
+
+
+def finetune_head(head, kind: str, task, epochs: int, lr: float = 1e-3, seed: int = 0):
+    """AdamW on the head's loss over ``task.train`` (the encoder is trained too)."""
+    opt = optim.AdamW(head.parameters(), lr=lr, weight_decay=0.01)
+    rng = np.random.default_rng(seed)
+    for _ in range(epochs):
+        head.train()
+        for ids, types, mask, y in _batches(task.train, 32, rng):
+            opt.zero_grad()
+            _loss(head, kind, ids, types, mask, y).backward()
+            opt.step()
+    return head
+
+
+def _majority(task, kind) -> str:
+    """Accuracy of always answering the most frequent training label (n/a for spans)."""
+    if kind == "span":
+        return "n/a"
+    train, test = task.train.labels, task.test.labels
+    majority = np.bincount(train[train != IGNORE_INDEX]).argmax()
+    return f"{np.mean(test[test != IGNORE_INDEX] == majority):.3f}"
+
+
+def _plot(ctx, history):
+    from .tour import _pyplot
+
+    plt = _pyplot()
+    if plt is None:
+        return
+    mlm, nsp = np.array(history).T
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    ax.plot(mlm, "o-", label="masked LM (masked tokens)")
+    ax.plot(nsp, "s-", label="next sentence")
+    ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("pretraining epoch")
+    ax.set_ylabel("held-out accuracy")
+    ax.set_title("BERT pretraining on Alice in Wonderland")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(ctx.out_dir / "bert_pretraining.png", dpi=110)
+    plt.close(fig)
+
+
+HEADS = {"sequence": BertForSequenceClassification, "token": BertForTokenClassification}
+
+
+def _finetune_rows(ctx, model, tokenizer, quick):
+    tasks = {"sentiment (lexicon)": ("sequence", data.sentiment_task, 8, 3e-3),  # ~200 rows
+             "tagging (POS-like)": ("token", data.tagging_task, 3, 1e-3),
+             "who-questions (span)": ("span", data.span_task, 3, 1e-3)}
+    rows = []
+    for name, (kind, make, epochs, lr) in tasks.items():
+        task = make(tokenizer, random_state=ctx.seed)
+        if quick:
+            task = _subset(task, 96, 48)
+        bert = copy.deepcopy(model.bert)
+        head = (BertForQuestionAnswering(bert) if kind == "span"
+                else HEADS[kind](bert, task.num_labels))
+        finetune_head(head, kind, task, 1 if quick else epochs, lr=lr, seed=ctx.seed)
+        acc = head_accuracy(head, kind, task.test, tokenizer.sep_token_id)
+        base = _majority(task, kind)
+        beats = quick or base == "n/a" or acc > float(base)
+        target = "(information)" if quick else (
+            "> 0 (chance ~0.01)" if base == "n/a" else f"> majority {base}")
+        rows.append(_row(f"fine-tuned {kind} head: {name}, test accuracy", f"{acc:.3f}",
+                         target, beats and (quick or acc > 0)))
+    return rows
+
+
+def bert_section(ctx) -> list[dict]:
+    """Rows of the BERT section (see the module docstring)."""
+    quick = ctx.quick
+    tokenizer = data.corpus_tokenizer(500 if quick else 2000)
+    pairs = data.next_sentence_task(tokenizer, max_length=64, random_state=ctx.seed)
+    if quick:
+        pairs = _subset(pairs, 128, 64)
+    manual_seed(ctx.seed)
+    model = BertForPreTraining(tokenizer.vocab_size, hidden_size=32 if quick else 64,
+                               num_layers=1 if quick else 2, num_heads=4,
+                               intermediate_size=64 if quick else 128, max_position=96)
+    opt = optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
+    rng, history = np.random.default_rng(ctx.seed), []
+    epochs = 1 if quick else 5
+    start = time.perf_counter()
+    for epoch in range(epochs + 1):
+        if epoch:
+            pretrain_epoch(model, opt, pairs.train, tokenizer, rng)
+        history.append(pretrain_epoch(model, None, pairs.test, tokenizer,
+                                      np.random.default_rng(ctx.seed + 1), train=False))
+    seconds = time.perf_counter() - start
+    (mlm0, nsp0), (mlm1, nsp1) = history[0], history[-1]
+    tied = model.decoder_weight is model.bert.embeddings.word_embeddings.weight
+    unigram = unigram_accuracy(pairs.train, pairs.test, tokenizer.special_ids)
+    rows = [
+        _row(f"pretraining {epochs} epochs: held-out MLM accuracy, before -> after",
+             f"{mlm0:.3f} -> {mlm1:.3f}",
+             "(information)" if quick else f"> most frequent token {unigram:.3f}",
+             quick or mlm1 > unigram),
+        _row("pretraining: held-out NSP accuracy, before -> after", f"{nsp0:.3f} -> {nsp1:.3f}",
+             "(information; chance 0.5)"),
+        _row("pretraining time", f"{seconds:.1f} s"),
+        _row("MLM decoder is the word-embedding Parameter after training", str(tied), "True",
+             tied),
+    ]
+    rows += _finetune_rows(ctx, model, tokenizer, quick)
+    if ctx.plots:
+        _plot(ctx, history)
+    return rows

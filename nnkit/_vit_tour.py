@@ -1,0 +1,168 @@
+"""The ``nnkit tour`` section for the Vision Transformer (notes, section 6.6).
+
+A ViT (2x2 patches of the 8x8 digits, 3 pre-norm layers of width 64, 8 heads) learns
+scikit-learn's digits from scratch; rows give its test accuracy and training time, the
+fused-attention forward against the composed path that returns the weights, the [CLS]
+attention rows as probability distributions, the linear patch embedding against the
+equivalent stride-2 convolution, and how much of the [CLS] token's attention lands on patches
+with ink. The plot shows the last layer's [CLS] attention over a few test digits.
+The full run trains 30 epochs (~25-35 s on the 2-core machine); ``ctx.quick`` trains 3
+epochs (seconds; the accuracy row is then information only).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+__all__ = ["DIGITS_VIT", "make_digits_vit", "train_vit", "vit_section"]
+
+SECTION = "ViT on digits"
+
+#: The digits model: 16 tokens of 2x2 pixels + [CLS], 3 layers, 8 heads of 8 features.
+DIGITS_VIT = dict(image_size=8, patch_size=2, in_channels=1, num_classes=10, dim=64, depth=3,
+                  heads=8, mlp_dim=128, dropout=0.1)
+
+
+def make_digits_vit(seed: int = 0, **overrides):
+    """``ViT(**DIGITS_VIT)`` (with ``overrides``), seeded."""
+    from ._random import manual_seed
+    from .models.vit import ViT
+
+    manual_seed(seed)
+    return ViT(**{**DIGITS_VIT, **overrides})
+
+
+def train_vit(model, X, y, epochs: int, lr: float = 2e-3, batch_size: int = 32,
+              weight_decay: float = 0.05, warmup: int = 50, seed: int = 0) -> list[float]:
+    """AdamW with ``warmup`` steps of linear warm-up, then cosine decay to 0; full batches
+    only (the short last one is dropped). Returns the mean loss per epoch; leaves the model
+    in eval mode.
+
+    The BLAS runs on one thread meanwhile: this model's GEMMs are tiny ((B 17, 64) x (64, 192)
+    at most), and OpenBLAS's worker threads, spinning between calls, fight the Numba kernels
+    and other processes for the cores. Measured on the 2-core machine (shared, loaded), one
+    step at B = 32: 22 ms with one BLAS thread, 89 ms with two (Numba on 2 threads in both).
+    """
+    from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
+
+    with threadpool_limits(1, user_api="blas"):
+        return _train(model, X, y, epochs, lr, batch_size, weight_decay, warmup, seed)
+
+
+def _train(model, X, y, epochs, lr, batch_size, weight_decay, warmup, seed):
+    from . import functional as F
+    from . import optim
+    from .training import minibatches
+
+    opt = optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    rng = np.random.default_rng(seed)
+    total, step, history = epochs * (len(X) // batch_size), 0, []
+    model.train()
+    for _ in range(epochs):
+        losses = []
+        for idx in minibatches(len(X), batch_size, rng=rng):
+            if len(idx) < batch_size:
+                continue
+            opt.param_groups[0]["lr"] = (lr * min(1.0, (step + 1) / warmup)
+                                         * 0.5 * (1 + np.cos(np.pi * step / total)))
+            loss = F.cross_entropy(model(X[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            step += 1
+        history.append(float(np.mean(losses)))
+    model.eval()
+    return history
+
+
+def _row(result, value, target="", ok=True):
+    return {"section": SECTION, "result": result, "value": value, "target": target,
+            "ok": bool(ok)}
+
+
+def _check_rows(model, images):
+    """The attention path against the fused one, [CLS] rows, patch embedding vs conv2d."""
+    from . import functional as F
+    from .autograd import no_grad
+    from .models.vit import patchify
+
+    with no_grad():
+        fused = model(images).numpy()
+        composed, attention = model(images, return_attention=True)
+        tokens = model.patch_embed(patchify(images, model.patch_size)).numpy()  # (B, n, D)
+        D, C, (p, _) = model.dim, model.in_channels, model.patch_size
+        conv = F.conv2d(images, model.patch_embed.weight.numpy().reshape(D, C, p, p),
+                        model.patch_embed.bias, stride=p).numpy()  # (B, D, Hp, Wp)
+    diff = float(np.abs(composed.numpy() - fused).max())
+    sums = float(np.abs(attention.numpy()[:, :, :, 0].sum(axis=-1) - 1).max())
+    conv_err = float(np.abs(tokens - conv.reshape(len(images), D, -1).transpose(0, 2, 1)).max())
+    return [
+        _row("logits, fused attention vs composed path with weights (max |diff|)",
+             f"{diff:.1e}", "<= 1e-4", diff <= 1e-4),
+        _row("[CLS] attention rows, max |sum - 1| over layers and heads", f"{sums:.1e}",
+             "<= 1e-5", sums <= 1e-5),
+        _row("linear patch embedding vs stride-2 conv2d (max |diff|)", f"{conv_err:.1e}",
+             "<= 1e-5", conv_err <= 1e-5),
+    ]
+
+
+def _ink_row(model, images):
+    """Share of the last layer's [CLS] attention (mean over heads) on patches with ink."""
+    maps = model.cls_attention(images).mean(axis=1)  # (B, Hp, Wp)
+    p = model.patch_size[0]
+    B, _, H, W = images.shape
+    ink = images.reshape(B, H // p, p, W // p, p).max(axis=(2, 4)) > 0.25  # (B, Hp, Wp)
+    share = float((maps * ink).sum() / maps.sum())
+    return _row("last-layer [CLS] attention on patches with ink (vs their share of patches)",
+                f"{share:.2f} (vs {ink.mean():.2f})", "(information)")
+
+
+def _plot(ctx, model, images, predicted):
+    from .tour import _pyplot
+
+    plt = _pyplot() if ctx.plots else None
+    if plt is None:
+        return
+    maps = model.cls_attention(images).mean(axis=1)  # (B, Hp, Wp), mean over heads
+    H, W = model.image_size
+    fig, axes = plt.subplots(2, len(images), figsize=(1.8 * len(images), 4))
+    for k, (image, weights) in enumerate(zip(images[:, 0], maps, strict=True)):
+        axes[0, k].imshow(image, cmap="gray_r")
+        axes[0, k].set_title(f"predicted {predicted[k]}", fontsize=9)
+        axes[1, k].imshow(weights, cmap="viridis", extent=(-0.5, W - 0.5, H - 0.5, -0.5))
+        axes[1, k].contour(image, levels=[0.5], colors="white", linewidths=1)  # the digit
+        for ax in axes[:, k]:
+            ax.axis("off")
+    fig.suptitle("ViT on digits: last-layer [CLS] attention to the 2x2 patches")
+    fig.tight_layout()
+    fig.savefig(ctx.out_dir / "vit_attention.png", dpi=110)
+    plt.close(fig)
+
+
+def vit_section(ctx) -> list[dict]:
+    """Rows of the ViT section (see the module docstring)."""
+    from .datasets import load_digits
+    from .training import accuracy, predict_classes
+
+    data = load_digits(flatten=False, random_state=ctx.seed)  # images (n, 1, 8, 8)
+    model = make_digits_vit(ctx.seed)
+    epochs = 3 if ctx.quick else 30
+    start = time.perf_counter()
+    history = train_vit(model, data.X_train, data.y_train, epochs, seed=ctx.seed)
+    seconds = time.perf_counter() - start
+    acc = accuracy(model, data.X_test, data.y_test)
+    rows = [
+        _row(f"test accuracy after {epochs} epochs", f"{acc:.3f}",
+             "(full run >= 0.95)" if ctx.quick else ">= 0.95", ctx.quick or acc >= 0.95),
+        _row("training loss, first -> last epoch", f"{history[0]:.3f} -> {history[-1]:.3f}",
+             "falls", history[-1] < history[0]),
+        _row("training time", f"{seconds:.1f} s", "(information)"),
+    ]
+    probe = data.X_test[:64]
+    rows += _check_rows(model, probe)
+    rows.append(_ink_row(model, probe))
+    _plot(ctx, model, data.X_test[:6], predict_classes(model, data.X_test[:6]))
+    return rows

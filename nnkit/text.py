@@ -1,0 +1,709 @@
+"""WordPiece tokenization for BERT (notes, section 6.5), in plain Python.
+
+Text goes through two stages, as in BERT's reference tokenizer:
+
+1. **Basic tokenization**: drop control characters, map every whitespace to a space, put
+   spaces around CJK ideographs, lowercase and strip accents (NFD, drop combining marks),
+   split on whitespace, then split every punctuation character into its own token.
+2. **WordPiece**: each basic token (a "word") is cut greedily, longest match first, into
+   pieces from the vocabulary; pieces after the first carry the ``##`` prefix
+   ("unaffable" -> "un", "##aff", "##able"). A word that cannot be cut, or is longer than
+   ``max_input_chars_per_word``, becomes ``[UNK]``.
+
+Training builds the vocabulary bottom-up: start from the characters (each as ``c`` for the
+start of a word and ``##c`` for inside one), then repeatedly merge the adjacent pair with the
+best score into a new piece until ``vocab_size`` is reached. ``criterion="frequency"``
+scores a pair by its count (byte-pair-encoding style, what the ``tokenizers`` package's
+WordPiece trainer does); ``criterion="likelihood"`` by ``count(ab) / (count(a) count(b))``
+(the WordPiece language-model criterion of Schuster and Nakajima), which favours rare
+pairs of rare pieces and so needs a larger ``min_frequency``. Ties go to the
+lexicographically smallest pair, so training is deterministic.
+
+The special tokens are ``[PAD] [UNK] [CLS] [SEP] [MASK]``; a trained vocabulary gives them
+ids 0..4. Vocabularies are saved and loaded as BERT's ``vocab.txt`` (one token per line,
+the line number is the id), so a vocabulary from BERT itself loads too.
+
+Examples
+--------
+>>> tok = WordPieceTokenizer.train(["the cat sat.", "the cats sat on the mat."],
+...                                 vocab_size=40)
+>>> enc = tok.encode("The cats sat.", "on the mat")
+>>> enc.tokens
+('[CLS]', 'the', 'cat', '##s', 'sat', '.', '[SEP]', 'o', '##n', 'the', 'm', '##at', '[SEP]')
+>>> enc.token_type_ids.tolist()
+[0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1]
+>>> tok.decode(enc.ids)
+'the cats sat . on the mat'
+>>> tok.vocab_size  # training stopped early: no pair left twice
+30
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._validation import check_choice, check_scalar
+
+__all__ = [
+    "PAD_TOKEN",
+    "UNK_TOKEN",
+    "CLS_TOKEN",
+    "SEP_TOKEN",
+    "MASK_TOKEN",
+    "SPECIAL_TOKENS",
+    "Encoding",
+    "BatchEncoding",
+    "WordPieceTokenizer",
+    "basic_tokenize",
+]
+
+PAD_TOKEN, UNK_TOKEN, CLS_TOKEN = "[PAD]", "[UNK]", "[CLS]"
+SEP_TOKEN, MASK_TOKEN = "[SEP]", "[MASK]"
+SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
+PREFIX = "##"
+IGNORE_INDEX = -100
+
+
+# ----------------------------------------------------------------------------------------
+# Basic tokenization (character classes as in BERT's BasicTokenizer)
+# ----------------------------------------------------------------------------------------
+def _is_whitespace(ch: str) -> bool:
+    return ch in " \t\n\r" or unicodedata.category(ch) == "Zs"
+
+
+def _is_control(ch: str) -> bool:
+    if ch in "\t\n\r":
+        return False
+    return unicodedata.category(ch).startswith("C")
+
+
+def _is_punctuation(ch: str) -> bool:
+    cp = ord(ch)
+    # All non-alphanumeric ASCII counts as punctuation ('$', '^', '`' are not Unicode 'P').
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(ch).startswith("P")
+
+
+def _is_cjk(cp: int) -> bool:
+    return (
+        0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
+        or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
+        or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F
+    )
+
+
+def _clean(text: str) -> str:
+    """Drop NUL, U+FFFD and control characters; whitespace -> ' '; space around CJK."""
+    out = []
+    for ch in text:
+        cp = ord(ch)
+        if cp == 0 or cp == 0xFFFD or _is_control(ch):
+            continue
+        if _is_whitespace(ch):
+            out.append(" ")
+        elif _is_cjk(cp):
+            out.append(f" {ch} ")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _strip_accents(word: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFD", word) if unicodedata.category(c) != "Mn")
+
+
+def _split_punctuation(word: str) -> list[str]:
+    pieces, current = [], []
+    for ch in word:
+        if _is_punctuation(ch):
+            if current:
+                pieces.append("".join(current))
+                current = []
+            pieces.append(ch)
+        else:
+            current.append(ch)
+    if current:
+        pieces.append("".join(current))
+    return pieces
+
+
+def basic_tokenize(text: str, lowercase: bool = True, never_split=SPECIAL_TOKENS) -> list[str]:
+    """Split ``text`` into words and punctuation marks, as BERT's BasicTokenizer.
+
+    Tokens in ``never_split`` (the special tokens) are kept whole and never lowercased.
+
+    >>> basic_tokenize("Héllo, World!  [MASK] isn't")
+    ['hello', ',', 'world', '!', '[MASK]', 'isn', "'", 't']
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    words = []
+    for word in _clean(text).split():
+        if word in never_split:
+            words.append(word)
+            continue
+        if lowercase:
+            word = _strip_accents(word.lower())
+        words.extend(_split_punctuation(word))
+    return words
+
+
+# ----------------------------------------------------------------------------------------
+# Encodings
+# ----------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Encoding:
+    """One encoded sequence (or pair): ``[CLS] a [SEP]`` or ``[CLS] a [SEP] b [SEP]``.
+
+    Attributes
+    ----------
+    ids : ndarray (T,) int64
+        Token ids, padded with the ``[PAD]`` id.
+    token_type_ids : ndarray (T,) int64
+        Segment ids: 0 for ``[CLS]``, sequence a and its ``[SEP]``; 1 for b and its ``[SEP]``;
+        0 on padding.
+    attention_mask : ndarray (T,) int64
+        1 on real tokens, 0 on padding.
+    tokens : tuple of str
+        The pieces, ``[PAD]`` included.
+    word_ids : tuple of (int or None)
+        Index of the basic-tokenizer word each token comes from (counted within its own
+        sequence), ``None`` for special tokens and padding.
+    sequence_ids : tuple of (int or None)
+        0 or 1 for tokens of sequence a or b, ``None`` for special tokens and padding.
+    """
+
+    ids: np.ndarray
+    token_type_ids: np.ndarray
+    attention_mask: np.ndarray
+    tokens: tuple
+    word_ids: tuple
+    sequence_ids: tuple
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def first_piece_mask(self) -> np.ndarray:
+        """(T,) bool: True on the first piece of every word (not on ``##`` pieces, specials)."""
+        mask = np.zeros(len(self.ids), dtype=bool)
+        for t, (w, s) in enumerate(zip(self.word_ids, self.sequence_ids, strict=True)):
+            if w is None:
+                continue
+            mask[t] = t == 0 or (self.word_ids[t - 1], self.sequence_ids[t - 1]) != (w, s)
+        return mask
+
+    def word_to_tokens(self, word_index: int, sequence: int = 0) -> tuple[int, int]:
+        """``(first, last)`` token positions of word ``word_index`` of ``sequence`` (inclusive).
+
+        Raises ``ValueError`` when the word was truncated away.
+        """
+        positions = [t for t, (w, s) in enumerate(zip(self.word_ids, self.sequence_ids,
+                                                      strict=True))
+                     if w == word_index and s == sequence]
+        if not positions:
+            raise ValueError(f"word {word_index} of sequence {sequence} is not in the encoding "
+                             "(truncated, or out of range)")
+        return positions[0], positions[-1]
+
+
+@dataclass(frozen=True, eq=False)
+class BatchEncoding:
+    """Encodings stacked to a batch: ``ids``, ``token_type_ids``, ``attention_mask`` are
+    (B, T) int64; ``encodings`` keeps the per-example :class:`Encoding` objects."""
+
+    ids: np.ndarray
+    token_type_ids: np.ndarray
+    attention_mask: np.ndarray
+    encodings: tuple
+
+    def __len__(self) -> int:
+        return len(self.encodings)
+
+
+# ----------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------
+def _merged(a: str, b: str) -> str:
+    return a + b[len(PREFIX):]
+
+
+def _word_symbols(word: str) -> list[str]:
+    return [word[0]] + [PREFIX + c for c in word[1:]]
+
+
+class _MergeState:
+    """Symbols of every distinct word, the pair counts and where each pair occurs."""
+
+    def __init__(self, word_counts):
+        self.words = [_word_symbols(w) for w in word_counts]
+        self.counts = list(word_counts.values())
+        self.pair_counts: Counter = Counter()
+        self.where: dict = {}
+        self.symbol_counts: Counter = Counter()
+        for i, symbols in enumerate(self.words):
+            self._add(i, symbols, +1)
+
+    def _add(self, i: int, symbols: list[str], sign: int) -> None:
+        c = sign * self.counts[i]
+        for s in symbols:
+            self.symbol_counts[s] += c
+        for pair in zip(symbols, symbols[1:], strict=False):
+            self.pair_counts[pair] += c
+            if sign > 0:
+                self.where.setdefault(pair, set()).add(i)
+            elif self.pair_counts[pair] == 0:
+                del self.pair_counts[pair]
+
+    def best_pair(self, criterion: str, min_frequency: int):
+        candidates = [(p, c) for p, c in self.pair_counts.items() if c >= min_frequency]
+        if not candidates:
+            return None
+        if criterion == "frequency":
+            return min(candidates, key=lambda pc: (-pc[1], pc[0]))[0]
+        sc = self.symbol_counts
+        return min(candidates, key=lambda pc: (-pc[1] / (sc[pc[0][0]] * sc[pc[0][1]]), pc[0]))[0]
+
+    def merge(self, pair) -> str:
+        new = _merged(*pair)
+        for i in sorted(self.where.pop(pair, ())):
+            old = self.words[i]
+            out, k = [], 0
+            while k < len(old):
+                if k + 1 < len(old) and (old[k], old[k + 1]) == pair:
+                    out.append(new)
+                    k += 2
+                else:
+                    out.append(old[k])
+                    k += 1
+            if len(out) == len(old):
+                continue
+            self._add(i, old, -1)
+            self._add(i, out, +1)
+            self.words[i] = out
+        return new
+
+
+# ----------------------------------------------------------------------------------------
+# The tokenizer
+# ----------------------------------------------------------------------------------------
+class WordPieceTokenizer:
+    """BERT's WordPiece tokenizer: basic tokenization, then greedy longest-match-first pieces.
+
+    Parameters
+    ----------
+    vocab : sequence of str or dict str -> int
+        The tokens in id order (a list, as in ``vocab.txt``), or a token -> id mapping whose
+        ids are exactly 0..n-1. Must contain ``[PAD] [UNK] [CLS] [SEP] [MASK]``.
+    lowercase : bool
+        Lowercase and strip accents before splitting (BERT "uncased").
+    max_input_chars_per_word : int
+        Longer words become ``[UNK]`` without being cut.
+
+    Use :meth:`train` to learn a vocabulary from text, :meth:`load` to read a ``vocab.txt``.
+    """
+
+    def __init__(self, vocab, lowercase: bool = True, max_input_chars_per_word: int = 100):
+        self.itos = self._vocab_list(vocab)
+        self.stoi = {t: i for i, t in enumerate(self.itos)}
+        missing = [t for t in SPECIAL_TOKENS if t not in self.stoi]
+        if missing:
+            raise ValueError(f"vocab lacks the special token(s) {', '.join(missing)}; "
+                             f"a vocabulary must contain all of {' '.join(SPECIAL_TOKENS)}")
+        if not isinstance(lowercase, (bool, np.bool_)):
+            raise TypeError(f"lowercase must be a bool, got {type(lowercase).__name__}")
+        self.lowercase = bool(lowercase)
+        self.max_input_chars_per_word = check_scalar(
+            max_input_chars_per_word, name="max_input_chars_per_word", kind=numbers.Integral,
+            low=1)
+        self._cache: dict = {}
+
+    @staticmethod
+    def _vocab_list(vocab) -> list[str]:
+        if isinstance(vocab, dict):
+            ids = sorted(vocab.values())
+            if ids != list(range(len(ids))):
+                raise ValueError("vocab ids must be exactly 0..n-1 with no gaps or repeats")
+            items = sorted(vocab.items(), key=lambda kv: kv[1])
+            tokens = [t for t, _ in items]
+        elif isinstance(vocab, (str, bytes)) or not hasattr(vocab, "__iter__"):
+            raise TypeError(f"vocab must be a list of tokens or a dict token -> id, got "
+                            f"{type(vocab).__name__}; use WordPieceTokenizer.load(path) for a "
+                            "vocab.txt file")
+        else:
+            tokens = list(vocab)
+        for t in tokens:
+            if not isinstance(t, str) or not t or any(_is_whitespace(c) for c in t):
+                raise ValueError(f"vocab tokens must be non-empty strings without whitespace; "
+                                 f"got {t!r}")
+        if len(set(tokens)) != len(tokens):
+            dup = next(t for t, c in Counter(tokens).items() if c > 1)
+            raise ValueError(f"vocab has the token {dup!r} more than once")
+        return tokens
+
+    # -- vocabulary --------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def get_vocab(self) -> dict:
+        """A copy of the token -> id mapping."""
+        return dict(self.stoi)
+
+    pad_token_id = property(lambda self: self.stoi[PAD_TOKEN], doc="Id of [PAD].")
+    unk_token_id = property(lambda self: self.stoi[UNK_TOKEN], doc="Id of [UNK].")
+    cls_token_id = property(lambda self: self.stoi[CLS_TOKEN], doc="Id of [CLS].")
+    sep_token_id = property(lambda self: self.stoi[SEP_TOKEN], doc="Id of [SEP].")
+    mask_token_id = property(lambda self: self.stoi[MASK_TOKEN], doc="Id of [MASK].")
+
+    @property
+    def special_ids(self) -> tuple[int, ...]:
+        """Ids of the five special tokens, in the order [PAD] [UNK] [CLS] [SEP] [MASK]."""
+        return tuple(self.stoi[t] for t in SPECIAL_TOKENS)
+
+    def token_to_id(self, token: str) -> int:
+        """Id of ``token``; the [UNK] id for a token not in the vocabulary."""
+        return self.stoi.get(token, self.unk_token_id)
+
+    def id_to_token(self, i: int) -> str:
+        """The token with id ``i``; ``ValueError`` outside 0..vocab_size-1."""
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, numbers.Integral):
+            raise TypeError(f"token id must be an integer, got {type(i).__name__}")
+        if not 0 <= i < len(self.itos):
+            raise ValueError(f"token id {i} is outside the vocabulary 0..{len(self.itos) - 1}")
+        return self.itos[int(i)]
+
+    # -- training ----------------------------------------------------------------------
+    @classmethod
+    def train(cls, lines, vocab_size: int = 2000, min_frequency: int = 2,
+              lowercase: bool = True, criterion: str = "frequency",
+              max_input_chars_per_word: int = 100) -> WordPieceTokenizer:
+        """Learn a WordPiece vocabulary from ``lines`` (an iterable of str).
+
+        Parameters
+        ----------
+        lines : iterable of str
+            The corpus, e.g. one sentence per item.
+        vocab_size : int
+            Largest vocabulary (specials + characters + merged pieces). Training stops
+            early when no pair occurs ``min_frequency`` times.
+        min_frequency : int
+            A pair is merged only if it occurs at least this often (counting word counts).
+        lowercase : bool
+            As in the constructor.
+        criterion : {'frequency', 'likelihood'}
+            Pair score: its count, or ``count(ab) / (count(a) count(b))``.
+        max_input_chars_per_word : int
+            As in the constructor; longer words are left out of training too.
+
+        Returns
+        -------
+        WordPieceTokenizer
+            Vocabulary: the specials (ids 0..4), every character of the corpus both as a
+            word start ``c`` and as a continuation ``##c`` (sorted), then the merged pieces
+            in the order they were made.
+        """
+        check_scalar(vocab_size, name="vocab_size", kind=numbers.Integral, low=1)
+        check_scalar(min_frequency, name="min_frequency", kind=numbers.Integral, low=1)
+        check_scalar(max_input_chars_per_word, name="max_input_chars_per_word",
+                     kind=numbers.Integral, low=1)
+        check_choice(criterion, name="criterion", choices=("frequency", "likelihood"))
+        if isinstance(lines, str):
+            raise TypeError("lines must be an iterable of str (one item per line), not one "
+                            "str; wrap it in a list")
+        word_counts: Counter = Counter()
+        for line in lines:
+            for w in basic_tokenize(line, lowercase=lowercase):
+                if w not in SPECIAL_TOKENS and len(w) <= max_input_chars_per_word:
+                    word_counts[w] += 1
+        word_counts = Counter(dict(sorted(word_counts.items())))  # fixed order
+        if not word_counts:
+            raise ValueError("lines contain no words to train on")
+        state = _MergeState(word_counts)
+        chars = {c for word in word_counts for c in word}
+        alphabet = sorted(chars | {PREFIX + c for c in chars})  # both forms of every character
+        vocab = list(SPECIAL_TOKENS) + alphabet
+        if vocab_size < len(vocab):
+            raise ValueError(f"vocab_size={vocab_size} is smaller than the {len(SPECIAL_TOKENS)} "
+                             f"special tokens plus the {len(alphabet)} characters of the "
+                             f"corpus; use vocab_size >= {len(vocab)}")
+        known = set(vocab)
+        while len(vocab) < vocab_size:
+            pair = state.best_pair(criterion, min_frequency)
+            if pair is None:
+                break
+            new = state.merge(pair)
+            if new not in known:
+                known.add(new)
+                vocab.append(new)
+        return cls(vocab, lowercase=lowercase, max_input_chars_per_word=max_input_chars_per_word)
+
+    # -- persistence ------------------------------------------------------------------
+    def save_vocab(self, path) -> str:
+        """Write ``vocab.txt`` (one token per line, line i is id i). ``path`` may be a
+        directory (``vocab.txt`` inside it is written). Returns the file's path."""
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            path = os.path.join(path, "vocab.txt")
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            for token in self.itos:
+                f.write(token + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path, lowercase: bool = True,
+             max_input_chars_per_word: int = 100) -> WordPieceTokenizer:
+        """Read a ``vocab.txt`` (BERT's format) or a directory holding one."""
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            path = os.path.join(path, "vocab.txt")
+        with open(path, encoding="utf-8") as f:
+            tokens = [line.rstrip("\r\n") for line in f]
+        while tokens and tokens[-1] == "":
+            tokens.pop()
+        return cls(tokens, lowercase=lowercase, max_input_chars_per_word=max_input_chars_per_word)
+
+    # -- encoding ----------------------------------------------------------------------
+    def normalize(self, text: str) -> str:
+        """The words of ``text`` after basic tokenization, joined by single spaces: what
+        ``decode(encode(text).ids)`` gives back when every word is in the vocabulary."""
+        return " ".join(basic_tokenize(text, lowercase=self.lowercase))
+
+    def _word_pieces(self, word: str) -> list[str]:
+        """Greedy longest-match-first pieces of one basic token ([UNK] when impossible)."""
+        if word in self._cache:
+            return self._cache[word]
+        if word in SPECIAL_TOKENS:
+            pieces = [word]
+        elif len(word) > self.max_input_chars_per_word:
+            pieces = [UNK_TOKEN]
+        else:
+            pieces, start = [], 0
+            while start < len(word):
+                end = len(word)
+                while end > start:
+                    piece = word[start:end] if start == 0 else PREFIX + word[start:end]
+                    if piece in self.stoi:
+                        break
+                    end -= 1
+                if end == start:  # no piece matches here: the whole word is unknown
+                    pieces = [UNK_TOKEN]
+                    break
+                pieces.append(piece)
+                start = end
+        if len(self._cache) < 100_000:
+            self._cache[word] = pieces
+        return pieces
+
+    def tokenize(self, text: str) -> list[str]:
+        """The WordPiece tokens of ``text`` (no special tokens added)."""
+        return [p for w in basic_tokenize(text, lowercase=self.lowercase)
+                for p in self._word_pieces(w)]
+
+    def _pieces_with_words(self, text: str) -> tuple[list[str], list[int]]:
+        pieces, words = [], []
+        for i, w in enumerate(basic_tokenize(text, lowercase=self.lowercase)):
+            for p in self._word_pieces(w):
+                pieces.append(p)
+                words.append(i)
+        return pieces, words
+
+    def encode(self, text: str, pair: str | None = None, max_length: int | None = None,
+               truncation: bool = False, padding=False,
+               add_special_tokens: bool = True) -> Encoding:
+        """Encode ``text`` (and ``pair``) as ``[CLS] text [SEP] (pair [SEP])``.
+
+        Parameters
+        ----------
+        text, pair : str
+            The sequence(s); ``pair`` gets segment id 1.
+        max_length : int, optional
+            Longest allowed encoding (special tokens counted).
+        truncation : bool
+            Cut the encoding to ``max_length`` by dropping tokens from the end of the longer
+            sequence ("longest first": the shorter one keeps up to half of the room, rounded
+            down, the longer one the rest). Without it, an encoding longer than
+            ``max_length`` is a ``ValueError``.
+        padding : bool or {'longest', 'max_length'}
+            ``'max_length'`` (or ``True`` with a ``max_length``) pads with ``[PAD]`` to
+            ``max_length``; ``False`` and ``'longest'`` leave one sequence unpadded.
+        add_special_tokens : bool
+            Add ``[CLS]`` and ``[SEP]``.
+
+        Returns
+        -------
+        Encoding
+            ``ids``, ``token_type_ids``, ``attention_mask`` (T,) int64, ``tokens``,
+            ``word_ids``, ``sequence_ids``.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if pair is not None and not isinstance(pair, str):
+            raise TypeError(f"pair must be a str or None, got {type(pair).__name__}")
+        pad_to = self._check_lengths(max_length, truncation, padding)
+        a, a_words = self._pieces_with_words(text)
+        b, b_words = self._pieces_with_words(pair) if pair is not None else ([], [])
+        n_special = (3 if pair is not None else 2) if add_special_tokens else 0
+        if max_length is not None and len(a) + len(b) + n_special > max_length:
+            if not truncation:
+                raise ValueError(f"the encoding has {len(a) + len(b) + n_special} tokens, more "
+                                 f"than max_length={max_length}; pass truncation=True to cut it")
+            if max_length < n_special:
+                raise ValueError(f"max_length={max_length} cannot hold the {n_special} special "
+                                 "tokens")
+            keep_a, keep_b = _longest_first(len(a), len(b), max_length - n_special)
+            a, a_words, b, b_words = a[:keep_a], a_words[:keep_a], b[:keep_b], b_words[:keep_b]
+        tokens, types, words, seqs = [], [], [], []
+
+        def extend(pieces, word_ids, seq, segment):
+            tokens.extend(pieces)
+            types.extend([segment] * len(pieces))
+            words.extend(word_ids)
+            seqs.extend([seq] * len(pieces))
+
+        def special(token, segment):
+            if add_special_tokens:
+                extend([token], [None], None, segment)
+
+        special(CLS_TOKEN, 0)
+        extend(a, a_words, 0, 0)
+        special(SEP_TOKEN, 0)
+        if pair is not None:
+            extend(b, b_words, 1, 1)
+            special(SEP_TOKEN, 1)
+        n_real = len(tokens)
+        if pad_to is not None and pad_to > n_real:
+            extend([PAD_TOKEN] * (pad_to - n_real), [None] * (pad_to - n_real), None, 0)
+        mask = np.zeros(len(tokens), dtype=np.int64)
+        mask[:n_real] = 1
+        return Encoding(
+            ids=np.array([self.stoi[t] for t in tokens], dtype=np.int64),
+            token_type_ids=np.array(types, dtype=np.int64),
+            attention_mask=mask,
+            tokens=tuple(tokens),
+            word_ids=tuple(words),
+            sequence_ids=tuple(seqs),
+        )
+
+    @staticmethod
+    def _check_lengths(max_length, truncation, padding) -> int | None:
+        """Validate the length options; return the length to pad one sequence to, or None."""
+        if max_length is not None:
+            check_scalar(max_length, name="max_length", kind=numbers.Integral, low=1)
+        if not isinstance(truncation, (bool, np.bool_)):
+            raise TypeError(f"truncation must be a bool, got {type(truncation).__name__}")
+        if truncation and max_length is None:
+            raise ValueError("truncation=True needs a max_length")
+        check_choice(padding, name="padding", choices=(False, True, "longest", "max_length"))
+        if padding == "max_length" and max_length is None:
+            raise ValueError("padding='max_length' needs a max_length")
+        if padding in (True, "max_length") and max_length is not None:
+            return max_length
+        return None
+
+    def encode_batch(self, texts, pairs=None, max_length: int | None = None,
+                     truncation: bool = False, padding="longest") -> BatchEncoding:
+        """Encode a list of texts (and optional pairs) into (B, T) arrays.
+
+        ``padding='longest'`` (or ``True`` without ``max_length``) pads to the longest
+        encoding of the batch; ``'max_length'`` (or ``True`` with ``max_length``) to
+        ``max_length``. ``padding=False`` needs every encoding to have the same length.
+        """
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of str, not one str; use encode for one text")
+        texts = list(texts)
+        if pairs is not None:
+            if isinstance(pairs, str):
+                raise TypeError("pairs must be a list of str, not one str")
+            pairs = list(pairs)
+            if len(pairs) != len(texts):
+                raise ValueError(f"pairs has {len(pairs)} items but texts has {len(texts)}")
+        else:
+            pairs = [None] * len(texts)
+        pad_to = self._check_lengths(max_length, truncation, padding)
+        encodings = [self.encode(t, p, max_length=max_length, truncation=truncation,
+                                 padding="max_length" if pad_to is not None else False)
+                     for t, p in zip(texts, pairs, strict=True)]
+        if padding in (True, "longest") and pad_to is None:
+            longest = max((len(e) for e in encodings), default=0)
+            encodings = [_pad(e, longest, self.pad_token_id) for e in encodings]
+        lengths = {len(e) for e in encodings}
+        if len(lengths) > 1:
+            raise ValueError(f"encodings have different lengths {sorted(lengths)} and "
+                             "padding=False; pass padding='longest' or 'max_length'")
+        T = lengths.pop() if lengths else 0
+
+        def stack(field):  # (B, T) int64
+            if not encodings:
+                return np.zeros((0, T), dtype=np.int64)
+            return np.stack([getattr(e, field) for e in encodings])
+
+        return BatchEncoding(stack("ids"), stack("token_type_ids"), stack("attention_mask"),
+                             tuple(encodings))
+
+    # -- decoding ----------------------------------------------------------------------
+    def convert_ids_to_tokens(self, ids) -> list[str]:
+        """Tokens of ``ids`` (a 1-D sequence of ints)."""
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+            raise ValueError(f"ids must be a 1-D sequence of integers; got shape {ids.shape}, "
+                             f"dtype {ids.dtype}")
+        bad = ids[(ids < 0) | (ids >= len(self.itos))]
+        if bad.size:
+            raise ValueError(f"ids contains {int(bad[0])}, outside the vocabulary "
+                             f"0..{len(self.itos) - 1}")
+        return [self.itos[i] for i in ids.tolist()]
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        """Text of ``ids``: ``##`` pieces are glued to the piece before, words are joined by
+        single spaces. ``skip_special_tokens`` drops [PAD] [CLS] [SEP] [MASK] (and [UNK])."""
+        words: list[str] = []
+        for token in self.convert_ids_to_tokens(ids):
+            if skip_special_tokens and token in SPECIAL_TOKENS:
+                continue
+            if token.startswith(PREFIX) and words:
+                words[-1] += token[len(PREFIX):]
+            else:
+                words.append(token)
+        return " ".join(words)
+
+    def __repr__(self) -> str:
+        return (f"WordPieceTokenizer(vocab_size={self.vocab_size}, lowercase={self.lowercase})")
+
+
+def _longest_first(n_a: int, n_b: int, budget: int) -> tuple[int, int]:
+    """Lengths kept when a pair of ``n_a`` and ``n_b`` tokens must fit ``budget``: the
+    shorter sequence (``a`` on a tie) keeps up to half the budget (rounded down), the longer
+    one the rest -- what removing tokens one at a time from the longer one gives, with the
+    ``tokenizers`` package's rounding."""
+    if n_a + n_b <= budget:
+        return n_a, n_b
+    if n_a <= n_b:
+        keep_a = min(n_a, budget // 2)
+        return keep_a, budget - keep_a
+    keep_b = min(n_b, budget // 2)
+    return budget - keep_b, keep_b
+
+
+def _pad(enc: Encoding, length: int, pad_id: int) -> Encoding:
+    extra = length - len(enc)
+    if extra <= 0:
+        return enc
+    zeros = np.zeros(extra, dtype=np.int64)
+    return Encoding(
+        ids=np.concatenate([enc.ids, np.full(extra, pad_id, dtype=np.int64)]),
+        token_type_ids=np.concatenate([enc.token_type_ids, zeros]),
+        attention_mask=np.concatenate([enc.attention_mask, zeros]),
+        tokens=enc.tokens + (PAD_TOKEN,) * extra,
+        word_ids=enc.word_ids + (None,) * extra,
+        sequence_ids=enc.sequence_ids + (None,) * extra,
+    )

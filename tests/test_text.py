@@ -1,0 +1,513 @@
+"""nk.text (WordPiece tokenizer) and nk.datasets_text (the shipped corpus and its tasks)."""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nnkit import datasets_text as dt
+from nnkit.text import (
+    SPECIAL_TOKENS,
+    WordPieceTokenizer,
+    basic_tokenize,
+)
+
+SPECIALS = list(SPECIAL_TOKENS)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return dt.load_corpus()
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return dt.corpus_tokenizer()
+
+
+def _toy(tokens):
+    return WordPieceTokenizer(SPECIALS + list(tokens))
+
+
+# ----- basic tokenization -------------------------------------------------------------------
+def test_basic_tokenize_splits_punctuation_lowercases_and_strips_accents():
+    assert basic_tokenize("Héllo,World!  Don't\tstop…") == [
+        "hello", ",", "world", "!", "don", "'", "t", "stop", "…"]
+    assert basic_tokenize("Héllo", lowercase=False) == ["Héllo"]
+
+
+def test_basic_tokenize_control_whitespace_cjk_and_specials():
+    assert basic_tokenize("a\x00b\u200bc\u00a0d\r\ne") == ["abc", "d", "e"]
+    assert basic_tokenize("ab中文cd") == ["ab", "中", "文", "cd"]
+    assert basic_tokenize("the [MASK] sat [SEP]") == ["the", "[MASK]", "sat", "[SEP]"]
+    assert basic_tokenize("$5^2`") == ["$", "5", "^", "2", "`"]  # ASCII symbols split too
+
+
+# ----- WordPiece encoding -------------------------------------------------------------------
+def test_greedy_longest_match_first():
+    t = _toy(["un", "##aff", "##able", "u", "##n", "##a", "##f", "##b", "##l", "##e", "aff"])
+    assert t.tokenize("unaffable") == ["un", "##aff", "##able"]
+    assert t.tokenize("unable") == ["un", "##able"]
+    assert t.tokenize("affable") == ["aff", "##able"]
+
+
+def test_unknown_words_become_unk():
+    t = _toy(["un", "##aff", "##able", "the"])
+    assert t.tokenize("the unaffablex") == ["the", "[UNK]"]  # 'x' cannot be matched
+    assert t.tokenize("zzz un") == ["[UNK]", "un"]
+    short = WordPieceTokenizer(SPECIALS + ["a", "##a"], max_input_chars_per_word=4)
+    assert short.tokenize("aaaa aaaaa") == ["a", "##a", "##a", "##a", "[UNK]"]
+
+
+def test_unseen_word_is_cut_into_known_pieces(tok):
+    pieces = tok.tokenize("wonderlandish caterpillars")
+    assert "[UNK]" not in pieces
+    assert any(p.startswith("##") for p in pieces)
+    assert tok.decode(tok.encode("wonderlandish caterpillars").ids) == "wonderlandish caterpillars"
+
+
+def test_specials_have_fixed_ids_after_training(tok):
+    assert tok.itos[:5] == SPECIALS
+    assert (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id,
+            tok.mask_token_id) == (0, 1, 2, 3, 4)
+    assert tok.special_ids == (0, 1, 2, 3, 4)
+
+
+def test_specials_follow_a_bert_style_vocab_order():
+    vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(3)] + ["[UNK]", "[CLS]", "[SEP]",
+                                                              "[MASK]", "hello", "##s"]
+    t = WordPieceTokenizer(vocab)
+    assert (t.pad_token_id, t.unk_token_id, t.cls_token_id, t.sep_token_id,
+            t.mask_token_id) == (0, 4, 5, 6, 7)
+    assert t.encode("hellos [MASK]").ids.tolist() == [5, 8, 9, 7, 6]
+
+
+def test_single_sequence_layout(tok):
+    enc = tok.encode("Alice was tired.")
+    assert enc.tokens == ("[CLS]", "alice", "was", "tired", ".", "[SEP]")
+    assert enc.token_type_ids.tolist() == [0] * 6
+    assert enc.attention_mask.tolist() == [1] * 6
+    assert enc.word_ids == (None, 0, 1, 2, 3, None)
+    assert enc.ids.dtype == np.int64
+
+
+def test_pair_has_segment_ids(tok):
+    enc = tok.encode("Alice was tired.", "The Queen")
+    assert enc.tokens == ("[CLS]", "alice", "was", "tired", ".", "[SEP]", "the", "queen",
+                          "[SEP]")
+    assert enc.token_type_ids.tolist() == [0, 0, 0, 0, 0, 0, 1, 1, 1]
+    assert enc.sequence_ids == (None, 0, 0, 0, 0, None, 1, 1, None)
+    assert enc.word_ids == (None, 0, 1, 2, 3, None, 0, 1, None)
+    assert enc.word_to_tokens(1, sequence=1) == (7, 7)
+
+
+def test_no_special_tokens(tok):
+    enc = tok.encode("the queen", add_special_tokens=False)
+    assert enc.tokens == ("the", "queen")
+    assert tok.encode("alice", add_special_tokens=False).first_piece_mask().tolist() == [True]
+
+
+def test_first_pieces_and_word_positions():
+    t = _toy(["un", "##aff", "##able", "the"])
+    enc = t.encode("the unaffable", "unaffable", max_length=12, padding="max_length")
+    assert enc.tokens[:9] == ("[CLS]", "the", "un", "##aff", "##able", "[SEP]", "un", "##aff",
+                              "##able")
+    assert enc.first_piece_mask().tolist() == [False, True, True, False, False, False, True,
+                                               False, False, False, False, False]
+    assert enc.word_to_tokens(1) == (2, 4) and enc.word_to_tokens(0, sequence=1) == (6, 8)
+    with pytest.raises(ValueError, match="word 2 of sequence 0 is not in the encoding"):
+        enc.word_to_tokens(2)
+
+
+def test_padding_to_max_length(tok):
+    enc = tok.encode("the queen", "alice", max_length=8, padding="max_length")
+    assert enc.tokens[-2:] == ("[PAD]", "[PAD]")
+    assert enc.ids[-2:].tolist() == [0, 0]
+    assert enc.attention_mask.tolist() == [1, 1, 1, 1, 1, 1, 0, 0]
+    assert enc.token_type_ids.tolist() == [0, 0, 0, 0, 1, 1, 0, 0]
+    assert tok.decode(enc.ids) == "the queen alice"
+
+
+def test_truncation_longest_first(tok):
+    a, b = "one two three four five six", "alice queen"
+    enc = tok.encode(a, b, max_length=9, truncation=True)
+    # room 6 for 6 + 2 words: the shorter keeps min(2, 6 // 2), the longer the rest
+    assert enc.tokens == ("[CLS]", "one", "two", "three", "four", "[SEP]", "alice", "queen",
+                          "[SEP]")
+    enc = tok.encode(a, b, max_length=7, truncation=True)
+    assert enc.tokens == ("[CLS]", "one", "two", "[SEP]", "alice", "queen", "[SEP]")
+    enc = tok.encode(a, "one two three four five six seven", max_length=9, truncation=True)
+    assert len(enc) == 9 and enc.token_type_ids.sum() == 4  # 3 from b + its [SEP]
+    enc = tok.encode(a, max_length=4, truncation=True, padding="max_length")
+    assert enc.tokens == ("[CLS]", "one", "two", "[SEP]")
+
+
+def test_too_long_without_truncation_is_an_error(tok):
+    with pytest.raises(ValueError, match="max_length=3.*truncation=True"):
+        tok.encode("the queen said", max_length=3)
+    with pytest.raises(ValueError, match="cannot hold the 3 special"):
+        tok.encode("the", "queen", max_length=2, truncation=True)
+
+
+def test_encode_batch_pads_to_longest_and_to_max_length(tok):
+    batch = tok.encode_batch(["the queen", "alice"], ["said", "was very tired ."])
+    assert batch.ids.shape == (2, 8)
+    assert batch.attention_mask.sum(axis=1).tolist() == [6, 8]
+    assert batch.ids[0, 6:].tolist() == [0, 0]
+    assert batch.token_type_ids[1].tolist() == [0, 0, 0, 1, 1, 1, 1, 1]
+    batch = tok.encode_batch(["the queen", "alice"], max_length=6, padding="max_length")
+    assert batch.ids.shape == (2, 6)
+    with pytest.raises(ValueError, match="different lengths"):
+        tok.encode_batch(["the queen", "alice"], padding=False)
+    assert tok.encode_batch([]).ids.shape == (0, 0)
+
+
+def test_decode_glues_pieces_and_skips_specials(tok):
+    ids = tok.encode("unbelievably curious", "queen").ids
+    assert tok.decode(ids) == "unbelievably curious queen"
+    assert tok.decode(ids, skip_special_tokens=False) == (
+        "[CLS] unbelievably curious [SEP] queen [SEP]")
+
+
+def test_corpus_round_trips(tok, corpus):
+    for sentence in corpus:  # every character of the corpus is in its vocabulary
+        assert tok.decode(tok.encode(sentence).ids) == tok.normalize(sentence)
+
+
+@settings(max_examples=40)
+@given(data=st.data())
+def test_round_trip_of_in_vocabulary_text(data):
+    t = _toy(["the", "queen", "said", "off", "##f", "with", "her", "head", "!", ",", "'",
+              "al", "##ice", "##s", "q"])
+    words = data.draw(st.lists(st.sampled_from(
+        ["The", "queen", "QUEEN", "said", "off", "offf", "with", "her", "head!", ",", "'",
+         "Alice", "alices", "q", "qs"]), max_size=12))
+    text = data.draw(st.sampled_from([" ", "  ", "\t", "\n"])).join(words)
+    enc = t.encode(text)
+    assert "[UNK]" not in enc.tokens
+    assert t.decode(enc.ids) == t.normalize(text)
+    assert t.decode(enc.ids, skip_special_tokens=False) == f"[CLS] {t.normalize(text)} [SEP]"\
+        .replace("[CLS]  [SEP]", "[CLS] [SEP]")
+    masked = t.encode(text + " [MASK]")
+    assert masked.tokens[-2:] == ("[MASK]", "[SEP]")
+
+
+def test_id_lookups_and_bad_ids(tok):
+    assert tok.id_to_token(tok.token_to_id("alice")) == "alice"
+    assert tok.token_to_id("notaword") == tok.unk_token_id
+    with pytest.raises(ValueError, match=r"outside the vocabulary 0\.\."):
+        tok.decode([2, tok.vocab_size])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tok.decode([-1])
+    with pytest.raises(ValueError, match="1-D sequence of integers"):
+        tok.decode([[1, 2]])
+    with pytest.raises(ValueError, match="outside"):
+        tok.id_to_token(10**6)
+
+
+# ----- training ------------------------------------------------------------------------------
+def test_training_is_deterministic_and_fills_the_vocabulary(corpus):
+    a = WordPieceTokenizer.train(corpus[:300], vocab_size=400)
+    b = WordPieceTokenizer.train(list(corpus[:300]), vocab_size=400)
+    assert a.itos == b.itos
+    assert a.vocab_size == len(a) == 400
+    assert len(set(a.itos)) == 400
+    chars = {c for s in corpus[:300] for w in basic_tokenize(s) for c in w}
+    assert chars | {"##" + c for c in chars} <= set(a.itos)
+    assert a.tokenize("xanadu") != ["[UNK]"]  # 'x' starts no corpus word but is in the vocab
+
+
+def test_frequency_and_likelihood_criteria_by_hand():
+    lines = ["xy xy xy zy zw"]  # x:3, z:2, ##y:4, ##w:1; pairs xy:3, zy:1, zw:1
+    base = 5 + 8 + 1  # specials, w x y z and ##w ##x ##y ##z, one merge
+    freq = WordPieceTokenizer.train(lines, vocab_size=base, min_frequency=1)
+    assert freq.itos[5:] == ["##w", "##x", "##y", "##z", "w", "x", "y", "z", "xy"]  # count 3
+    like = WordPieceTokenizer.train(lines, vocab_size=base, min_frequency=1,
+                                    criterion="likelihood")
+    assert like.itos[-1] == "zw"  # 1 / (2 * 1) beats 3 / (3 * 4)
+
+
+def test_min_frequency_stops_training_early():
+    t = WordPieceTokenizer.train(["ab ab cd"], vocab_size=100, min_frequency=2)
+    alphabet = ["##a", "##b", "##c", "##d", "a", "b", "c", "d"]
+    assert t.itos[5:] == alphabet + ["ab"]
+    t = WordPieceTokenizer.train(["ab ab cd"], vocab_size=100, min_frequency=3)
+    assert t.itos[5:] == alphabet
+
+
+def test_merges_make_whole_words(tok):
+    for word in ("alice", "queen", "the", "said", "rabbit", "hatter"):
+        assert tok.tokenize(word) == [word]
+
+
+def test_training_bad_input():
+    with pytest.raises(ValueError, match="vocab_size=6 is smaller.*vocab_size >= 9"):
+        WordPieceTokenizer.train(["ab a"], vocab_size=6)
+    with pytest.raises(TypeError, match="iterable of str"):
+        WordPieceTokenizer.train("the text", vocab_size=50)
+    with pytest.raises(ValueError, match="no words"):
+        WordPieceTokenizer.train(["  ", "[MASK]"], vocab_size=50)
+    with pytest.raises(ValueError, match="criterion must be one of"):
+        WordPieceTokenizer.train(["ab"], criterion="bpe")
+    with pytest.raises(ValueError, match="min_frequency must be >= 1"):
+        WordPieceTokenizer.train(["ab"], min_frequency=0)
+
+
+# ----- vocabulary files -----------------------------------------------------------------------
+def test_save_and_load_vocab(tok, tmp_path):
+    path = tok.save_vocab(tmp_path)
+    assert path.endswith("vocab.txt")
+    lines = open(path, encoding="utf-8").read().split("\n")
+    assert lines[:5] == SPECIALS and lines[-1] == "" and len(lines) == tok.vocab_size + 1
+    loaded = WordPieceTokenizer.load(path)
+    assert loaded.itos == tok.itos
+    text = "The Mock Turtle sighed deeply, unbelievably."
+    assert np.array_equal(loaded.encode(text).ids, tok.encode(text).ids)
+    assert WordPieceTokenizer.load(tmp_path).itos == tok.itos
+
+
+def test_vocab_validation():
+    with pytest.raises(ValueError, match=r"lacks the special token\(s\) \[MASK\]"):
+        WordPieceTokenizer(SPECIALS[:4] + ["a"])
+    with pytest.raises(ValueError, match="'a' more than once"):
+        WordPieceTokenizer(SPECIALS + ["a", "a"])
+    with pytest.raises(ValueError, match="without whitespace"):
+        WordPieceTokenizer(SPECIALS + ["a b"])
+    with pytest.raises(TypeError, match="WordPieceTokenizer.load"):
+        WordPieceTokenizer("vocab.txt")
+    with pytest.raises(ValueError, match="0..n-1"):
+        WordPieceTokenizer({t: i + 1 for i, t in enumerate(SPECIALS)})
+    t = WordPieceTokenizer({t: i for i, t in enumerate(SPECIALS + ["a"])})
+    assert t.tokenize("a") == ["a"]
+
+
+def test_encode_bad_input(tok):
+    with pytest.raises(TypeError, match="text must be a str"):
+        tok.encode(["a"])
+    with pytest.raises(TypeError, match="pair must be a str"):
+        tok.encode("a", 3)
+    with pytest.raises(ValueError, match="truncation=True needs a max_length"):
+        tok.encode("a", truncation=True)
+    with pytest.raises(ValueError, match="padding='max_length' needs a max_length"):
+        tok.encode("a", padding="max_length")
+    with pytest.raises(ValueError, match="padding must be one of"):
+        tok.encode("a", padding="left")
+    with pytest.raises(ValueError, match="max_length must be >= 1"):
+        tok.encode("a", max_length=0)
+    with pytest.raises(ValueError, match="pairs has 1 items but texts has 2"):
+        tok.encode_batch(["a", "b"], ["c"])
+
+
+def test_matches_the_tokenizers_package(tok, corpus, tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    path = tok.save_vocab(tmp_path)
+    theirs = tokenizers.BertWordPieceTokenizer(path, lowercase=True)
+    texts = list(corpus[:200]) + ["Héllo, wonderlandish [MASK] xylophone!", "a\tb  c"]
+    for a, b in zip(texts[::2], texts[1::2], strict=True):
+        mine = tok.encode(a, b)
+        other = theirs.encode(a, b)
+        assert mine.ids.tolist() == other.ids
+        assert mine.token_type_ids.tolist() == other.type_ids
+    words = "one two three four five six seven eight".split()
+    for n_a, n_b, max_length in [(3, 8, 5), (8, 3, 5), (4, 4, 7), (0, 6, 4), (6, 1, 9),
+                                 (2, 7, 3), (7, 7, 10), (5, 2, 6)]:
+        a, b = " ".join(words[:n_a]), " ".join(words[:n_b])
+        theirs.enable_truncation(max_length=max_length)
+        mine = tok.encode(a, b, max_length=max_length, truncation=True)
+        assert mine.ids.tolist() == theirs.encode(a, b).ids, (n_a, n_b, max_length)
+
+
+# ----- the corpus -----------------------------------------------------------------------------
+def test_corpus_loads_clean_and_deterministic(corpus):
+    assert isinstance(corpus, list) and len(corpus) > 1000
+    assert corpus == dt.load_corpus()
+    sentences, chapters = dt.load_corpus(return_chapters=True)
+    assert sentences == corpus and chapters == sorted(chapters)
+    assert set(chapters) == set(range(12))  # the book's twelve chapters
+    with pytest.raises(TypeError, match="return_chapters must be a bool"):
+        dt.load_corpus("yes")
+    assert corpus[0].startswith("Alice was beginning to get very tired")
+    text = " ".join(corpus)
+    for leftover in ("CHAPTER", "Gutenberg", "`", "_", "MILLENNIUM", "THE END", "\n", "  "):
+        assert leftover not in text
+    assert all(len(s.split()) >= 3 for s in corpus)
+    assert "waistcoat-pocket" in text.lower() and "- pocket" not in text.lower()
+
+
+def test_corpus_source_is_named_next_to_the_file():
+    data = resources.files("nnkit").joinpath("data")
+    raw = data.joinpath(dt.CORPUS_FILE).read_bytes()
+    readme = data.joinpath("README.md").read_text(encoding="utf-8")
+    assert len(raw) < 1_000_000
+    assert hashlib.sha256(raw).hexdigest() in readme
+    for fact in ("Lewis Carroll", "Project Gutenberg etext #11", "public domain",
+                 "MILLENNIUM FULCRUM EDITION 2.9", "brotli-1.2.1"):
+        assert fact in readme
+    assert "Lewis Carroll" in dt.CORPUS_SOURCE and "Gutenberg" in dt.CORPUS_SOURCE
+    assert b"Lewis Carroll" in raw[:400] and b"FULCRUM EDITION 2.9" in raw[:400]
+
+
+def test_strip_gutenberg_boilerplate():
+    modern = ("Title: X\r\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\r\nbody text\r\n"
+              "*** END OF THE PROJECT GUTENBERG EBOOK X ***\r\nlicence")
+    assert dt.strip_gutenberg_boilerplate(modern).strip() == "body text"
+    old = "header\n*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*\nbody\n" \
+          "End of Project Gutenberg's X\nfooter"
+    assert dt.strip_gutenberg_boilerplate(old).strip() == "body"
+    assert dt.strip_gutenberg_boilerplate("just text") == "just text"
+    with pytest.raises(TypeError, match="text must be a str"):
+        dt.strip_gutenberg_boilerplate(b"bytes")
+
+
+def test_split_sentences():
+    text = "'Oh dear! Oh dear! I shall be late!' said Mr. Rabbit. Yes."
+    assert dt.split_sentences(text, min_words=2) == [
+        "'Oh dear!", "Oh dear!", "I shall be late!' said Mr. Rabbit."]
+    assert dt.split_sentences(text) == ["I shall be late!' said Mr. Rabbit."]  # >= 3 words
+    assert dt.split_sentences("It was late. (Very late.) Then it ended.", min_words=1) == [
+        "It was late.", "(Very late.)", "Then it ended."]
+    assert dt.split_sentences("no split. here it is") == ["no split. here it is"]
+
+
+# ----- tasks ----------------------------------------------------------------------------------
+TASKS = [dt.next_sentence_task, dt.sentence_order_task, dt.sentiment_task, dt.tagging_task,
+         dt.span_task]
+
+
+@pytest.fixture(scope="module")
+def tasks(tok):
+    return {f.__name__: f(tok, random_state=0) for f in TASKS}
+
+
+def _sentences_of(split):
+    return {t for texts in split.texts for t in texts}
+
+
+@pytest.mark.parametrize("make", TASKS, ids=lambda f: f.__name__)
+def test_task_shapes_and_masks(make, tasks, tok):
+    task = tasks[make.__name__]
+    for split in (task.train, task.test):
+        n, T = split.input_ids.shape
+        assert n == len(split) == len(split.texts) > 20
+        assert split.token_type_ids.shape == split.attention_mask.shape == (n, T)
+        assert split.input_ids.dtype == split.labels.dtype == np.int64
+        assert np.all(split.input_ids[split.attention_mask == 0] == tok.pad_token_id)
+        assert np.all(split.input_ids[:, 0] == tok.cls_token_id)
+        lengths = split.attention_mask.sum(axis=1)
+        assert np.all(split.attention_mask == (np.arange(T) < lengths[:, None]))
+        assert np.all(split.input_ids[np.arange(n), lengths - 1] == tok.sep_token_id)
+    assert len(task.train) > 3 * len(task.test)
+
+
+@pytest.mark.parametrize("make", TASKS, ids=lambda f: f.__name__)
+def test_task_is_deterministic_by_seed_and_splits_are_disjoint(make, tasks, tok):
+    task = tasks[make.__name__]
+    again = make(tok, random_state=0)
+    other = make(tok, random_state=1)
+    for name in ("train", "test"):
+        a, b = getattr(task, name), getattr(again, name)
+        assert np.array_equal(a.input_ids, b.input_ids) and np.array_equal(a.labels, b.labels)
+        assert a.texts == b.texts
+    assert task.test.texts != other.test.texts
+    if make is dt.span_task:  # questions are rewritten sentences: compare the contexts
+        train = {s for _, c in task.train.texts for s in dt.split_sentences(c, 0)}
+        test = {s for _, c in task.test.texts for s in dt.split_sentences(c, 0)}
+    else:
+        train, test = _sentences_of(task.train), _sentences_of(task.test)
+    assert not train & test
+
+
+def test_next_sentence_labels(tasks, corpus):
+    task = tasks["next_sentence_task"]
+    following = {a: b for a, b in zip(corpus, corpus[1:], strict=False)}
+    sentences, chapters = dt.load_corpus(return_chapters=True)
+    chapter_of = dict(zip(sentences, chapters, strict=True))
+    labels = task.train.labels
+    assert labels.mean() == 0.5 and task.label_names == ("is_next", "not_next")
+    assert np.all(labels[0::2] == 0) and np.all(labels[1::2] == 1)  # each a: next, random
+    for (a, b), label in zip(task.train.texts, labels, strict=True):
+        assert (following[a] == b) == (label == 0)
+        if label == 1:  # the random sentence comes from another chapter
+            assert chapter_of[a] != chapter_of[b]
+    assert np.all(task.train.token_type_ids.max(axis=1) == 1)
+
+
+def test_sentence_order_labels(tasks, corpus):
+    task = tasks["sentence_order_task"]
+    pairs = set(zip(corpus, corpus[1:], strict=False))
+    for (a, b), label in zip(task.train.texts, task.train.labels, strict=True):
+        assert ((b, a) if label else (a, b)) in pairs
+    assert 0.4 < task.train.labels.mean() < 0.6
+
+
+def test_sentiment_labels_follow_the_lexicon(tasks):
+    task = tasks["sentiment_task"]
+    for split in (task.train, task.test):
+        for (text,), label in zip(split.texts, split.labels, strict=True):
+            assert dt.sentiment_label(text) == label
+        assert split.labels.sum() * 2 == len(split)  # balanced
+    assert dt.sentiment_label("She was glad and pleased, not sad.") == 1
+    assert dt.sentiment_label("The Queen was angry.") == 0
+    assert dt.sentiment_label("The Queen was angry but glad.") is None
+
+
+def test_tagging_labels_align_to_first_pieces(tasks, tok):
+    task = tasks["tagging_task"]
+    split = task.train
+    n_scored = 0
+    for ids, labels, (text,) in zip(split.input_ids, split.labels, split.texts, strict=True):
+        tokens = [tok.itos[i] for i in ids]
+        words = basic_tokenize(text)
+        k = 0
+        for t, (token, label) in enumerate(zip(tokens, labels, strict=True)):
+            if token in SPECIAL_TOKENS or token.startswith("##"):
+                assert label == -100, (text, t, token)
+                continue
+            word = token
+            j = t + 1
+            while j < len(tokens) and tokens[j].startswith("##"):
+                word += tokens[j][2:]
+                j += 1
+            assert word == words[k]
+            assert task.label_names[label] == dt.word_tag(word)
+            k += 1
+            n_scored += 1
+        assert k == len(words)
+    assert set(np.unique(split.labels)) == {-100} | set(range(len(dt.TAG_NAMES)))
+    assert n_scored > 5000
+
+
+def test_word_tags_by_hand():
+    tags = [dt.word_tag(w) for w in "the queen , she slowly said something walked cat".split()]
+    assert tags == ["DET", "NAME", "PUNCT", "PRON", "ADV", "O", "ING", "ED", "NAME"]
+
+
+def test_span_labels_point_at_the_name(tasks, tok):
+    task = tasks["span_task"]
+    for split in (task.train, task.test):
+        for ids, types, (start, end), (question, context) in zip(
+                split.input_ids, split.token_type_ids, split.labels, split.texts, strict=True):
+            assert 0 < start <= end < len(ids)
+            assert types[start] == types[end] == 1
+            answer = tok.decode(ids[start:end + 1])
+            assert dt.word_tag(answer.split()[0]) == "NAME"
+            q = question.split()
+            filled = [" ".join(q[:k] + [answer] + q[k + 1:]) for k, w in enumerate(q)
+                      if w == "who"]
+            assert any(f in tok.normalize(context) for f in filled)
+
+
+def test_task_bad_input(tok):
+    with pytest.raises(TypeError, match="tokenizer must be a WordPieceTokenizer"):
+        dt.sentiment_task(tokenizer="bert")
+    with pytest.raises(ValueError, match="test_size must be < 1"):
+        dt.tagging_task(tok, test_size=1.0)
+    with pytest.raises(ValueError, match="max_length must be >= 8"):
+        dt.next_sentence_task(tok, max_length=4)
+    with pytest.raises(ValueError, match="vocab_size must be >= 1"):
+        dt.corpus_tokenizer(vocab_size=0)
