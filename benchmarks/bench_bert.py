@@ -26,6 +26,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parent))
+from harness import block_times, report, torch_available  # noqa: E402
+
 CONFIG = dict(vocab_size=30522, hidden_size=256, num_layers=4, num_heads=4,
               intermediate_size=1024, max_position=512)
 BATCH, SEQ = 32, 128
@@ -131,22 +134,7 @@ def _torch_step(threads: int, masked_only: bool):
 def _worker(impl: str, threads: int, blocks: int, block: int, masked_only: bool) -> None:
     """Time ``blocks`` blocks of ``block`` steps after 2 warm-up steps; print JSON seconds."""
     step = (_nnkit_step if impl == "nnkit" else _torch_step)(threads, masked_only)
-    for _ in range(2):
-        step()
-    times = []
-    for _ in range(blocks):
-        time.sleep(0.2)
-        start = time.perf_counter()
-        for _ in range(block):
-            step()
-        times.append((time.perf_counter() - start) / block)
-    print(json.dumps(times))
-
-
-def _torch_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("torch") is not None
+    print(json.dumps(block_times(step, blocks, block, warmup=2, pause=0.2)))
 
 
 def _measure(impls, threads, rounds, blocks, block, masked_only) -> dict:
@@ -167,7 +155,7 @@ def run(quick: bool = False) -> list[dict]:
     import numba
 
     threads = numba.get_num_threads()
-    impls = ["nnkit"] + (["torch"] if _torch_available() else [])
+    impls = ["nnkit"] + (["torch"] if torch_available() else [])
     rounds, blocks, block = (1, 1, 1) if quick else (2, 2, 1)  # a step takes ~1 s or more
     variants = ((False, "MLM head at all positions"), (True, "MLM head at masked positions"))
     rows = []
@@ -185,8 +173,6 @@ def main(argv=None) -> None:
     if argv and argv[0] == "--worker":
         _worker(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), bool(int(argv[5])))
         return
-    sys.path.insert(0, str(HERE.parent))
-    from harness import report
 
     report(run, argv)
 

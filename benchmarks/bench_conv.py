@@ -23,6 +23,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parent))
+from harness import block_times, environment, torch_available  # noqa: E402
+
 SHAPES = [(32, 3, 32, 32, 16), (32, 16, 32, 32, 32), (8, 64, 56, 56, 64)]  # (N, C, H, W, K)
 MODES = ("fwd", "fwd+bwd")
 
@@ -99,14 +102,8 @@ def _worker(impl: str, threads: int, blocks: int) -> None:
             for _ in range(3):
                 fn()
             per_block = max(1, int(0.05 / max(_once(fn), 1e-6)))
-            times = []
-            for _ in range(blocks):
-                time.sleep(0.05)
-                start = time.perf_counter()
-                for _ in range(per_block):
-                    fn()
-                times.append((time.perf_counter() - start) / per_block)
-            result[f"{shape}|{mode}"] = times
+            result[f"{shape}|{mode}"] = block_times(fn, blocks, per_block, warmup=0,
+                                                    pause=0.05)
     print(json.dumps(result))
 
 
@@ -114,12 +111,6 @@ def _once(fn):
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
-
-
-def _torch_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("torch") is not None
 
 
 def run(quick: bool = False, threads: int | None = None) -> list[dict]:
@@ -130,7 +121,7 @@ def run(quick: bool = False, threads: int | None = None) -> list[dict]:
 
     threads = threads or numba.get_num_threads()
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads))
-    impls = ["matmul", "nnkit"] + (["torch"] if _torch_available() else [])
+    impls = ["matmul", "nnkit"] + (["torch"] if torch_available() else [])
     rounds, blocks = (1, 3) if quick else (3, 7)
     samples: dict = {}
     for _ in range(rounds):
@@ -167,8 +158,6 @@ def main(argv=None) -> None:
     if argv and argv[0] == "--worker":
         _worker(argv[1], int(argv[2]), int(argv[3]))
         return
-    sys.path.insert(0, str(HERE.parent))
-    from harness import environment
 
     from nnkit.tour import format_table
 

@@ -22,6 +22,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parent))
+from harness import block_times, report, torch_available  # noqa: E402
+
 SIZES = (64, 256, 256, 10)
 BATCH = 64
 
@@ -81,28 +84,14 @@ def _torch_step(threads: int):
 def _worker(impl: str, threads: int, blocks: int, block: int) -> None:
     """Time ``blocks`` blocks of ``block`` steps; print the per-step seconds as JSON."""
     step = (_nnkit_step if impl == "nnkit" else _torch_step)(threads)
-    for _ in range(20):
-        step()
-    times = []
-    for _ in range(blocks):
-        start = time.perf_counter()
-        for _ in range(block):
-            step()
-        times.append((time.perf_counter() - start) / block)
-    print(json.dumps(times))
-
-
-def _torch_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("torch") is not None
+    print(json.dumps(block_times(step, blocks, block, warmup=20)))
 
 
 def run(quick: bool = False) -> list[dict]:
     import numba
 
     threads = numba.get_num_threads()
-    impls = ["nnkit"] + (["torch"] if _torch_available() else [])
+    impls = ["nnkit"] + (["torch"] if torch_available() else [])
     rounds, blocks, block = (1, 3, 20) if quick else (4, 10, 50)
     samples = {impl: [] for impl in impls}
     for _ in range(rounds):
@@ -124,8 +113,6 @@ def main(argv=None) -> None:
     if argv and argv[0] == "--worker":
         _worker(argv[1], int(argv[2]), int(argv[3]), int(argv[4]))
         return
-    sys.path.insert(0, str(HERE.parent))
-    from harness import report
 
     report(run, argv)
 

@@ -24,6 +24,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parent))
+from harness import report, torch_available  # noqa: E402
+
 SHAPES = [(128, 32, 64, 128), (512, 16, 128, 256)]
 MODES = ("LSTM", "GRU", "RNN")
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
@@ -110,12 +113,6 @@ def _worker(impl, threads, mode, shape, repeats):
     print(json.dumps(out))
 
 
-def _torch_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("torch") is not None
-
-
 def _sample(impl, threads, mode, shape, repeats):
     cmd = [sys.executable, str(HERE), "--worker", impl, str(threads), mode,
            ",".join(map(str, shape)), str(repeats)]
@@ -127,7 +124,7 @@ def run(quick: bool = False) -> list[dict]:
     import numba
 
     threads = numba.get_num_threads()
-    impls = ["nnkit"] + (["torch"] if _torch_available() else [])
+    impls = ["nnkit"] + (["torch"] if torch_available() else [])
     rounds, repeats = (1, 3) if quick else (2, 5)
     shapes = SHAPES[:1] if quick else SHAPES
     rows = []
@@ -162,8 +159,6 @@ def main(argv=None) -> None:
         shape = tuple(int(s) for s in argv[4].split(","))
         _worker(argv[1], int(argv[2]), argv[3], shape, int(argv[5]))
         return
-    sys.path.insert(0, str(HERE.parent))
-    from harness import report
 
     report(run, argv)
 

@@ -30,6 +30,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parent))
+from harness import block_times, report, torch_available  # noqa: E402
+
 BATCHES = (32, 128)
 
 
@@ -126,22 +129,7 @@ def _worker(impl: str, threads: int, batch: int, blocks: int, block: int) -> Non
     if impl.endswith("-1"):
         threads = 1
     step = (_torch_step if impl.startswith("torch") else _nnkit_step)(threads, batch)
-    for _ in range(10):
-        step()
-    times = []
-    for _ in range(blocks):
-        time.sleep(0.05)  # let the other library's spinning threads (other process) settle
-        start = time.perf_counter()
-        for _ in range(block):
-            step()
-        times.append((time.perf_counter() - start) / block)
-    print(json.dumps(times))
-
-
-def _torch_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("torch") is not None
+    print(json.dumps(block_times(step, blocks, block, warmup=10, pause=0.05)))
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -149,7 +137,7 @@ def run(quick: bool = False) -> list[dict]:
 
     threads = numba.get_num_threads()
     impls = ["nnkit", "nnkit-blas1", "nnkit-1"]
-    impls += ["torch", "torch-1"] if _torch_available() else []
+    impls += ["torch", "torch-1"] if torch_available() else []
     rounds, blocks, block = (1, 3, 5) if quick else (3, 6, 10)
     rows = []
     for batch in BATCHES[:1] if quick else BATCHES:
@@ -177,8 +165,6 @@ def main(argv=None) -> None:
     if argv and argv[0] == "--worker":
         _worker(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]))
         return
-    sys.path.insert(0, str(HERE.parent))
-    from harness import report
 
     report(run, argv)
 

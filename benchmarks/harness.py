@@ -35,6 +35,30 @@ def median_times(contenders: dict, repeats: int, warmup: int = 2, pause: float =
     return {name: float(np.median(s)) for name, s in samples.items()}
 
 
+def block_times(step, blocks: int, block: int, warmup: int = 2,
+                pause: float = 0.0) -> list[float]:
+    """Seconds per call of ``step()`` in each of ``blocks`` timed blocks of ``block`` calls,
+    after ``warmup`` untimed calls; ``pause`` before each block lets spinning worker
+    threads (BLAS, OpenMP, another process's) settle. The body of every worker process."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(blocks):
+        time.sleep(pause)
+        start = time.perf_counter()
+        for _ in range(block):
+            step()
+        times.append((time.perf_counter() - start) / block)
+    return times
+
+
+def torch_available() -> bool:
+    """Whether torch is installed (without importing it into this process)."""
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
 def environment() -> dict:
     """Thread counts and the BLAS kernel in use (PERF-NOTES: OPENBLAS_CORETYPE slows SGEMM)."""
     import numba
