@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["is_gpu_array", "array_module", "cuda_available", "launch_views"]
+__all__ = ["is_gpu_array", "array_module", "cuda_available", "launch_views", "unbroadcast"]
 
 
 def is_gpu_array(x) -> bool:
@@ -50,3 +50,18 @@ def launch_views(*arrays):
 
     return tuple(cuda.as_cuda_array(a) if type(a).__module__.startswith("cupy") else a
                  for a in arrays)
+
+
+def unbroadcast(grad, shape):
+    """Sum ``grad`` over the axes that broadcasting added or stretched to reach ``shape``
+    (the gradient of a broadcast); NumPy or CuPy arrays."""
+    shape = tuple(shape)
+    if grad.shape == shape:
+        return grad
+    extra = grad.ndim - len(shape)
+    if extra > 0:
+        grad = grad.sum(axis=tuple(range(extra)))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    if stretched:
+        grad = grad.sum(axis=stretched, keepdims=True)
+    return grad.reshape(shape)

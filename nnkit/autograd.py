@@ -28,7 +28,7 @@ import threading
 import numpy as np
 from scipy import special
 
-from ._backend import array_module
+from ._backend import array_module, unbroadcast
 
 __all__ = [
     "Tensor",
@@ -568,20 +568,6 @@ def as_tensor(value, like: Tensor | None = None) -> Tensor:
 
 def _data(value):
     return value.data if isinstance(value, Tensor) else value
-
-
-def unbroadcast(grad, shape):
-    """Sum ``grad`` over the axes that broadcasting added or stretched to reach ``shape``."""
-    shape = tuple(shape)
-    if grad.shape == shape:
-        return grad
-    extra = grad.ndim - len(shape)
-    if extra > 0:
-        grad = grad.sum(axis=tuple(range(extra)))
-    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
-    if stretched:
-        grad = grad.sum(axis=stretched, keepdims=True)
-    return grad.reshape(shape)
 
 
 def _axes(axis):

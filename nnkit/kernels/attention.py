@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._backend import array_module, is_gpu_array
+from .._backend import array_module, is_gpu_array, unbroadcast
 from .._ext import attention_cpu
 from .._validation import FLOATS, check_array, check_scalar
 
@@ -188,20 +188,6 @@ def _backend(x):
     return attention_cpu
 
 
-def _reduce_to(g, shape, xp):
-    """Sum g (batch + (N, F)) over broadcast batch dimensions back to ``shape``."""
-    shape = tuple(shape)
-    if tuple(g.shape) == shape:
-        return g
-    extra = g.ndim - len(shape)
-    if extra > 0:
-        g = g.sum(axis=tuple(range(extra)))
-    axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
-    if axes:
-        g = g.sum(axis=axes, keepdims=True)
-    return xp.ascontiguousarray(g.reshape(shape))
-
-
 # ---- public pair --------------------------------------------------------------------------
 
 def attention_forward(query, key, value, attn_mask=None, is_causal=False, scale=None,
@@ -273,7 +259,7 @@ def attention_backward(dout, cache):
     grads = []
     for g, shape in zip((dq, dk, dv), c.shapes, strict=True):
         full = g.reshape(c.batch + tuple(shape[-2:]))
-        grads.append(_reduce_to(full, shape, xp))
+        grads.append(xp.ascontiguousarray(unbroadcast(full, shape)))
     return tuple(grads)
 
 

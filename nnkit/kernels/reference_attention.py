@@ -16,6 +16,8 @@ import math
 
 import numpy as np
 
+from .._backend import unbroadcast
+
 __all__ = ["attention_reference", "attention_reference_backward",
            "dropout_multipliers_reference"]
 
@@ -75,17 +77,6 @@ def attention_reference(q, k, v, mask=None, causal=False, scale=None, dropout_ma
     return out.astype(dtype), lse.astype(dtype)
 
 
-def _reduce_to(g, shape):
-    """Sum g over the broadcast dimensions back to ``shape``."""
-    extra = g.ndim - len(shape)
-    if extra > 0:
-        g = g.sum(axis=tuple(range(extra)))
-    axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
-    if axes:
-        g = g.sum(axis=axes, keepdims=True)
-    return g.reshape(shape)
-
-
 def attention_reference_backward(dout, q, k, v, mask=None, causal=False, scale=None,
                                  dropout_mask=None):
     """Gradients of ``attention_reference``'s out (mask, causal, dropout fixed).
@@ -109,7 +100,7 @@ def attention_reference_backward(dout, q, k, v, mask=None, causal=False, scale=N
     ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))
     dq = np.matmul(ds, k64) * scale
     dk = np.matmul(np.swapaxes(ds, -1, -2), q64) * scale
-    grads = (_reduce_to(dq, np.shape(q)), _reduce_to(dk, np.shape(k)), _reduce_to(dv, np.shape(v)))
+    grads = (unbroadcast(g, np.shape(x)) for g, x in ((dq, q), (dk, k), (dv, v)))
     return tuple(g.astype(dtype) for g in grads) + (ds,)
 
 

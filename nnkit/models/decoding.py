@@ -33,8 +33,8 @@ from .. import functional as F
 from .._validation import check_array, check_scalar
 from ..autograd import no_grad
 
-__all__ = ["Decodable", "greedy_decode", "beam_search", "sequence_log_prob", "length_penalty",
-           "check_src", "check_ids", "check_tokens"]
+__all__ = ["Decodable", "DecodingMethods", "greedy_decode", "beam_search", "sequence_log_prob",
+           "length_penalty", "check_src", "check_ids", "check_tokens"]
 
 
 def check_ids(ids, name: str, vocab_size: int, batch: int | None = None,
@@ -327,3 +327,17 @@ def sequence_log_prob(model: Decodable, src, tgt) -> np.ndarray:
             total += np.where(counted[:, t], logp[np.arange(B), tgt[:, t]], 0.0)
             tokens = tgt[:, t]
     return total
+
+
+class DecodingMethods:
+    """``model.greedy_decode(...)`` and ``model.beam_search(...)`` for a ``Decodable`` model:
+    the module functions above with the model bound."""
+
+    def greedy_decode(self, src, max_len: int = 50, return_scores: bool = False):
+        """``nnkit.models.greedy_decode`` with this model."""
+        return greedy_decode(self, src, max_len, return_scores)
+
+    def beam_search(self, src, beam_size: int = 4, alpha: float = 0.0, max_len: int = 50,
+                    return_scores: bool = False):
+        """``nnkit.models.beam_search`` with this model."""
+        return beam_search(self, src, beam_size, alpha, max_len, return_scores)

@@ -29,8 +29,7 @@ from ..autograd import Tensor, concat, stack, where
 from ..nn.layers import Embedding, Linear
 from ..nn.module import Module
 from ..nn.recurrent import GRU
-from . import decoding
-from .decoding import check_ids, check_src, check_tokens
+from .decoding import DecodingMethods, check_ids, check_src, check_tokens
 
 __all__ = ["Seq2Seq", "Seq2SeqCache"]
 
@@ -60,7 +59,7 @@ class Seq2SeqCache:
     attention: Tensor | None = None
 
 
-class Seq2Seq(Module):
+class Seq2Seq(DecodingMethods, Module):
     """GRU encoder-decoder with additive attention, trained by teacher forcing.
 
     Parameters
@@ -196,16 +195,6 @@ class Seq2Seq(Module):
             weights.append(cache.attention)
         logits = stack(logits, axis=1)  # (B, T, V)
         return (logits, stack(weights, axis=1)) if return_attention else logits
-
-    # ----- decoding -------------------------------------------------------------------------
-    def greedy_decode(self, src, max_len: int = 50, return_scores: bool = False):
-        """``nnkit.models.greedy_decode`` with this model."""
-        return decoding.greedy_decode(self, src, max_len, return_scores)
-
-    def beam_search(self, src, beam_size: int = 4, alpha: float = 0.0, max_len: int = 50,
-                    return_scores: bool = False):
-        """``nnkit.models.beam_search`` with this model."""
-        return decoding.beam_search(self, src, beam_size, alpha, max_len, return_scores)
 
     def extra_repr(self) -> str:
         return (f"src_vocab_size={self.src_vocab_size}, tgt_vocab_size={self.tgt_vocab_size}, "

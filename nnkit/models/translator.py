@@ -41,8 +41,7 @@ from ..nn.transformer import (
     TransformerEncoderLayer,
     generate_square_subsequent_mask,
 )
-from . import decoding
-from .decoding import check_ids, check_src, check_tokens
+from .decoding import DecodingMethods, check_ids, check_src, check_tokens
 
 __all__ = ["TransformerTranslator", "TranslatorCache"]
 
@@ -72,7 +71,7 @@ class TranslatorCache:
     attention: Tensor | None = None
 
 
-class TransformerTranslator(Module):
+class TransformerTranslator(DecodingMethods, Module):
     """Transformer encoder-decoder over token ids, with a key/value cache for decoding.
 
     Parameters
@@ -209,15 +208,6 @@ class TransformerTranslator(Module):
             [(k[rows], v[rows]) for k, v in cache.self_kv],
             cache.position,
             None if cache.attention is None else cache.attention[rows])
-
-    def greedy_decode(self, src, max_len: int = 50, return_scores: bool = False):
-        """``nnkit.models.greedy_decode`` with this model."""
-        return decoding.greedy_decode(self, src, max_len, return_scores)
-
-    def beam_search(self, src, beam_size: int = 4, alpha: float = 0.0, max_len: int = 50,
-                    return_scores: bool = False):
-        """``nnkit.models.beam_search`` with this model."""
-        return decoding.beam_search(self, src, beam_size, alpha, max_len, return_scores)
 
     def extra_repr(self) -> str:
         return (f"src_vocab_size={self.src_vocab_size}, tgt_vocab_size={self.tgt_vocab_size}, "
