@@ -13,6 +13,7 @@ from . import (
     approx,
     classic,
     datasets,
+    distributed,
     functional,
     kernels,
     models,
@@ -23,7 +24,7 @@ from . import (
     theory,
     training,
 )
-from ._random import manual_seed
+from ._random import get_rng, manual_seed, set_rng
 from .autograd import (
     Tensor,
     concat,
@@ -36,6 +37,7 @@ from .autograd import (
     where,
 )
 from .gradcheck import GradcheckError, gradcheck
+from .persistence import load, save
 
 __all__ = [
     "__version__",
@@ -51,7 +53,12 @@ __all__ = [
     "gradcheck",
     "GradcheckError",
     "manual_seed",
+    "get_rng",
+    "set_rng",
+    "save",
+    "load",
     "datasets",
+    "distributed",
     "analysis",
     "approx",
     "classic",

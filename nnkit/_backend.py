@@ -6,9 +6,20 @@ CuPy and numba.cuda are imported lazily, so a CPU-only install never touches the
 
 from __future__ import annotations
 
+import functools
+import os
+
 import numpy as np
 
-__all__ = ["is_gpu_array", "array_module", "cuda_available", "launch_views", "unbroadcast"]
+__all__ = ["is_gpu_array", "array_module", "cuda_available", "launch_views", "unbroadcast",
+           "matmul", "SMALL_GEMM_FLOPS"]
+
+# A matrix product under this many flops runs on one BLAS thread (``matmul``). Measured on
+# the 2-vCPU machines (benchmarks/RESULTS.md, ViT): OpenBLAS's second thread saves at most
+# ~0.1 ms on such a product, but when the other core is busy (numba's pool between GEMMs,
+# another process) a two-thread call waits for it: 8 ms instead of 0.36 ms for a
+# (2176, 128) @ (128, 64) product under load, and a ViT step 188 ms instead of 68 ms.
+SMALL_GEMM_FLOPS = 1 << 25
 
 
 def is_gpu_array(x) -> bool:
@@ -42,13 +53,14 @@ def launch_views(*arrays):
     Numba reads a CuPy argument's ``__cuda_array_interface__`` again at every launch:
     measured on an H100 machine's host, an empty 5-array kernel took 197 us per launch with
     CuPy arguments and 64 us with Numba device arrays. A call that launches several kernels
-    on the same arrays converts them once.
+    on the same arrays converts them once. ``sync=False``: kernels and CuPy share the
+    default stream, so ordering holds without Numba waiting for the GPU at every launch.
     """
     if not any(type(a).__module__.startswith("cupy") for a in arrays):
         return arrays
     from numba import cuda
 
-    return tuple(cuda.as_cuda_array(a) if type(a).__module__.startswith("cupy") else a
+    return tuple(cuda.as_cuda_array(a, sync=False) if type(a).__module__.startswith("cupy") else a
                  for a in arrays)
 
 
@@ -65,3 +77,46 @@ def unbroadcast(grad, shape):
     if stretched:
         grad = grad.sum(axis=stretched, keepdims=True)
     return grad.reshape(shape)
+
+
+@functools.cache
+def _numpy_blas():
+    """threadpoolctl's controller of the BLAS that NumPy's ``@`` calls, or None."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # scikit-learn depends on it; without it, no guard
+        return None
+    root = os.path.dirname(os.path.dirname(os.path.abspath(np.__file__)))
+    for lib in ThreadpoolController().lib_controllers:
+        path = os.path.abspath(lib.filepath)
+        if lib.user_api == "blas" and (path.startswith(os.path.join(root, "numpy")) or
+                                       path.startswith(os.path.dirname(np.__file__))):
+            return lib
+    return None
+
+
+def _gemm_flops(a, b) -> int:
+    k = a.shape[-1]
+    m = a.shape[-2] if a.ndim > 1 else 1
+    n = b.shape[-1] if b.ndim > 1 else 1
+    batch = max(a.size // max(m * k, 1), b.size // max(k * n, 1))
+    return 2 * batch * m * k * n
+
+
+def matmul(a, b):
+    """``a @ b``; a NumPy product under ``SMALL_GEMM_FLOPS`` runs on one BLAS thread.
+
+    The switch costs ~1.5 us (threadpoolctl, restored afterwards); CuPy arrays and large
+    products go straight to ``@``.
+    """
+    if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim and b.ndim and \
+            _gemm_flops(a, b) < SMALL_GEMM_FLOPS:
+        lib = _numpy_blas()
+        before = lib.num_threads if lib is not None else 1
+        if before > 1:
+            lib.set_num_threads(1)
+            try:
+                return a @ b
+            finally:
+                lib.set_num_threads(before)
+    return a @ b

@@ -28,7 +28,7 @@ import threading
 import numpy as np
 from scipy import special
 
-from ._backend import array_module, unbroadcast
+from ._backend import array_module, matmul, unbroadcast
 
 __all__ = [
     "Tensor",
@@ -458,7 +458,7 @@ class Tensor:
             xp = array_module(g)
             gx = xp.zeros(x.shape, dtype=g.dtype)
             if advanced:
-                xp.add.at(gx, index, g)
+                _scatter_add(gx, index, g)
             else:
                 gx[index] = g
             return (gx,)
@@ -562,12 +562,38 @@ def as_tensor(value, like: Tensor | None = None) -> Tensor:
     if isinstance(value, Tensor):
         return value
     if like is not None and np.isscalar(value):
-        return Tensor(array_module(like.data).asarray(value, dtype=like.data.dtype))
+        xp = array_module(like.data)
+        if xp is np:
+            return Tensor(np.asarray(value, dtype=like.data.dtype))
+        return Tensor(xp.full((), value, dtype=like.data.dtype))  # a fill kernel, no copy
     return Tensor(value)
 
 
 def _data(value):
     return value.data if isinstance(value, Tensor) else value
+
+
+def _on_device_of(value, like):
+    """``value`` as a Tensor; a constant joins ``like``'s GPU (with the dtype it would have on
+    the CPU; a scalar by a fill kernel, no host copy). CPU tensors: ``as_tensor(value)``."""
+    t = as_tensor(value)
+    if like is None or isinstance(value, Tensor) or isinstance(like.data, np.ndarray):
+        return t
+    xp = array_module(like.data)
+    if isinstance(t.data, np.ndarray) and t.ndim == 0:
+        return Tensor(xp.full((), t.data[()], dtype=t.dtype))
+    return Tensor(xp.asarray(t.data))
+
+
+def _scatter_add(target, index, values):
+    """target[index] += values, repeated positions summed (``np.add.at``; CuPy's
+    ``cupyx.scatter_add`` on the GPU)."""
+    if isinstance(target, np.ndarray):
+        np.add.at(target, index, values)
+    else:
+        import cupyx
+
+        cupyx.scatter_add(target, index, values)
 
 
 def _axes(axis):
@@ -694,7 +720,7 @@ def _matmul(a, b):
     ad, bd = a.data, b.data
     if ad.ndim == 0 or bd.ndim == 0:
         raise ValueError("matmul needs operands of at least 1 dimension; use * for scalars")
-    y = ad @ bd
+    y = matmul(ad, bd)
 
     def backward(g):
         if ad.ndim == 1 and bd.ndim == 1:  # inner product
@@ -706,8 +732,8 @@ def _matmul(a, b):
             g2 = g2[..., None, :]
         if bd.ndim == 1:
             g2 = g2[..., None]
-        ga = g2 @ _conj(b2.swapaxes(-1, -2))
-        gb = _conj(a2.swapaxes(-1, -2)) @ g2
+        ga = matmul(g2, _conj(b2.swapaxes(-1, -2)))
+        gb = matmul(_conj(a2.swapaxes(-1, -2)), g2)
         ga = unbroadcast(ga, a2.shape).reshape(ad.shape)
         gb = unbroadcast(gb, b2.shape).reshape(bd.shape)
         return ga, gb
@@ -723,7 +749,7 @@ def concat(tensors, axis: int = 0) -> Tensor:
         raise ValueError("concat needs at least one tensor, got an empty sequence")
     xp = array_module(tensors[0].data)
     y = xp.concatenate([t.data for t in tensors], axis=axis)
-    bounds = np.cumsum([t.data.shape[axis] for t in tensors])[:-1]
+    bounds = np.cumsum([t.data.shape[axis] for t in tensors])[:-1].tolist()
 
     def backward(g):
         return tuple(xp.split(g, bounds, axis=axis))
@@ -748,7 +774,8 @@ def stack(tensors, axis: int = 0) -> Tensor:
 def where(condition, x, y) -> Tensor:
     """``x`` where ``condition`` else ``y``, elementwise with broadcasting."""
     cond = _data(condition)
-    xt, yt = as_tensor(x), as_tensor(y)
+    like = x if isinstance(x, Tensor) else y if isinstance(y, Tensor) else None
+    xt, yt = _on_device_of(x, like), _on_device_of(y, like)
     xp = array_module(xt.data)
     out = xp.where(cond, xt.data, yt.data)
     xs, ys = xt.data.shape, yt.data.shape
@@ -762,7 +789,8 @@ def where(condition, x, y) -> Tensor:
 
 def maximum(x, y) -> Tensor:
     """Elementwise maximum; at ties the gradient goes to ``x``."""
-    xt, yt = as_tensor(x), as_tensor(y)
+    like = x if isinstance(x, Tensor) else y if isinstance(y, Tensor) else None
+    xt, yt = _on_device_of(x, like), _on_device_of(y, like)
     return where(xt.data >= yt.data, xt, yt)
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import platform
 import sys
+import time
 from pathlib import Path
 
 __all__ = ["main"]
@@ -86,8 +88,9 @@ def _find_benchmarks() -> Path | None:
     return None
 
 
-def bench(quick: bool, only: str | None) -> int:
-    """Run every ``benchmarks/bench_*.py`` (its ``run(quick)``) and print ratio tables."""
+def bench(quick: bool, only: str | None, output: str | None = None) -> int:
+    """Run every ``benchmarks/bench_*.py`` (its ``run(quick)``), print ratio tables and write
+    every row, with the machine's description, to ``benchmarks/results.json``."""
     from .tour import format_table
 
     folder = _find_benchmarks()
@@ -95,6 +98,8 @@ def bench(quick: bool, only: str | None) -> int:
         print("nnkit bench runs the scripts in benchmarks/ of a source checkout; run it from the "
               "repository root", file=sys.stderr)
         return 2
+    results = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "quick": quick,
+               "machine": info(), "benchmarks": {}}
     for path in sorted(folder.glob("bench_*.py")):
         if only and only not in path.stem:
             continue
@@ -102,14 +107,28 @@ def bench(quick: bool, only: str | None) -> int:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         print(f"\n== {path.stem} ==")
+        start = time.perf_counter()
         try:
             rows = module.run(quick=quick)
         except SystemExit as exc:  # a benchmark that cannot run here (no GPU) says why
             print(f"skipped: {exc}")
+            results["benchmarks"][path.stem] = {"skipped": str(exc)}
             continue
         columns = list(dict.fromkeys(k for r in rows for k in r))
         print(format_table(rows, columns))
+        results["benchmarks"][path.stem] = {"seconds": round(time.perf_counter() - start, 1),
+                                            "rows": rows}
+    target = Path(output) if output else folder / "results.json"
+    target.write_text(json.dumps(results, indent=1, default=_json_value) + "\n")
+    print(f"\nwrote {target}")
     return 0
+
+
+def _json_value(value):
+    """NumPy scalars and arrays in benchmark rows, as JSON numbers and lists."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
 
 
 def main(argv=None) -> int:
@@ -122,6 +141,8 @@ def main(argv=None) -> int:
     p_bench = sub.add_parser("bench", help="run benchmarks/ and print ratio tables")
     p_bench.add_argument("--quick", action="store_true", help="small sizes, few repetitions")
     p_bench.add_argument("--only", help="run only the benchmarks whose name contains this")
+    p_bench.add_argument("--output", help="where to write the JSON results "
+                         "(default: benchmarks/results.json)")
     sub.add_parser("info", help="versions, threads, CUDA")
     args = parser.parse_args(argv)
     if args.command == "info":
@@ -129,7 +150,7 @@ def main(argv=None) -> int:
             print(f"{key:26s} {value}")
         return 0
     if args.command == "bench":
-        return bench(args.quick, args.only)
+        return bench(args.quick, args.only, args.output)
     from .tour import run_tour
 
     rows = run_tour(args.out, quick=args.quick, seed=args.seed)

@@ -15,8 +15,8 @@ import numpy as np
 from scipy import special
 
 from . import kernels
-from ._backend import array_module
-from ._random import get_rng
+from ._backend import array_module, is_gpu_array, matmul
+from ._random import device_uniform, get_rng
 from ._validation import check_array, check_choice, check_scalar
 from .autograd import Tensor, as_tensor, make_result, unbroadcast
 
@@ -85,7 +85,7 @@ def linear(x, weight, bias=None) -> Tensor:
         )
     xd, wd = x.data, weight.data
     x2 = xd.reshape(-1, xd.shape[-1])  # (M, in): one BLAS call for any leading shape
-    y = (x2 @ wd.T).reshape(xd.shape[:-1] + (wd.shape[0],))
+    y = matmul(x2, wd.T).reshape(xd.shape[:-1] + (wd.shape[0],))
     parents = (x, weight)
     if bias is not None:
         bias = _float_tensor(bias, "bias")
@@ -96,8 +96,8 @@ def linear(x, weight, bias=None) -> Tensor:
 
     def backward(g):
         g2 = g.reshape(-1, g.shape[-1])  # (M, out)
-        gx = (g2 @ wd).reshape(xd.shape) if x.requires_grad else None  # none for data, as torch
-        gw = g2.T @ x2  # (out, in)
+        gx = matmul(g2, wd).reshape(xd.shape) if x.requires_grad else None  # none for data
+        gw = matmul(g2.T, x2)  # (out, in)
         if len(parents) == 3:
             return gx, gw, g2.sum(axis=0)
         return gx, gw
@@ -127,29 +127,39 @@ def gelu(x, approximate: str = "none") -> Tensor:
     check_choice(approximate, name="approximate", choices=("none", "tanh"))
     x = _float_tensor(x, "x")
     xd_in = x.data
+    xp = array_module(xd_in)
     # beyond |x| = 10 gelu is relu to within float64 rounding; evaluating the formula there
     # overflows x**3 and x*x (and 0 * inf gives NaN gradients)
-    big = np.abs(xd_in) > 10
-    xd = np.where(big, 0, xd_in).astype(xd_in.dtype, copy=False)
+    big = xp.abs(xd_in) > 10
+    xd = xp.where(big, 0, xd_in).astype(xd_in.dtype, copy=False)
     if approximate == "tanh":
         c = math.sqrt(2.0 / math.pi)
         inner = c * (xd + 0.044715 * xd**3)
-        t = np.tanh(inner)
+        t = xp.tanh(inner)
         y = 0.5 * xd * (1 + t)
 
         def backward(g):
             dinner = c * (1 + 3 * 0.044715 * xd**2)
-            return (g * np.where(big, xd_in > 0, 0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * dinner),)
+            return (g * xp.where(big, xd_in > 0, 0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * dinner),)
     else:
-        cdf = 0.5 * (1 + special.erf(xd / math.sqrt(2.0)))
+        cdf = 0.5 * (1 + _erf(xd / math.sqrt(2.0)))
         y = xd * cdf
 
         def backward(g):
-            pdf = np.exp(-0.5 * xd * xd) / math.sqrt(2 * math.pi)
-            return (g * np.where(big, xd_in > 0, cdf + xd * pdf),)
+            pdf = xp.exp(-0.5 * xd * xd) / math.sqrt(2 * math.pi)
+            return (g * xp.where(big, xd_in > 0, cdf + xd * pdf),)
 
-    y = np.where(big, np.maximum(xd_in, 0), y)
+    y = xp.where(big, xp.maximum(xd_in, 0), y)
     return make_result(y.astype(xd.dtype, copy=False), (x,), backward, "gelu")
+
+
+def _erf(x):
+    """The error function of a NumPy (SciPy's) or CuPy (``cupyx.scipy.special``) array."""
+    if array_module(x) is np:  # NumPy arrays and scalars (a 0-d input gives a scalar)
+        return special.erf(x)
+    from cupyx.scipy import special as gpu_special
+
+    return gpu_special.erf(x)
 
 
 def softmax(x, axis: int = -1) -> Tensor:
@@ -189,6 +199,10 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     reduction : {'mean', 'sum', 'none'}
         'mean' (the fused kernel) averages over the non-ignored rows (NaN if there are
         none, as torch); 'none' returns the (N,) per-row losses (0 where ignored).
+
+    On the GPU (CuPy logits and target) the 'mean' loss stays on the device: no value is
+    copied to the host, so a target outside [0, C) gives a NaN loss instead of a
+    ValueError (torch reports it by a device-side assert).
     """
     check_choice(reduction, name="reduction", choices=_REDUCTIONS)
     check_scalar(ignore_index, name="ignore_index", kind=numbers.Integral, low=-(2**63),
@@ -197,6 +211,8 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     if logits.ndim != 2:
         raise ValueError(f"logits must be 2-D (N, C), got shape {logits.shape}")
     target = _check_target(target, logits.shape[0])
+    if reduction == "mean" and is_gpu_array(logits.data) and logits.data.size:
+        return _cross_entropy_mean_gpu(logits, target, int(ignore_index))
     if reduction == "mean":
         loss, lse = kernels.cross_entropy_forward(logits.data, target, ignore_index)
         ld = logits.data
@@ -205,16 +221,45 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
             return (kernels.cross_entropy_backward(g, ld, target, lse, ignore_index),)
 
         return make_result(loss, (logits,), backward, "cross_entropy")
+    xp = array_module(logits.data)
     valid = target != ignore_index
-    if np.any(valid & ((target < 0) | (target >= logits.shape[1]))):
+    if bool((valid & ((target < 0) | (target >= logits.shape[1]))).any()):
         bad = target[valid & ((target < 0) | (target >= logits.shape[1]))][0]
         raise ValueError(
             f"target holds class {bad}, outside [0, {logits.shape[1]}) for C={logits.shape[1]}"
         )
-    rows = np.arange(logits.shape[0])
-    picked = log_softmax(logits)[rows, np.where(valid, target, 0)]
+    rows = xp.arange(logits.shape[0])
+    picked = log_softmax(logits)[rows, xp.where(valid, target, 0)]
     per_row = -picked * valid.astype(logits.dtype)
     return _reduce(per_row, reduction)
+
+
+def _cross_entropy_mean_gpu(logits: Tensor, target, ignore_index: int) -> Tensor:
+    """The fused mean cross-entropy of CuPy ``logits`` (N, C), N, C > 0, without a host
+    round trip: the count of valid rows stays a device scalar (the CPU path's validation
+    and ``float`` conversions would copy values to the host and wait for the GPU)."""
+    from ._ext import softmax_cuda
+
+    if not is_gpu_array(target):
+        raise TypeError("logits and target must both be NumPy arrays or both be GPU arrays; "
+                        f"got GPU logits and a {type(target).__name__} target")
+    ld = check_array(logits.data, name="logits", ndim=2, dtype=(np.float32, np.float64))
+    xp = array_module(ld)
+    t = xp.ascontiguousarray(target.astype(np.int64, copy=False))
+    N = ld.shape[0]
+    lse = xp.empty((N,), dtype=np.float64)  # float64 as the CPU kernel's cache
+    loss_rows = xp.empty((N,), dtype=np.float64)  # NaN where the target is out of range
+    softmax_cuda.cross_entropy_rows(ld, t, ignore_index, lse, loss_rows)
+    n_valid = (t != ignore_index).sum()  # a 0-d device array
+    loss = (loss_rows.sum() / n_valid).astype(ld.dtype)  # 0 / 0 = NaN: every row ignored
+
+    def backward(g):
+        out = xp.empty_like(ld)
+        softmax_cuda.cross_entropy_backward_rows(ld, t, lse, 1.0, ignore_index, out)
+        out *= xp.where(n_valid > 0, g / xp.maximum(n_valid, 1), 0).astype(ld.dtype)
+        return (out,)
+
+    return make_result(loss, (logits,), backward, "cross_entropy")
 
 
 def mse_loss(pred, target, reduction: str = "mean") -> Tensor:
@@ -243,23 +288,24 @@ def binary_cross_entropy_with_logits(logits, target, weight=None, pos_weight=Non
     """
     check_choice(reduction, name="reduction", choices=_REDUCTIONS)
     x = _float_tensor(logits, "logits")
-    y = np.asarray(target.data if isinstance(target, Tensor) else target, dtype=x.dtype)
+    xd = x.data
+    xp = array_module(xd)
+    y = xp.asarray(target.data if isinstance(target, Tensor) else target, dtype=x.dtype)
     if y.shape != x.shape:
         raise ValueError(f"target has shape {y.shape} but logits have shape {x.shape}")
-    xd = x.data
-    p = 1.0 if pos_weight is None else np.asarray(getattr(pos_weight, "data", pos_weight),
+    p = 1.0 if pos_weight is None else xp.asarray(getattr(pos_weight, "data", pos_weight),
                                                     dtype=xd.dtype)
-    w = 1.0 if weight is None else np.asarray(getattr(weight, "data", weight), dtype=xd.dtype)
+    w = 1.0 if weight is None else xp.asarray(getattr(weight, "data", weight), dtype=xd.dtype)
     coef = p * y + 1 - y
     # log(1 + exp(-|x|)) + max(-x, 0) = -log sigmoid(x), without overflow
-    softplus_neg = np.log1p(np.exp(-np.abs(xd))) + np.maximum(-xd, 0)
+    softplus_neg = xp.log1p(xp.exp(-xp.abs(xd))) + xp.maximum(-xd, 0)
     loss = w * ((1 - y) * xd + coef * softplus_neg)
-    sig = special.expit(xd)
+    sig = special.expit(xd) if xp is np else 0.5 * (xp.tanh(0.5 * xd) + 1)
 
     def backward(g):
         return (unbroadcast(g * w * (sig * coef - p * y), xd.shape),)
 
-    per_elem = make_result(np.asarray(loss, dtype=xd.dtype), (x,), backward, "bce_with_logits")
+    per_elem = make_result(xp.asarray(loss, dtype=xd.dtype), (x,), backward, "bce_with_logits")
     return _reduce(per_elem, reduction)
 
 
@@ -293,7 +339,9 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -
 def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
     """Zero each element with probability ``p`` and scale the rest by 1/(1-p) (training only).
 
-    ``rng`` defaults to nnkit's global generator (``nk.manual_seed``).
+    ``rng`` defaults to nnkit's global generator (``nk.manual_seed``). On the GPU the mask
+    is drawn on the device from one seed taken from ``rng`` (``nnkit._random``'s
+    ``device_uniform``): reproducible under ``nk.manual_seed``, but not the CPU's mask.
     """
     check_scalar(p, name="p", low=0.0, high=1.0)
     x = _float_tensor(x, "x")
@@ -302,7 +350,10 @@ def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
     xp = array_module(x.data)
     if p == 1.0:
         return x * xp.zeros_like(x.data)
-    keep = get_rng(rng).random(x.shape) >= p
+    if xp is np:
+        keep = get_rng(rng).random(x.shape) >= p
+    else:  # drawn on the device, seeded from nnkit's generator (no host mask, no copy)
+        keep = device_uniform(x.data.shape, rng) >= p
     mask = xp.asarray(keep, dtype=x.dtype) / (1.0 - p)
     return x * mask
 

@@ -228,9 +228,25 @@ class Optimizer(abc.ABC):
                                 f"{type(closure).__name__}")
             with enable_grad():
                 loss = closure()
+        self._follow_parameters()
         with np.errstate(all="ignore"):
             self._update()
         return loss
+
+    def _follow_parameters(self) -> None:
+        """Move state arrays to where their parameter's data now lives (after
+        ``model.to('cuda')`` or ``.cpu()`` on a model whose optimizer already has state);
+        a no-op, without copies, when everything is in place."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state.get(p)
+                if not state:
+                    continue
+                kind = type(p.data)
+                for name, value in state.items():
+                    if hasattr(value, "__cuda_array_interface__") or isinstance(value, np.ndarray):
+                        if type(value) is not kind:
+                            state[name] = self._cast_state(p, name, value)
 
     @abc.abstractmethod
     def _update(self) -> None:
@@ -241,7 +257,7 @@ class Optimizer(abc.ABC):
         bufs = self._scratch.get(id(p))
         data = p.data
         if bufs is None or len(bufs) < n or bufs[0].shape != data.shape or \
-                bufs[0].dtype != data.dtype:
+                bufs[0].dtype != data.dtype or type(bufs[0]) is not type(data):
             xp = array_module(data)
             bufs = [xp.empty_like(data) for _ in range(n)]
             self._scratch[id(p)] = bufs

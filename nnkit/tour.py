@@ -18,6 +18,8 @@ from . import functional as F
 from . import nn, optim
 from ._bert_tour import bert_section
 from ._conv_tour import cnn_section
+from ._distributed_tour import distributed_section
+from ._persistence_tour import persistence_section
 from ._random import manual_seed
 from ._rnn_tour import rnn_section
 from ._scan_tour import scan_section
@@ -116,7 +118,8 @@ def mlp_section(ctx: TourContext) -> list[dict]:
 
 
 SECTIONS = [mlp_section, perceptron_section, hopfield_section, approx_section, cnn_section,
-            rnn_section, scan_section, translate_section, vit_section, bert_section]
+            rnn_section, scan_section, translate_section, vit_section, bert_section,
+            persistence_section, distributed_section]
 
 
 def run_tour(out_dir="nnkit-tour", quick: bool = False, seed: int = 0) -> list[dict]:

@@ -32,4 +32,5 @@ def predict_classes(model, X, batch_size: int = 1024) -> np.ndarray:
 
 def accuracy(model, X, y) -> float:
     """Fraction of rows whose predicted class equals ``y``."""
+    y = y.get() if hasattr(y, "get") and hasattr(y, "__cuda_array_interface__") else y
     return float((predict_classes(model, X) == np.asarray(y)).mean())

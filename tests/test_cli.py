@@ -1,5 +1,6 @@
 """The nnkit command, the tour and the examples, run as a user would."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -36,10 +37,15 @@ def test_tour_quick_prints_table_and_writes_plot(tmp_path, capsys):
     assert status in (0, 1)
 
 
-def test_bench_quick_runs_every_benchmark(capsys, monkeypatch):
+def test_bench_quick_runs_and_writes_results_json(capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
-    assert cli.main(["bench", "--quick", "--only", "mlp"]) == 0
+    output = tmp_path / "results.json"
+    assert cli.main(["bench", "--quick", "--only", "mlp", "--output", str(output)]) == 0
     assert "MLP 64-256-256-10" in capsys.readouterr().out
+    results = json.loads(output.read_text())
+    assert results["quick"] is True and "numpy" in results["machine"]
+    (name, entry), = results["benchmarks"].items()
+    assert name == "bench_mlp" and entry["rows"] and entry["seconds"] >= 0
 
 
 def test_console_script_entry_point():

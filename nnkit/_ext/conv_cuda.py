@@ -24,6 +24,8 @@ import math
 
 from numba import cuda, float64
 
+from .._backend import launch_views
+
 __all__ = ["conv2d_forward", "conv2d_backward_input", "conv2d_backward_weight", "bias_grad",
            "max_pool", "max_pool_backward", "avg_pool", "avg_pool_backward"]
 
@@ -248,6 +250,7 @@ def _geometry(stride, pads, dilation):
 def conv2d_forward(x, w, b, has_bias, stride, pads, dilation, groups, y):
     """y (N, K, Ho, Wo) = conv2d(x, w) (+ b); pads ((top, bottom), (left, right))."""
     if y.size:
+        x, w, b, y = launch_views(x, w, b, y)
         _conv_fwd_kernel[_blocks(y.size), threads](x, w, b, has_bias,
                                                    *_geometry(stride, pads, dilation), groups, y)
 
@@ -255,6 +258,7 @@ def conv2d_forward(x, w, b, has_bias, stride, pads, dilation, groups, y):
 def conv2d_backward_input(dy, w, stride, pads, dilation, groups, dx):
     """dx (N, C, H, W) of conv2d."""
     if dx.size:
+        dy, w, dx = launch_views(dy, w, dx)
         _conv_dx_kernel[_blocks(dx.size), threads](dy, w, *_geometry(stride, pads, dilation),
                                                    groups, dx)
 
@@ -262,6 +266,7 @@ def conv2d_backward_input(dy, w, stride, pads, dilation, groups, dx):
 def conv2d_backward_weight(dy, x, stride, pads, dilation, groups, dweight):
     """dweight (K, C/groups, kh, kw) of conv2d."""
     if dweight.size:
+        dy, x, dweight = launch_views(dy, x, dweight)
         _conv_dw_kernel[_blocks(dweight.size), threads](
             dy, x, *_geometry(stride, pads, dilation), groups, dweight)
 
@@ -269,12 +274,14 @@ def conv2d_backward_weight(dy, x, stride, pads, dilation, groups, dweight):
 def bias_grad(dy, db):
     """db[k] = sum_{n, a, b} dy[n, k, a, b]."""
     if db.size:
+        dy, db = launch_views(dy, db)
         _bias_grad_kernel[_blocks(db.size), threads](dy, db)
 
 
 def max_pool(x, kernel, stride, padding, dilation, y, idx):
     """y = window max, idx = h W + w of the routed maximum (torch's rule)."""
     if y.size:
+        x, y, idx = launch_views(x, y, idx)
         _max_pool_kernel[_blocks(y.size), threads](x, *kernel, *stride, *padding, *dilation,
                                                    y, idx)
 
@@ -282,6 +289,7 @@ def max_pool(x, kernel, stride, padding, dilation, y, idx):
 def max_pool_backward(dy, idx, kernel, stride, padding, dilation, dx):
     """dx[n, c, h, w] = sum of dy over the windows whose argmax is (h, w)."""
     if dx.size:
+        dy, idx, dx = launch_views(dy, idx, dx)
         _max_pool_bwd_kernel[_blocks(dx.size), threads](dy, idx, *kernel, *stride, *padding,
                                                         *dilation, dx)
 
@@ -289,6 +297,7 @@ def max_pool_backward(dy, idx, kernel, stride, padding, dilation, dx):
 def avg_pool(x, kernel, stride, padding, count_include_pad, y):
     """y = window mean (divisor kh kw, or the in-bounds count)."""
     if y.size:
+        x, y = launch_views(x, y)
         _avg_pool_kernel[_blocks(y.size), threads](x, *kernel, *stride, *padding,
                                                    count_include_pad, y)
 
@@ -296,5 +305,6 @@ def avg_pool(x, kernel, stride, padding, count_include_pad, y):
 def avg_pool_backward(dy, kernel, stride, padding, count_include_pad, dx):
     """dx = sum over the windows holding (h, w) of dy / divisor."""
     if dx.size:
+        dy, dx = launch_views(dy, dx)
         _avg_pool_bwd_kernel[_blocks(dx.size), threads](dy, *kernel, *stride, *padding,
                                                         count_include_pad, dx)

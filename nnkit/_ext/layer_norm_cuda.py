@@ -23,6 +23,7 @@ import math
 import numpy as np
 from numba import cuda, float64
 
+from .._backend import launch_views
 from .layer_norm_cpu import n_chunks_for
 from .softmax_cuda import MAX_THREADS, _block_sum, threads_for
 
@@ -122,6 +123,7 @@ def layer_norm_rows(x, weight, bias, eps, y, mean, rstd):
     M, D = x.shape
     if M == 0:
         return
+    x, weight, bias, y, mean, rstd = launch_views(x, weight, bias, y, mean, rstd)
     _layer_norm_kernel[M, threads_for(D)](x, weight, bias, float(eps), y, mean, rstd)
 
 
@@ -129,6 +131,8 @@ def layer_norm_backward_rows(dy, x, mean, rstd, weight, dx, dweight=None, dbias=
     """dx into ``dx`` (M, D); dweight, dbias (D,) when given (else skipped)."""
     M, D = x.shape
     param_grads = dweight is not None or dbias is not None
+    dy, x, mean, rstd, weight, dx, dweight, dbias = launch_views(
+        dy, x, mean, rstd, weight, dx, dweight, dbias)
     ct = col_threads
     col_blocks = (D + ct - 1) // ct
     if M == 0:  # empty sums

@@ -33,7 +33,6 @@ g_k = dh_k + conj(a_{k+1}) g_{k+1} (``_chunk_reduce_adjoint``, ``_chunk_carries`
 
 from __future__ import annotations
 
-import numpy as np
 from numba import complex128, cuda, float64
 
 from .._backend import launch_views
@@ -147,6 +146,14 @@ def _apply_body(a, b, carry, out, reverse, bufA, bufH):
     pa, ph = _tile_scan(a, b, i, d, c * cuda.blockDim.x, T, reverse, bufA, bufH)
     if k < T:
         out[i, _index_dev(k, T, reverse), d] = pa * carry[c, s] + ph
+
+
+@cuda.jit
+def _fill_zero(out):
+    """out (B, D) = 0, one thread per entry (no host array uploaded)."""
+    i = cuda.grid(1)
+    if i < out.shape[0] * out.shape[1]:
+        out[i // out.shape[1], i % out.shape[1]] = 0
 
 
 @cuda.jit
@@ -353,6 +360,7 @@ def linear_scan_backward(dh, a, h, h0, da, db, dh0, reverse):
     A, H, carry = _chunk_buffers(a, C, S)
     blocks, threads = _grid(C * S, seq_threads)
     _chunk_reduce_adjoint[blocks, threads](dh, a, A, H, reverse, L)
-    zeros = cuda.to_device(np.zeros(h0.shape, a.dtype))
+    zeros = cuda.device_array(h0.shape, a.dtype)
+    _fill_zero[_grid(S, seq_threads)](zeros)
     _chunk_carries[_grid(S, seq_threads)](A, H, zeros, carry, True)
     _chunk_apply_adjoint[blocks, threads](dh, a, h, h0, carry, da, db, dh0, reverse, L)

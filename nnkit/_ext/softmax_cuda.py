@@ -21,6 +21,8 @@ import math
 
 from numba import cuda, float64
 
+from .._backend import launch_views
+
 __all__ = [
     "MAX_THREADS",
     "threads_for",
@@ -184,7 +186,7 @@ def _cross_entropy_backward_kernel(logits, target, lse, scale, ignore_index, out
 def _launch(kernel, rows, cols, *args):
     if rows == 0:
         return
-    kernel[rows, threads_for(cols)](*args)
+    kernel[rows, threads_for(cols)](*launch_views(*args))
 
 
 def softmax_rows(x, out):

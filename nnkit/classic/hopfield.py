@@ -170,7 +170,18 @@ def _threaded(fn, rows, n, n_jobs):
 
 # ---- the Hopfield network -------------------------------------------------------------------
 
-class Hopfield:
+class _StoresPatterns:
+    """What ``nk.save`` keeps of a network: its patterns; ``nk.load`` stores them again."""
+
+    def _nnkit_fitted(self) -> dict:
+        return {} if self.patterns_ is None else {"patterns_": self.patterns_}
+
+    def _nnkit_restore(self, fitted: dict) -> None:
+        if "patterns_" in fitted:
+            self.store(fitted["patterns_"])
+
+
+class Hopfield(_StoresPatterns):
     """Hopfield network of ``n_neurons`` binary neurons with Hebbian storage.
 
     Parameters
@@ -450,7 +461,7 @@ def _twin_out(x, sweeps, converged, trace):
 
 # ---- dense associative memory ---------------------------------------------------------------
 
-class DenseAssociativeMemory:
+class DenseAssociativeMemory(_StoresPatterns):
     """Dense associative memory: energy E(x) = -sum_mu F(xi_mu . x) over stored patterns.
 
     F(z) = z^degree ('poly', Krotov & Hopfield 2016; degree 2 is the Hopfield network up to
@@ -565,7 +576,7 @@ def _twin_gain(xi, x, i, interaction, degree):
 
 # ---- modern Hopfield ------------------------------------------------------------------------
 
-class ModernHopfield:
+class ModernHopfield(_StoresPatterns):
     """Modern (continuous) Hopfield network of Ramsauer et al. (2020).
 
     ``retrieve(q) = softmax(beta q X^T) X``: one update of the state q against the stored

@@ -67,7 +67,7 @@ def canonical_mask(mask, name: str, dtype, xp=np):
         return mask if mask.requires_grad else xp.asarray(mask.data, dtype=dtype)
     mask = xp.asarray(mask)
     if mask.dtype == bool:
-        return xp.where(mask, xp.asarray(-np.inf, dtype=dtype), xp.asarray(0, dtype=dtype))
+        return xp.where(mask, xp.full((), -np.inf, dtype=dtype), xp.zeros((), dtype=dtype))
     if mask.dtype.kind != "f":
         raise TypeError(f"{name} must be a bool or floating-point mask (True or -inf = not "
                         f"allowed), got dtype {mask.dtype}")

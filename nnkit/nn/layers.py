@@ -120,7 +120,8 @@ class Embedding(Module):
     def forward(self, ids):
         out = F.embedding(ids, self.weight)
         if self.padding_idx is not None and out.requires_grad:
-            keep = (np.asarray(ids) != self.padding_idx)[..., None].astype(out.dtype)
+            ids = ids if hasattr(ids, "__cuda_array_interface__") else np.asarray(ids)
+            keep = (ids != self.padding_idx)[..., None].astype(out.dtype)
             out = out * keep + out.detach() * (1 - keep)
         return out
 

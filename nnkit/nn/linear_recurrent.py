@@ -20,6 +20,7 @@ import numbers
 
 import numpy as np
 
+from .._backend import array_module
 from .._random import get_rng
 from .._validation import check_scalar
 from ..autograd import Tensor, as_tensor, make_result, where
@@ -286,7 +287,8 @@ class LRU(Module):
         x = _batch_first(x, True, self.input_size, "LRU")
         B, T, _ = x.shape
         b = self._input(x)  # (B, T, P)
-        a = self._lambda() * Tensor(np.ones((B, T, self.state_size), b.data.dtype))
+        ones = array_module(b.data).ones((B, T, self.state_size), b.data.dtype)  # where b is
+        a = self._lambda() * Tensor(ones)
         h0 = _state(h0, B, self.state_size, b.dtype)
         h = linear_scan(a, b, h0)
         return self._output(h, x)

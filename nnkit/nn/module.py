@@ -45,6 +45,13 @@ class Module:
     ``super().__init__()``) and define ``forward``; calling the module calls ``forward``.
     """
 
+    def __new__(cls, *args, **kwargs):
+        # The constructor's arguments, kept so nk.save can rebuild the module (JSON config,
+        # never pickle); containers (Sequential, ModuleList) are saved by their children.
+        self = super().__new__(cls)
+        object.__setattr__(self, "_init_args", (args, kwargs))
+        return self
+
     def __init__(self):
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_buffers", OrderedDict())
@@ -258,6 +265,139 @@ class Module:
 
     def float(self):
         return self.astype(np.float32)
+
+    def to(self, device=None, dtype=None):
+        """Move (and optionally cast) every parameter and buffer in place; returns self.
+
+        Parameters
+        ----------
+        device : 'cpu', 'cuda', 'cuda:N' or None
+            Where the arrays go: NumPy arrays ('cpu') or CuPy arrays on GPU N ('cuda' is
+            the current GPU). None keeps them where they are. A dtype given here instead
+            (``model.to(np.float64)``, as torch) is taken as ``dtype``.
+        dtype : float32, float64 or None
+            Cast the floating-point parameters and buffers too (as ``astype``).
+
+        The Parameter objects stay the same (only their ``.data`` is replaced), so an
+        optimizer built before the move keeps them; its state arrays follow the parameters
+        at its next ``step()`` (one copy each). As in torch, moving the model before building
+        the optimizer avoids that copy. Gradients are dropped (set to None).
+
+        Raises RuntimeError for a GPU device when CuPy is missing or no GPU is visible.
+
+        Examples
+        --------
+        >>> import numpy as np, nnkit as nk
+        >>> model = nk.nn.Linear(3, 2)
+        >>> model.to("cpu") is model
+        True
+        >>> model.to(np.float64).weight.dtype
+        dtype('float64')
+        """
+        if dtype is None and device is not None and not isinstance(device, str):
+            try:  # to(np.float64), as torch's to(dtype)
+                device, dtype = None, Module._float_dtype(device)
+            except TypeError:
+                raise TypeError(f"device must be 'cpu', 'cuda', 'cuda:N' or a float dtype, got "
+                                f"{device!r} ({type(device).__name__})") from None
+        move = None if device is None else Module._array_mover(device)
+        dtype = None if dtype is None else Module._float_dtype(dtype)
+        for p in self.parameters():
+            data = p.data if move is None else move(p.data)
+            p.data = data if dtype is None or data.dtype.kind != "f" else data.astype(dtype)
+            p.grad = None
+        for m in self.modules():
+            for name, b in m._buffers.items():
+                if b is None:
+                    continue
+                b = b if move is None else move(b)
+                m._buffers[name] = b if dtype is None or b.dtype.kind != "f" else b.astype(dtype)
+        return self
+
+    def cuda(self, device=None):
+        """``to('cuda')`` (or ``to(f'cuda:{device}')`` for an int ``device``)."""
+        if device is None:
+            return self.to("cuda")
+        if isinstance(device, bool) or not isinstance(device, (int, np.integer)):
+            raise TypeError(f"device must be an int GPU index or None, got {device!r}")
+        return self.to(f"cuda:{int(device)}")
+
+    def cpu(self):
+        """``to('cpu')``: every parameter and buffer as a NumPy array."""
+        return self.to("cpu")
+
+    @staticmethod
+    def _float_dtype(dtype):
+        """``dtype`` as float32 or float64, or raise (for ``to``)."""
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"dtype must be float32 or float64, got {dtype!r}") from None
+        if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise TypeError(f"dtype must be float32 or float64, got {dt}")
+        return dt
+
+    @staticmethod
+    def _parse_device(device):
+        """'cpu' -> None; 'cuda' -> -1 (the current GPU); 'cuda:N' -> N; else raise."""
+        if not isinstance(device, str):
+            raise TypeError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r} "
+                            f"({type(device).__name__})")
+        name = device.strip().lower()
+        if name == "cpu":
+            return None
+        if name == "cuda":
+            return -1
+        index = name[5:] if name.startswith("cuda:") else ""
+        if not index.isdigit():
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N' with N >= 0, got "
+                             f"{device!r}")
+        return int(index)
+
+    @staticmethod
+    def _to_host(a):
+        """``a`` as a NumPy array (copied from the GPU for a CuPy or Numba device array)."""
+        if isinstance(a, np.ndarray):
+            return a
+        if hasattr(a, "get") and hasattr(a, "__cuda_array_interface__"):  # CuPy
+            return a.get()
+        if hasattr(a, "copy_to_host"):  # a Numba device array
+            return a.copy_to_host()
+        return np.asarray(a)
+
+    @staticmethod
+    def _array_mover(device):
+        """A function putting one array on ``device`` (unchanged when it is already there)."""
+        index = Module._parse_device(device)
+        if index is None:
+            return Module._to_host
+        hint = ('install CuPy with pip install "nnkit[cuda]" and check that an NVIDIA GPU is '
+                'visible (nvidia-smi, CUDA_VISIBLE_DEVICES)')
+        try:
+            import cupy
+        except ImportError:
+            raise RuntimeError(f"to({device!r}) needs CuPy, which is not installed: {hint}"
+                               ) from None
+        try:
+            count = cupy.cuda.runtime.getDeviceCount()
+        except Exception as exc:  # CUDARuntimeError: no driver, or no device
+            raise RuntimeError(f"to({device!r}): no GPU is visible to CuPy ({exc}); {hint}"
+                               ) from None
+        if count == 0:
+            raise RuntimeError(f"to({device!r}): no GPU is visible to CuPy; {hint}")
+        index = cupy.cuda.Device().id if index < 0 else index
+        if index >= count:
+            raise ValueError(f"device {device!r}: only {count} GPU(s) are visible "
+                             f"(cuda:0 to cuda:{count - 1})")
+
+        def move(a):
+            if isinstance(a, cupy.ndarray) and a.device.id == index:
+                return a
+            with cupy.cuda.Device(index):
+                host_or_gpu = a if isinstance(a, cupy.ndarray) else Module._to_host(a)
+                return cupy.array(host_or_gpu, copy=True)
+
+        return move
 
     # ----- calling ----------------------------------------------------------------------
     def forward(self, *args, **kwargs):

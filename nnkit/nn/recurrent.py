@@ -35,6 +35,7 @@ import threading
 import numpy as np
 
 from .. import functional as F
+from .._backend import array_module
 from .._validation import check_choice, check_scalar
 from ..autograd import Tensor, as_tensor, concat, make_result, stack
 from ..kernels import recurrent as K
@@ -77,7 +78,7 @@ def _layer_op(cell, x, h0, c0, params, nonlinearity, reverse, tag=None):
     weights = (w_ih.data, w_hh.data, _data(b_ih), _data(b_hh))
     if cell == "LSTM":
         y, _, c_T, cache = K.lstm_forward(*args, c0.data, *weights, reverse=reverse)
-        out = np.concatenate([y, c_T[None]])  # (T + 1, B, H)
+        out = array_module(y).concatenate([y, c_T[None]])  # (T + 1, B, H)
         parents = (x, h0, c0, *params)
     elif cell == "GRU":
         out, _, cache = K.gru_forward(*args, *weights, reverse=reverse)
@@ -92,7 +93,7 @@ def _layer_op(cell, x, h0, c0, params, nonlinearity, reverse, tag=None):
         store = getattr(_recorder, "store", None)
         hidden = None
         if store is not None:
-            hidden = np.empty((T,) + tuple(h0.shape), dtype=g.dtype)
+            hidden = array_module(g).empty((T,) + tuple(h0.shape), dtype=g.dtype)
             store[tag] = hidden
         if cell == "LSTM":
             grads = K.lstm_backward(g[:T], None, g[T], cache, hidden)
@@ -174,11 +175,11 @@ class _RNNBase(Module):
                              f"shape {layout} with T >= 1")
         return x
 
-    def _check_state(self, s, name, batch, dtype, unbatched):
+    def _check_state(self, s, name, batch, dtype, unbatched, xp=np):
         L = self.num_layers * self.num_directions
         shape = (L, self.hidden_size) if unbatched else (L, batch, self.hidden_size)
-        if s is None:
-            return Tensor(np.zeros((L, batch, self.hidden_size), dtype))
+        if s is None:  # zeros where x lives
+            return Tensor(xp.zeros((L, batch, self.hidden_size), dtype))
         s = as_tensor(s)
         if s.shape != shape:
             raise ValueError(
@@ -222,7 +223,8 @@ class _RNNBase(Module):
         elif self.batch_first:
             x = x.swapaxes(0, 1)  # (B, T, F) -> (T, B, F)
         batch = x.shape[1]
-        states = [self._check_state(s, n, batch, x.dtype, unbatched)
+        xp = array_module(x.data)
+        states = [self._check_state(s, n, batch, x.dtype, unbatched, xp)
                   for s, n in zip(hx_list, names, strict=True)]
         out, finals = self._run(x, states)
         if unbatched:

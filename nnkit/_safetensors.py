@@ -1,0 +1,190 @@
+"""The safetensors file format, read and written with NumPy alone (no pickle, no extra package).
+
+Layout (https://github.com/huggingface/safetensors): 8 bytes little-endian u64 N, then N bytes
+of a JSON header ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__":
+{str: str}}`` (padded with spaces to a multiple of 8), then the tensors' bytes, little-endian,
+C order, back to back.
+
+Writes are atomic: the bytes go to a temporary file in the same folder, which is flushed,
+fsynced and renamed over the target, so a crash mid-write leaves the previous file intact.
+Reads check everything a truncated or corrupted file can get wrong and say what it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import struct
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["write_file", "read_file", "FileFormatError"]
+
+_DTYPES = {
+    "BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "U16": np.uint16, "I16": np.int16,
+    "U32": np.uint32, "I32": np.int32, "U64": np.uint64, "I64": np.int64,
+    "F16": np.float16, "F32": np.float32, "F64": np.float64,
+}
+_CODES = {np.dtype(v): k for k, v in _DTYPES.items()}
+_MAX_HEADER = 100 * 2**20  # the reference implementation's limit
+
+
+class FileFormatError(ValueError):
+    """A file that is not a valid (or not a complete) safetensors / nnkit file."""
+
+
+def _code(name: str, array: np.ndarray) -> str:
+    dtype = array.dtype.newbyteorder("=") if array.dtype.byteorder == ">" else array.dtype
+    if dtype not in _CODES:
+        raise TypeError(f"cannot save tensor '{name}' of dtype {array.dtype}: safetensors holds "
+                        f"{', '.join(str(np.dtype(v)) for v in _DTYPES.values())}")
+    return _CODES[dtype]
+
+
+def _as_stored(name: str, array: np.ndarray) -> np.ndarray:
+    """C-contiguous and little-endian."""
+    array = np.asarray(array)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return np.ascontiguousarray(array)
+
+
+def _header(tensors: dict, metadata: dict) -> tuple[bytes, list]:
+    entries, order, offset = {}, [], 0
+    for name, array in tensors.items():
+        size = array.nbytes
+        entries[name] = {"dtype": _code(name, array), "shape": list(array.shape),
+                         "data_offsets": [offset, offset + size]}
+        order.append(array)
+        offset += size
+    if metadata:
+        entries["__metadata__"] = metadata
+    raw = json.dumps(entries, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    return raw, order
+
+
+def write_file(path, tensors: dict, metadata: dict | None = None) -> None:
+    """Write ``tensors`` {name: ndarray} and ``metadata`` {str: str} to ``path`` atomically.
+
+    The folder of ``path`` must exist (FileNotFoundError naming it otherwise); nothing is
+    written when an argument is invalid.
+    """
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"cannot save to '{path}': the folder '{folder}' does not exist")
+    if path.is_dir():
+        raise IsADirectoryError(f"cannot save to '{path}': it is a folder; give a file name")
+    stored = {str(n): _as_stored(n, a) for n, a in tensors.items()}
+    header, arrays = _header(stored, {str(k): str(v) for k, v in (metadata or {}).items()})
+    tmp = folder / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(header)))
+            f.write(header)
+            for array in arrays:
+                if array.size:
+                    f.write(array.reshape(-1).view(np.uint8).data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_folder(folder)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename durable (POSIX); a no-op where folders cannot be opened."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _parse_header(path: Path, f, file_size: int) -> dict:
+    if file_size < 8:
+        raise FileFormatError(f"'{path}' is {file_size} bytes long: too short to be a "
+                              "safetensors file (truncated or empty)")
+    (n,) = struct.unpack("<Q", f.read(8))
+    if n > _MAX_HEADER or 8 + n > file_size:
+        raise FileFormatError(f"'{path}' declares a {n}-byte header but holds {file_size} "
+                              "bytes: truncated, corrupted or not a safetensors file")
+    try:
+        header = json.loads(f.read(n).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FileFormatError(f"'{path}': the header is not valid JSON ({exc}); the file is "
+                              "corrupted or not a safetensors file") from None
+    if not isinstance(header, dict):
+        raise FileFormatError(f"'{path}': the header is a {type(header).__name__}, not a "
+                              "JSON object; the file is corrupted")
+    return header
+
+
+def _check_entry(path: Path, name: str, entry) -> tuple:
+    bad = FileFormatError(f"'{path}': the header entry of tensor '{name}' is malformed "
+                          f"({entry!r:.200}); the file is corrupted")
+    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+        raise bad
+    code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)
+            and isinstance(offsets, list) and len(offsets) == 2
+            and all(isinstance(o, int) and o >= 0 for o in offsets)):
+        raise bad
+    if code not in _DTYPES:
+        raise FileFormatError(f"'{path}': tensor '{name}' has dtype {code!r}, which nnkit "
+                              f"does not read (it reads {', '.join(_DTYPES)})")
+    dtype = np.dtype(_DTYPES[code])
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if offsets[1] - offsets[0] != size:
+        raise FileFormatError(f"'{path}': tensor '{name}' of shape {tuple(shape)} and dtype "
+                              f"{code} needs {size} bytes but its offsets {offsets} span "
+                              f"{offsets[1] - offsets[0]}; the file is corrupted")
+    return dtype, tuple(shape), offsets
+
+
+def read_file(path) -> tuple[dict, dict]:
+    """Read a safetensors file: ``(tensors {name: ndarray}, metadata {str: str})``.
+
+    Raises FileNotFoundError for a missing file and FileFormatError (a ValueError) naming the
+    problem for a truncated, corrupted or foreign file. Arrays are fresh, writable copies.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: '{path}'")
+    file_size = path.stat().st_size
+    with open(path, "rb") as f:
+        header = _parse_header(path, f, file_size)
+        metadata = header.pop("__metadata__", None) or {}
+        if not isinstance(metadata, dict):
+            raise FileFormatError(f"'{path}': __metadata__ is not a JSON object; corrupted")
+        entries = sorted(((_check_entry(path, n, e), n) for n, e in header.items()),
+                         key=lambda item: item[0][2][0])
+        data_start = f.tell()
+        expected = 0
+        for (_, _, offsets), name in entries:
+            if offsets[0] != expected:
+                raise FileFormatError(f"'{path}': tensor '{name}' starts at byte {offsets[0]} "
+                                      f"of the data, expected {expected} (gaps or overlaps); "
+                                      "the file is corrupted")
+            expected = offsets[1]
+        if data_start + expected != file_size:
+            what = "truncated" if data_start + expected > file_size else "has trailing bytes"
+            raise FileFormatError(f"'{path}' is {what}: the header describes {expected} bytes "
+                                  f"of tensor data, the file holds {file_size - data_start}")
+        tensors = {}
+        for (dtype, shape, _), name in entries:
+            out = np.empty(shape, dtype=dtype.newbyteorder("<"))
+            if out.size and f.readinto(out.reshape(-1).view(np.uint8).data) != out.nbytes:
+                raise FileFormatError(f"'{path}': could not read tensor '{name}' (truncated)")
+            tensors[name] = out.astype(dtype, copy=False)
+    return {n: tensors[n] for n in header}, metadata

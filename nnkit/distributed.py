@@ -1,0 +1,605 @@
+"""``nk.distributed``: data-parallel training and experiment grids on a Dask cluster.
+
+Two entry points, both on ``dask.distributed`` (the ``distributed`` extra,
+``pip install "nnkit[distributed]"``; importing nnkit never imports dask):
+
+``fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, client=None)``
+    Synchronous data-parallel SGD. The rows of ``X`` are split into W contiguous shards, one
+    per worker, each worker holding its shard and a replica of the model. Every step, each
+    worker computes the gradient of its share of the global batch with nnkit's kernels, the
+    gradients are summed (weighted by the share's size, so the sum is the gradient of the
+    global batch's mean loss) and the optimizer steps once.
+
+``map_experiments(fn, grid, client=None)``
+    One task per point of a parameter grid, a progress bar, a table of the results; a point
+    whose ``fn`` raises is reported with its parameters and the others finish.
+
+With ``client=None`` a ``LocalCluster`` of worker processes starts on this machine and is
+closed at the end; a ``distributed.Client`` (on any cluster: a ``LocalCluster``,
+dask-jobqueue's ``SLURMCluster``, a scheduler started by hand) is used as is and never
+closed; a string is a scheduler address (``"tcp://10.0.0.5:8786"``).
+
+Examples
+--------
+>>> import numpy as np
+>>> import nnkit as nk
+>>> from nnkit.distributed import fit_data_parallel
+>>> rng = np.random.default_rng(0)
+>>> X, y = rng.standard_normal((256, 8)), rng.integers(0, 3, 256)
+>>> model = nk.nn.Sequential(nk.nn.Linear(8, 16), nk.nn.ReLU(), nk.nn.Linear(16, 3))
+>>> opt = nk.optim.SGD(model.parameters(), lr=0.1)
+>>> model = fit_data_parallel(model, nk.functional.cross_entropy, opt, X, y,
+...                           batch_size=64, epochs=2, random_state=0,
+...                           progress=False)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import numbers
+import os
+import threading
+import time
+import traceback
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ._validation import check_scalar
+from .nn.module import Module
+from .optim import Optimizer
+from .training import minibatches
+
+__all__ = ["fit_data_parallel", "map_experiments", "StepInfo", "ExperimentTable",
+           "ExperimentFailure"]
+
+_INSTALL = 'pip install "nnkit[distributed]"'
+
+
+# ----- dask and the client ----------------------------------------------------------------------
+def _require_dask():
+    """The ``distributed`` module, or an ImportError that says how to install it."""
+    try:
+        import distributed
+    except ImportError as exc:
+        raise ImportError(
+            f"nk.distributed needs dask.distributed, which is not installed: {_INSTALL}"
+        ) from exc
+    return distributed
+
+
+def _worker_failures(distributed) -> tuple:
+    """Exceptions that mean a worker or its data went away (the step can be retried)."""
+    from concurrent.futures import CancelledError as FuturesCancelled
+
+    names = ("FutureCancelledError", "FuturesCancelledError", "CancelledError")
+    found = [getattr(distributed.client, n) for n in names if hasattr(distributed.client, n)]
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker
+
+    return (KilledWorker, CommClosedError, FuturesCancelled, OSError, TimeoutError, *found)
+
+
+def _worker_addresses(client) -> list[str]:
+    try:
+        info = client.scheduler_info(n_workers=-1)
+    except TypeError:  # older distributed: no n_workers argument, every worker listed
+        info = client.scheduler_info()
+    return sorted(info["workers"])
+
+
+@contextmanager
+def _client_context(client, n_workers, timeout):
+    """Yield (a connected Client, numba threads per task or None): ours (closed on exit)
+    for None or an address, else ``client`` as it is."""
+    distributed = _require_dask()
+    if isinstance(client, distributed.Client):
+        yield client, None
+        return
+    if client is None:
+        n = n_workers or 2
+        # The cores shared out between the worker processes: numba's pool would otherwise
+        # start one thread per core in each worker and oversubscribe the machine.
+        threads = max(1, (os.cpu_count() or 1) // n)
+        with distributed.LocalCluster(
+            n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+        ) as cluster, distributed.Client(cluster) as ours:
+            yield ours, threads
+        return
+    if isinstance(client, str):
+        try:
+            ours = distributed.Client(client, timeout=timeout)
+        except (OSError, TimeoutError) as exc:
+            raise ConnectionError(
+                f"could not reach the Dask scheduler at {client!r} within timeout={timeout} s "
+                f"({type(exc).__name__}: {exc}); check the address and that the scheduler "
+                "is running"
+            ) from exc
+        with ours:
+            yield ours, None
+        return
+    raise TypeError(
+        f"client must be None (start a LocalCluster), a distributed.Client or a scheduler "
+        f"address string, got {type(client).__name__}"
+    )
+
+
+# ----- the worker side of data-parallel training ----------------------------------------------
+class _Shard:
+    """Rows ``X[start:stop]``, ``y[start:stop]`` and a model replica, kept on one worker.
+
+    The replica's parameters are overwritten with the driver's before every gradient; the
+    lock serialises tasks on a worker that runs several threads.
+    """
+
+    def __init__(self, X, y, replica, start, threads=None):
+        self.X, self.y, self.replica, self.start = X, y, replica, start
+        self.threads = threads
+        self.lock = threading.Lock()
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "lock"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.lock = threading.Lock()
+        for p in self.replica.parameters():  # deserialised buffers may be read-only
+            p.data = np.array(p.data, copy=True)
+
+    def gradient(self, params, local_idx, loss_fn, scale):
+        """(grads scaled by ``scale``, loss * scale, compute seconds) on rows ``local_idx``."""
+        start = time.perf_counter()
+        with self.lock:
+            if self.threads:  # numba's thread count is per calling thread
+                import numba
+
+                numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+            replica = self.replica
+            for p, value in zip(replica.parameters(), params, strict=True):
+                np.copyto(p.data, value)
+            replica.zero_grad()
+            loss = loss_fn(replica(self.X[local_idx]), self.y[local_idx])
+            loss.backward()
+            grads = [None if p.grad is None else np.asarray(p.grad * scale, dtype=p.data.dtype)
+                     for p in replica.parameters()]
+            replica.zero_grad()
+        return grads, float(loss.item()) * scale, time.perf_counter() - start
+
+
+def _shard_gradient(shard, params, local_idx, loss_fn, scale):
+    return shard.gradient(params, local_idx, loss_fn, scale)
+
+
+def _warm_up(shard, loss_fn):
+    """Run one forward/backward on two rows so the first real step compiles nothing
+    (numba kernels load from their on-disk cache here); return the seconds it took."""
+    start = time.perf_counter()
+    idx = np.arange(min(2, len(shard.X)))
+    params = [p.data.copy() for p in shard.replica.parameters()]
+    shard.gradient(params, idx, loss_fn, 1.0)
+    return time.perf_counter() - start
+
+
+# ----- the driver ---------------------------------------------------------------------------
+@dataclass
+class StepInfo:
+    """What ``fit_data_parallel`` hands its ``callback`` after each optimizer step.
+
+    ``seconds`` is the driver's wall time of the step (submit, compute, gather, sum, update);
+    ``compute_seconds`` the longest worker compute time in it (forward, backward, parameter
+    load); the difference is communication, serialisation and scheduling. ``message_bytes``
+    counts the parameters sent to and the gradients received from one worker.
+    """
+
+    step: int
+    epoch: int
+    loss: float
+    seconds: float
+    compute_seconds: float
+    message_bytes: int
+    retries: int
+    warm_up_seconds: list = field(default_factory=list)
+
+
+class _DataParallel:
+    """The driver's state: shard placement, the step loop and its retries."""
+
+    def __init__(self, client, model, loss_fn, X, y, n_shards, max_retries, timeout,
+                 threads=None):
+        self.distributed = _require_dask()
+        self.failures = _worker_failures(self.distributed)
+        self.client, self.model, self.loss_fn = client, model, loss_fn
+        self.X, self.y = X, y
+        self.params = list(model.parameters())
+        self.bounds = np.linspace(0, len(X), n_shards + 1).round().astype(np.int64)
+        self.max_retries, self.timeout, self.threads = max_retries, timeout, threads
+        self.expected_workers = 0
+        self.shards: list = []
+        self.warm_up_seconds: list = []
+        self.last_retries = 0
+
+    def place_shards(self):
+        """Scatter every shard (rows and a fresh replica) to the live workers, round robin,
+        then warm each replica up."""
+        client = self.client
+        workers = _worker_addresses(client)
+        if self.expected_workers and len(workers) < self.expected_workers:
+            try:  # a nanny restarts a killed worker within seconds: give it the chance
+                client.wait_for_workers(self.expected_workers, timeout=self.timeout)
+            except (TimeoutError, OSError):
+                client.wait_for_workers(1, timeout=self.timeout)
+            workers = _worker_addresses(client)
+        self.expected_workers = max(self.expected_workers, len(workers))
+        replica = copy.deepcopy(self.model)
+        replica.zero_grad()
+        self.shards, self.homes = [], []
+        for k, (a, b) in enumerate(zip(self.bounds[:-1], self.bounds[1:], strict=True)):
+            shard = _Shard(self.X[a:b], self.y[a:b], replica, int(a), self.threads)
+            self.homes.append(workers[k % len(workers)])
+            self.shards.append(client.scatter(shard, workers=[self.homes[-1]], hash=False))
+        warm = [client.submit(_warm_up, s, self.loss_fn, pure=False) for s in self.shards]
+        self.warm_up_seconds = client.gather(warm)
+
+    def step(self, idx):
+        """One synchronous step on global rows ``idx``: (loss, worker compute s, bytes).
+
+        A lost worker (during the step or while re-placing the shards) re-places every
+        shard on the live workers and recomputes the step from the same parameters.
+        """
+        replace = False
+        for attempt in range(self.max_retries + 1):
+            self.last_retries = attempt
+            try:
+                if replace:
+                    self.place_shards()
+                return self._try_step(idx)
+            except self.failures as exc:
+                if attempt == self.max_retries:
+                    raise RuntimeError(
+                        f"a data-parallel step failed {attempt + 1} time(s) because workers "
+                        f"or their data were lost (last error: {type(exc).__name__}: {exc}); "
+                        f"max_retries={self.max_retries}"
+                    ) from exc
+                warnings.warn(f"data-parallel step lost a worker ({type(exc).__name__}); "
+                              "re-placing the shards and retrying the step", RuntimeWarning,
+                              stacklevel=3)
+                replace = True
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _try_step(self, idx):
+        params = [p.data for p in self.params]
+        owner = np.searchsorted(self.bounds, idx, side="right") - 1  # shard of each row
+        futures = []
+        for k, shard in enumerate(self.shards):
+            local = idx[owner == k] - self.bounds[k]
+            if len(local):
+                futures.append(self.client.submit(  # on the shard's worker while it lives
+                    _shard_gradient, shard, params, local, self.loss_fn, len(local) / len(idx),
+                    pure=False, workers=[self.homes[k]], allow_other_workers=True))
+        results = self.client.gather(futures)  # in shard order: a fixed summation order
+        for i, p in enumerate(self.params):
+            parts = [r[0][i] for r in results if r[0][i] is not None]
+            p.grad = None if not parts else _ordered_sum(parts)
+        loss = sum(r[1] for r in results)
+        nbytes = sum(a.nbytes for a in params) + sum(
+            g.nbytes for g in results[0][0] if g is not None)
+        return loss, max(r[2] for r in results), nbytes
+
+
+def _ordered_sum(parts):
+    total = parts[0].copy()
+    for part in parts[1:]:
+        total += part
+    return total
+
+
+def _check_data(X, y):
+    X, y = np.asarray(X), np.asarray(y)
+    if X.ndim < 1 or len(X) == 0:
+        raise ValueError(f"X must be an array with at least one row, got shape {X.shape}")
+    if y.ndim < 1 or len(y) != len(X):
+        raise ValueError(f"y must have one entry per row of X ({len(X)}), got shape {y.shape}")
+    return X, y
+
+
+def _check_fit_args(model, loss_fn, optimizer, callback):
+    if not isinstance(model, Module):
+        raise TypeError(f"model must be an nnkit nn.Module, got {type(model).__name__}")
+    if not callable(loss_fn):
+        raise TypeError(f"loss_fn must be callable (pred, target) -> scalar Tensor, got "
+                        f"{type(loss_fn).__name__}")
+    if not isinstance(optimizer, Optimizer):
+        raise TypeError(f"optimizer must be an nk.optim optimizer, got "
+                        f"{type(optimizer).__name__}")
+    owned = {id(p) for p in model.parameters()}
+    foreign = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in owned]
+    if foreign:
+        raise ValueError(f"optimizer updates {len(foreign)} tensor(s) that are not parameters "
+                         "of model; build it from model.parameters()")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable(StepInfo) or None, got "
+                        f"{type(callback).__name__}")
+
+
+def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, client=None, *,
+                      shuffle=True, random_state=None, n_workers=None, max_retries=3,
+                      timeout=10.0, worker_threads=None, callback=None, progress=True):
+    """Train ``model`` in place by synchronous data-parallel SGD on a Dask cluster.
+
+    The global batch schedule is a single process's: ``rng = np.random.default_rng(
+    random_state)``, then for each epoch ``for idx in minibatches(N, batch_size, shuffle,
+    rng)``. The N rows are split into W contiguous shards (one per worker of the cluster,
+    or ``n_workers``), each scattered once to a worker together with a replica of the model.
+    A step sends the current parameters to every worker whose shard holds rows of the batch;
+    the worker with n_k of the B rows returns (n_k / B) times the gradient of its rows' mean
+    loss, so the sum over workers is the gradient of the batch's mean loss
+
+        g = sum_k (n_k / B) grad L_k = grad (1/B) sum_{i in batch} loss_i .
+
+    The driver sums the shards' gradients in a fixed order and calls ``optimizer.step()``
+    once: the same update as every replica applying the same step to the same gradient
+    (the replicas stay identical because they reload the driver's parameters each step),
+    with the optimizer's state kept once. Up to float rounding of the split sum, the result
+    equals single-process training on the same batches.
+
+    A step whose workers or data are lost (a killed worker, a closed connection) is
+    retried: the shards are scattered again to the live workers and the same step is
+    recomputed from unchanged parameters, so the result is the same as without the failure.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Trained in place; must be picklable (cloudpickle). Deterministic forward passes
+        (no dropout) reproduce single-process training; buffers are not synchronised.
+    loss_fn : callable (pred Tensor (B_k, ...), target array (B_k, ...)) -> scalar Tensor
+        With mean reduction over the rows (e.g. ``nk.functional.cross_entropy``).
+    optimizer : nk.optim.Optimizer
+        Built on ``model.parameters()``; it runs on the driver.
+    X : array (N, ...) ; y : array (N, ...)
+    batch_size : int >= 1
+    epochs : int >= 1
+    client : None, distributed.Client or str
+        None starts a LocalCluster of ``n_workers`` (2 by default) single-thread worker
+        processes and closes it at the end; a Client is used and left open; a string is a
+        scheduler address (ConnectionError if not reachable within ``timeout``).
+    shuffle : bool
+    random_state : int, Generator or None
+    n_workers : int >= 1, optional
+        Workers of the local cluster, and the number of shards (default: the workers).
+    max_retries : int >= 0
+        Retries of one step after lost workers before a RuntimeError.
+    timeout : float > 0
+        Seconds to connect to an address, and to wait for restarted workers.
+    worker_threads : int >= 1, optional
+        Numba threads of each gradient task. Default: the cores divided by the workers on
+        the local cluster; a given Client's workers keep their own setting.
+    callback : callable(StepInfo), optional
+        Called after every optimizer step.
+    progress : bool
+        A tqdm bar over the steps.
+
+    Returns
+    -------
+    model : nn.Module
+        The same object, trained.
+    """
+    _check_fit_args(model, loss_fn, optimizer, callback)
+    X, y = _check_data(X, y)
+    batch_size = check_scalar(batch_size, name="batch_size", kind=numbers.Integral, low=1)
+    epochs = check_scalar(epochs, name="epochs", kind=numbers.Integral, low=1)
+    if n_workers is not None:
+        check_scalar(n_workers, name="n_workers", kind=numbers.Integral, low=1)
+    check_scalar(max_retries, name="max_retries", kind=numbers.Integral, low=0)
+    check_scalar(timeout, name="timeout", low=0, low_inclusive=False)
+    if worker_threads is not None:
+        check_scalar(worker_threads, name="worker_threads", kind=numbers.Integral, low=1)
+    rng = np.random.default_rng(random_state)
+    steps_per_epoch = math.ceil(len(X) / batch_size)
+    with _client_context(client, n_workers, timeout) as (cl, threads):
+        shards = n_workers or len(_worker_addresses(cl)) or 1
+        run = _DataParallel(cl, model, loss_fn, X, y, min(shards, len(X)), max_retries,
+                            timeout, worker_threads or threads)
+        run.place_shards()
+        bar = tqdm(total=epochs * steps_per_epoch, desc="data-parallel", unit="step",
+                   disable=not progress)
+        step = 0
+        with bar:
+            for epoch in range(epochs):
+                for idx in minibatches(len(X), batch_size, shuffle, rng):
+                    start = time.perf_counter()
+                    optimizer.zero_grad()
+                    loss, compute, nbytes = run.step(idx)
+                    optimizer.step()
+                    info = StepInfo(step, epoch, loss, time.perf_counter() - start, compute,
+                                    nbytes, run.last_retries, list(run.warm_up_seconds))
+                    bar.update()
+                    bar.set_postfix(loss=f"{loss:.4f}")
+                    if callback is not None:
+                        callback(info)
+                    step += 1
+    return model
+
+
+# ----- experiment grids -----------------------------------------------------------------------
+@dataclass
+class ExperimentFailure:
+    """A grid point whose function raised: its parameters, the error and the traceback."""
+
+    params: dict
+    error: str
+    traceback: str = ""
+
+
+class ExperimentTable:
+    """Results of ``map_experiments``: one row per successful point, in grid order.
+
+    Attributes
+    ----------
+    rows : list of dict
+        The point's parameters merged with its result (a dict's items, or ``'result'``).
+    failures : list of ExperimentFailure
+        Points whose function raised (or whose worker was lost), in grid order.
+    """
+
+    def __init__(self, rows, failures):
+        self.rows, self.failures = list(rows), list(failures)
+
+    @property
+    def columns(self) -> list[str]:
+        return list(dict.fromkeys(k for r in self.rows for k in r))
+
+    def column(self, name) -> np.ndarray:
+        """The values of column ``name`` over the rows (missing entries are None)."""
+        if name not in self.columns:
+            raise KeyError(f"no column {name!r}; the columns are {self.columns}")
+        return np.array([r.get(name) for r in self.rows])
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __repr__(self):
+        return (f"ExperimentTable({len(self.rows)} rows, {len(self.failures)} failures, "
+                f"columns={self.columns})")
+
+    def to_markdown(self, floatfmt: str = ".4g") -> str:
+        """A Markdown table of the rows, then one line per failure."""
+        cols = self.columns
+
+        def cell(v):
+            if isinstance(v, (float, np.floating)):
+                return format(float(v), floatfmt)
+            return "" if v is None else str(v)
+
+        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        lines += ["| " + " | ".join(cell(r.get(c)) for c in cols) + " |" for r in self.rows]
+        lines += [f"\nfailed: {f.params}: {f.error}" for f in self.failures]
+        return "\n".join(lines)
+
+
+def _grid_points(grid) -> list[dict]:
+    """The points of ``grid``: a dict of lists (cartesian product, last key fastest) or a
+    list of dicts (as given)."""
+    if isinstance(grid, dict):
+        if not grid:
+            raise ValueError("grid is empty: give a dict of non-empty lists or a list of dicts")
+        for key, values in grid.items():
+            if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+                raise TypeError(f"grid[{key!r}] must be a list of values, got "
+                                f"{type(values).__name__} ({values!r})")
+        values = [list(v) for v in grid.values()]
+        for key, v in zip(grid, values, strict=True):
+            if not v:
+                raise ValueError(f"grid[{key!r}] is an empty list: every parameter needs "
+                                 "at least one value")
+        return [dict(zip(grid, combo, strict=True)) for combo in itertools.product(*values)]
+    if isinstance(grid, (list, tuple)):
+        if not grid:
+            raise ValueError("grid is empty: give a dict of non-empty lists or a list of dicts")
+        bad = [type(p).__name__ for p in grid if not isinstance(p, dict)]
+        if bad:
+            raise TypeError(f"a grid given as a list must hold dicts of parameters, got "
+                            f"{bad[0]}")
+        return [dict(p) for p in grid]
+    raise TypeError(f"grid must be a dict of lists or a list of dicts, got "
+                    f"{type(grid).__name__}")
+
+
+def _run_point(fn, params):
+    """Call ``fn(**params)`` on a worker; errors come back as values, not task failures."""
+    try:
+        return True, fn(**params), ""
+    except Exception as exc:  # noqa: BLE001 - reported with the point's parameters
+        return False, f"{type(exc).__name__}: {exc}", traceback.format_exc()
+
+
+def _as_row(params, value) -> dict:
+    row = dict(params)
+    items = value.items() if isinstance(value, dict) else [("result", value)]
+    for key, v in items:
+        row[f"{key}_result" if key in params else key] = v
+    return row
+
+
+def map_experiments(fn, grid, client=None, *, progress=True, n_workers=None, timeout=10.0):
+    """Run ``fn(**point)`` for every point of ``grid`` on a Dask cluster; gather a table.
+
+    Parameters
+    ----------
+    fn : callable(**params) -> dict or value
+        Picklable by cloudpickle (lambdas and closures are). A dict result becomes columns
+        (a key equal to a parameter's name is renamed ``<key>_result``); anything else the
+        column ``'result'``.
+    grid : dict of lists, or list of dicts
+        A dict gives the cartesian product in ``itertools.product`` order over the keys in
+        insertion order (the last key varies fastest); a list gives its points as they are.
+    client : None, distributed.Client or str
+        As in ``fit_data_parallel``.
+    progress : bool
+        A tqdm bar that advances as points complete (in any order).
+    n_workers : int, optional
+        Workers of the local cluster when ``client`` is None.
+    timeout : float
+        Seconds to connect to a scheduler address.
+
+    Returns
+    -------
+    ExperimentTable
+        ``rows`` in grid order; ``failures`` for points that raised, each with its
+        parameters, also announced by a RuntimeWarning. If every point fails, a
+        RuntimeError with the first failure's parameters and traceback.
+
+    Examples
+    --------
+    >>> table = map_experiments(lambda a, b: {"sum": a + b}, {"a": [1, 2], "b": [10]},
+    ...                         progress=False)  # doctest: +SKIP
+    >>> table.rows  # doctest: +SKIP
+    [{'a': 1, 'b': 10, 'sum': 11}, {'a': 2, 'b': 10, 'sum': 12}]
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable(**params), got {type(fn).__name__} ({fn!r})")
+    points = _grid_points(grid)
+    distributed = _require_dask()
+    import cloudpickle
+
+    try:
+        cloudpickle.dumps(fn)
+    except Exception as exc:  # noqa: BLE001 - any pickling error means the same thing
+        raise TypeError(f"fn must be picklable by cloudpickle to run on workers: "
+                        f"{type(exc).__name__}: {exc}") from exc
+    with _client_context(client, n_workers, timeout) as (cl, _):
+        futures = [cl.submit(_run_point, fn, p, pure=False) for p in points]
+        position = {f.key: i for i, f in enumerate(futures)}
+        outcomes = [None] * len(points)
+        bar = tqdm(total=len(points), desc="experiments", unit="point", disable=not progress)
+        with bar:
+            for future in distributed.as_completed(futures):
+                i = position[future.key]
+                try:
+                    outcomes[i] = future.result()
+                except Exception as exc:  # noqa: BLE001 - a lost worker, not fn's error
+                    outcomes[i] = (False, f"{type(exc).__name__}: {exc}", "")
+                bar.update()
+    return _table(points, outcomes)
+
+
+def _table(points, outcomes) -> ExperimentTable:
+    rows, failures = [], []
+    for params, (ok, value, tb) in zip(points, outcomes, strict=True):
+        if ok:
+            rows.append(_as_row(params, value))
+        else:
+            failures.append(ExperimentFailure(params, value, tb))
+            warnings.warn(f"experiment {params} failed: {value}", RuntimeWarning, stacklevel=3)
+    if not rows:
+        first = failures[0]
+        raise RuntimeError(f"all {len(failures)} experiments failed; the first, {first.params}, "
+                           f"with {first.error}\n{first.traceback}")
+    return ExperimentTable(rows, failures)

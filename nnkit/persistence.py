@@ -1,0 +1,477 @@
+"""``nk.save`` / ``nk.load``: modules, estimators, optimizers and checkpoints in one file.
+
+One safetensors file (see ``nnkit._safetensors``): the arrays as tensors, and in its metadata
+under the key ``"nnkit"`` a JSON config that says how to rebuild the object — the module
+class and its constructor arguments, an estimator's parameters, an optimizer's
+hyper-parameters, the format version, each tensor's dtype, shape and CRC32, and a CRC32 of
+the config itself. Nothing is pickled: loading runs
+no code from the file. Classes are looked up only inside the ``nnkit`` package, or among the
+classes passed to ``load(..., classes=...)``.
+
+What can be saved (nested freely inside dicts, lists and tuples, which is how a checkpoint
+looks: ``{"model": m, "optimizer": opt, "rng": rng, "step": 100}``):
+
+- ``nn.Module``: class + constructor arguments (recorded when it was built) + ``state_dict``.
+  ``Sequential``/``ModuleList`` are saved by their children, so modules appended later come
+  back too. A saved top-level module's tensors keep their ``state_dict`` names, so the file
+  of ``nk.save(model, path)`` is also a plain state dict for any safetensors reader.
+- estimators (scikit-learn style: constructor parameters + the fitted ``*_`` attributes; the
+  Hopfield networks store their patterns again).
+- ``optim.Optimizer``: its ``state_dict``; rebuilt over the loaded model's parameters when
+  that model is saved in the same file, else loaded as the ``state_dict`` (for
+  ``opt.load_state_dict``).
+- ``numpy.random.Generator`` (its bit generator's state), arrays (NumPy, CuPy, Tensors; all
+  come back as NumPy), None, bools, ints, floats, strings, dtypes.
+
+Everything is encoded before the file is opened, and the write is atomic (temporary file +
+rename): an object that cannot be saved, or a crash mid-save, leaves the previous file intact.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import math
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from ._safetensors import FileFormatError, read_file, write_file
+from .autograd import Tensor
+from .nn.module import Module, ModuleList, Sequential
+from .optim import Optimizer
+
+__all__ = ["save", "load", "FileFormatError", "FORMAT_VERSION"]
+
+FORMAT_VERSION = 1
+_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+
+
+# ----- encoding ------------------------------------------------------------------------------
+class _Encoder:
+    """Turns an object tree into JSON-able nodes and a dict of named tensors."""
+
+    def __init__(self, obj):
+        self.tensors = {}
+        self.complex = []
+        self._names = {}  # id(array) -> tensor name (tied weights are stored once)
+        self._param_owner = {}  # id(Parameter) -> (module path, parameter name)
+        self._collect_modules(obj, "")
+
+    def _collect_modules(self, obj, path):
+        if isinstance(obj, Module):
+            for name, p in obj.named_parameters():
+                self._param_owner.setdefault(id(p), (path, name))
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                self._collect_modules(v, _join(path, k))
+        elif isinstance(obj, (list, tuple)):
+            for i, v in enumerate(obj):
+                self._collect_modules(v, _join(path, i))
+
+    def tensor(self, name, value):
+        array = _host(value)
+        if id(array) in self._names:
+            return {"__tensor__": self._names[id(array)]}
+        if array.dtype.kind == "c":
+            self.complex.append(name)
+            stored = np.ascontiguousarray(array).view(array.real.dtype).reshape(*array.shape, 2)
+        else:
+            stored = array
+        if array.dtype == object:
+            raise TypeError(f"cannot save '{name}': an array of Python objects")
+        self.tensors[name] = stored
+        self._names[id(array)] = name
+        return {"__tensor__": name}
+
+    def encode(self, obj, path=""):
+        """The JSON node of ``obj``; ``path`` names it in errors and tensor names."""
+        if obj is None or isinstance(obj, (bool, str)):
+            return obj
+        if isinstance(obj, np.generic):
+            return {"__scalar__": [obj.dtype.str, self.encode(obj.item(), path)]}
+        if isinstance(obj, int):
+            return obj
+        if isinstance(obj, float):
+            return obj if math.isfinite(obj) else {"__float__": repr(obj)}
+        if isinstance(obj, (np.dtype, type)) and _is_dtype(obj):
+            return {"__dtype__": np.dtype(obj).str}
+        if isinstance(obj, Module):
+            return {"__module__": self.module(obj, path, with_state=True)}
+        if isinstance(obj, Optimizer):
+            return {"__optimizer__": self.optimizer(obj, path)}
+        if isinstance(obj, np.random.Generator):
+            return {"__generator__": self.encode(obj.bit_generator.state, path)}
+        if _is_array(obj):
+            return self.tensor(path or "tensor", obj)
+        if isinstance(obj, dict):
+            for k in obj:
+                if not isinstance(k, (str, int)) or isinstance(k, bool):
+                    raise TypeError(f"cannot save {_where(path)}: dict keys must be str or int, "
+                                    f"got {type(k).__name__} {k!r}")
+            return {"__dict__": [[k, self.encode(v, _join(path, k))] for k, v in obj.items()]}
+        if isinstance(obj, list):
+            return [self.encode(v, _join(path, i)) for i, v in enumerate(obj)]
+        if isinstance(obj, tuple):
+            return {"__tuple__": [self.encode(v, _join(path, i)) for i, v in enumerate(obj)]}
+        if _is_estimator(obj):
+            return {"__estimator__": self.estimator(obj, path)}
+        raise TypeError(f"cannot save {_where(path)}: a {type(obj).__module__}."
+                        f"{type(obj).__qualname__} is not a Module, estimator, optimizer, "
+                        "generator, array or plain value (nnkit never pickles)")
+
+    def module(self, module, path, with_state):
+        node = {"class": _class_name(module), "training": bool(module.training)}
+        if type(module) in (Sequential, ModuleList):
+            node["children"] = [[name, self.module(child, _join(path, name), False)]
+                                for name, child in module.named_children()]
+        else:
+            args, kwargs = module.__dict__.get("_init_args", ((), {}))
+            node["args"] = [self.encode(a, _join(path, f"args.{i}")) for i, a in enumerate(args)]
+            node["kwargs"] = {k: self.encode(v, _join(path, f"args.{k}"))
+                              for k, v in kwargs.items()}
+        if with_state:
+            node["state"] = {key: self.tensor(_join(path, key, sep="/"), value)
+                             for key, value in module.state_dict().items()}
+        return node
+
+    def optimizer(self, opt, path):
+        owners = [self._param_owner.get(id(p)) for g in opt.param_groups for p in g["params"]]
+        return {"class": _class_name(opt),
+                "defaults": self.encode(opt.defaults, _join(path, "defaults")),
+                "state_dict": self.encode(opt.state_dict(), path),
+                "params": None if None in owners else [list(o) for o in owners]}
+
+    def estimator(self, est, path):
+        params = {name: getattr(est, name) for name in _init_parameters(type(est))}
+        fitted = (est._nnkit_fitted() if hasattr(est, "_nnkit_fitted") else
+                  {k: v for k, v in vars(est).items()
+                   if k.endswith("_") and not k.startswith("_") and v is not None})
+        return {"class": _class_name(est),
+                "params": {k: self.encode(v, _join(path, k)) for k, v in params.items()},
+                "fitted": {k: self.encode(v, _join(path, k)) for k, v in fitted.items()}}
+
+
+def _join(path, key, sep="."):
+    """Where ``key`` sits under ``path``: 'model.args.0'; tensor names use sep='/'."""
+    return f"{path}{sep}{key}" if path else str(key)
+
+
+def _where(path):
+    return f"'{path}'" if path else "the object"
+
+
+def _host(value):
+    if isinstance(value, Tensor):
+        value = value.data
+    if hasattr(value, "__cuda_array_interface__") and hasattr(value, "get"):
+        value = value.get()
+    return np.asarray(value)
+
+
+def _is_array(obj):
+    return isinstance(obj, (np.ndarray, Tensor)) or hasattr(obj, "__cuda_array_interface__")
+
+
+def _is_dtype(obj):
+    try:
+        np.dtype(obj)
+    except TypeError:
+        return False
+    return isinstance(obj, np.dtype) or (isinstance(obj, type) and issubclass(obj, np.generic))
+
+
+def _is_estimator(obj):
+    return hasattr(obj, "get_params") or type(obj).__module__.startswith("nnkit.classic")
+
+
+def _class_name(obj):
+    cls = type(obj)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _init_parameters(cls):
+    sig = inspect.signature(cls.__init__)
+    return [n for n, p in sig.parameters.items() if n != "self" and
+            p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+# ----- decoding ------------------------------------------------------------------------------
+class _Decoder:
+    def __init__(self, path, tensors, classes):
+        self.path = path
+        self.tensors = tensors
+        self.classes = classes
+        self.modules = {}  # tree path -> loaded top-level module
+
+    def tensor(self, name):
+        if name not in self.tensors:
+            raise FileFormatError(f"'{self.path}': the config refers to tensor '{name}', "
+                                  "which the file does not hold; the file is corrupted")
+        return self.tensors[name]
+
+    def decode(self, node, path=""):
+        if node is None or isinstance(node, (bool, int, float, str)):
+            return node
+        if isinstance(node, list):
+            return [self.decode(v, _join(path, i)) for i, v in enumerate(node)]
+        if not isinstance(node, dict) or len(node) != 1:
+            raise FileFormatError(f"'{self.path}': unexpected config node {node!r:.200}")
+        (kind, body), = node.items()
+        if kind == "__tensor__":
+            return self.tensor(body)
+        if kind == "__tuple__":
+            return tuple(self.decode(v, _join(path, i)) for i, v in enumerate(body))
+        if kind == "__dict__":
+            return {k: self.decode(v, _join(path, k)) for k, v in body}
+        if kind == "__float__":
+            return float(body)
+        if kind == "__scalar__":
+            return np.dtype(body[0]).type(self.decode(body[1]))
+        if kind == "__dtype__":
+            return np.dtype(body)
+        if kind == "__generator__":
+            return self.generator(self.decode(body, path))
+        if kind == "__module__":
+            module = self.module(body, path)
+            self.modules[path] = module
+            return module
+        if kind == "__estimator__":
+            return self.estimator(body, path)
+        if kind == "__optimizer__":
+            return self.optimizer(body, path)
+        raise FileFormatError(f"'{self.path}': unknown config node kind {kind!r}")
+
+    def resolve(self, name, base):
+        """The class called ``name`` ('module:qualname'): nnkit's own, or one passed in."""
+        if name in self.classes:
+            cls = self.classes[name]
+        else:
+            module_name, _, qualname = name.partition(":")
+            if not (module_name == "nnkit" or module_name.startswith("nnkit.")):
+                raise TypeError(
+                    f"'{self.path}' holds a {name.replace(':', '.')}, which is not part of "
+                    f"nnkit; pass classes=[{qualname}] to nk.load to allow it")
+            cls = importlib.import_module(module_name)
+            for part in qualname.split("."):
+                cls = getattr(cls, part, None)
+        if not (isinstance(cls, type) and (base is None or issubclass(cls, base))):
+            raise FileFormatError(f"'{self.path}': {name} is not a "
+                                  f"{base.__name__ if base else 'class'} in this nnkit")
+        return cls
+
+    def module(self, node, path, state=True):
+        keys = {"class", "training"} | ({"children"} if "children" in node else
+                                        {"args", "kwargs"}) | ({"state"} if state else set())
+        if set(node) != keys:
+            raise FileFormatError(f"'{self.path}': the config of module '{path}' has the keys "
+                                  f"{sorted(node)}, expected {sorted(keys)}; corrupted")
+        cls = self.resolve(node["class"], Module)
+        if "children" in node:
+            children = {name: self.module(child, _join(path, name), state=False)
+                        for name, child in node["children"]}
+            module = (cls(children) if cls is Sequential else cls(list(children.values())))
+        else:
+            args = [self.decode(a) for a in node["args"]]
+            kwargs = {k: self.decode(v) for k, v in node["kwargs"].items()}
+            module = cls(*args, **kwargs)
+        if state:
+            saved = {key: self.decode(ref) for key, ref in node["state"].items()}
+            _load_state(module, saved, self.path)
+        return module.train(node.get("training", True))
+
+    def estimator(self, node, path):
+        cls = self.resolve(node["class"], None)
+        est = cls(**{k: self.decode(v, _join(path, k)) for k, v in node["params"].items()})
+        fitted = {k: self.decode(v, _join(path, k)) for k, v in node["fitted"].items()}
+        if hasattr(est, "_nnkit_restore"):
+            est._nnkit_restore(fitted)
+        else:
+            for k, v in fitted.items():
+                setattr(est, k, v)
+        return est
+
+    def optimizer(self, node, path):
+        state_dict = self.decode(node["state_dict"], path)
+        if node["params"] is None:
+            return state_dict  # its parameters were not saved with it: opt.load_state_dict
+        cls = self.resolve(node["class"], Optimizer)
+        params = []
+        for owner, name in node["params"]:
+            if owner not in self.modules:
+                raise FileFormatError(f"'{self.path}': the optimizer refers to module "
+                                      f"'{owner}', which was not loaded before it")
+            params.append(dict(self.modules[owner].named_parameters())[name])
+        groups, start = [], 0
+        for group in state_dict["param_groups"]:
+            n = len(group["params"])
+            hyper = {k: v for k, v in group.items() if k != "params"}
+            groups.append({**hyper, "params": params[start:start + n]})
+            start += n
+        accepted = _init_parameters(cls)
+        defaults = {k: v for k, v in self.decode(node["defaults"]).items() if k in accepted}
+        opt = cls(groups, **defaults)
+        opt.load_state_dict(state_dict)
+        return opt
+
+    def generator(self, state):
+        name = state.get("bit_generator") if isinstance(state, dict) else None
+        if name not in _BIT_GENERATORS:
+            raise FileFormatError(f"'{self.path}': unknown bit generator {name!r}")
+        gen = np.random.Generator(getattr(np.random, name)())
+        gen.bit_generator.state = state
+        return gen
+
+
+def _load_state(module, saved, path):
+    """``module.load_state_dict(saved)`` keeping the saved dtypes; mismatches named."""
+    own = module.state_dict()
+    missing = [k for k in own if k not in saved]
+    unexpected = [k for k in saved if k not in own]
+    if missing or unexpected:
+        raise ValueError(f"'{path}' does not match {type(module).__name__}: missing tensors "
+                         f"{missing}, unexpected tensors {unexpected}")
+    for name, p in module.named_parameters():
+        if name in saved and saved[name].dtype != p.data.dtype:
+            p.data = p.data.astype(saved[name].dtype)
+    try:
+        module.load_state_dict(saved)
+    except (ValueError, TypeError) as exc:
+        raise type(exc)(f"'{path}' does not match {type(module).__name__}: {exc}") from None
+
+
+# ----- the public functions ---------------------------------------------------------------------
+def save(obj, path) -> None:
+    """Save ``obj`` (a module, estimator, optimizer, generator, array, or a dict/list of them:
+    a checkpoint) to the file ``path`` in safetensors format, atomically.
+
+    Parameters
+    ----------
+    obj : see the module docstring
+    path : str or os.PathLike
+        The file; its folder must exist. An existing file is replaced only once the new one
+        is complete.
+
+    Raises
+    ------
+    TypeError
+        For an object that cannot be saved (naming where it sits in ``obj``); nothing is
+        written.
+    FileNotFoundError
+        When the folder of ``path`` does not exist.
+
+    Examples
+    --------
+    >>> import nnkit as nk, tempfile, os
+    >>> model = nk.nn.Sequential(nk.nn.Linear(4, 8), nk.nn.ReLU(), nk.nn.Linear(8, 2))
+    >>> path = os.path.join(tempfile.mkdtemp(), "model.safetensors")
+    >>> nk.save(model, path)
+    >>> type(nk.load(path)).__name__
+    'Sequential'
+    """
+    encoder = _Encoder(obj)
+    tree = encoder.encode(obj)
+    config = {"format": "nnkit", "format_version": FORMAT_VERSION,
+              "nnkit_version": _version(), "object": tree, "complex": encoder.complex,
+              "tensors": {name: _fingerprint(a) for name, a in encoder.tensors.items()}}
+    text = json.dumps(config, separators=(",", ":"), allow_nan=False)
+    write_file(path, encoder.tensors,
+               {"nnkit": text, "nnkit_crc32": str(zlib.crc32(text.encode("utf-8")))})
+
+
+def load(path, *, classes=None):
+    """Load what ``save`` wrote to ``path`` (NumPy arrays; move a model with ``.to``).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    classes : list of classes or dict {'module:qualname' or qualname: class}, optional
+        Classes from outside nnkit (your own Module subclasses) that the file may name;
+        nothing else outside nnkit is ever imported.
+
+    A safetensors file written by another tool (no nnkit config) loads as a dict
+    {name: ndarray}, ready for ``model.load_state_dict``.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    FileFormatError (a ValueError)
+        Truncated, corrupted (a tensor fails its CRC32), written by a newer nnkit, or not a
+        safetensors file; the message says which.
+    ValueError
+        The saved tensors do not fit the class they belong to (names the tensors).
+    TypeError
+        The file names a class outside nnkit that ``classes`` does not allow.
+    """
+    path = Path(path)
+    tensors, metadata = read_file(path)
+    if "nnkit" not in metadata and "nnkit_crc32" not in metadata:
+        return tensors
+    text = metadata.get("nnkit", "")
+    if metadata.get("nnkit_crc32") != str(zlib.crc32(text.encode("utf-8"))):
+        raise FileFormatError(f"'{path}': the nnkit config fails its CRC32 check; the file is "
+                              "corrupted")
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FileFormatError(f"'{path}': the nnkit config is not valid JSON ({exc})") from None
+    _check_config(path, config, tensors)
+    for name in config["complex"]:
+        pairs = tensors[name]
+        tensors[name] = np.ascontiguousarray(pairs).view(
+            np.result_type(pairs.dtype, np.complex64)).reshape(pairs.shape[:-1])
+    return _Decoder(path, tensors, _class_table(classes)).decode(config["object"])
+
+
+def _check_config(path, config, tensors):
+    if not isinstance(config, dict) or config.get("format") != "nnkit":
+        raise FileFormatError(f"'{path}': the 'nnkit' metadata is not an nnkit config")
+    version = config.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise FileFormatError(f"'{path}' was written in nnkit format {version!r} (by nnkit "
+                              f"{config.get('nnkit_version')}); this nnkit "
+                              f"({_version()}) reads formats up to {FORMAT_VERSION}")
+    described = config.get("tensors")
+    if not isinstance(described, dict) or set(described) != set(tensors) or \
+            not isinstance(config.get("complex"), list) or "object" not in config:
+        raise FileFormatError(f"'{path}': the nnkit config does not describe the file's "
+                              "tensors; the file is corrupted")
+    for name, expected in described.items():
+        found = _fingerprint(tensors[name])
+        if found != expected:
+            raise FileFormatError(f"'{path}': tensor '{name}' fails its check (dtype, shape, "
+                                  f"CRC32 {found} in the file, {expected} in the config); "
+                                  "the file is corrupted")
+
+
+def _fingerprint(array) -> list:
+    """[dtype, shape, CRC32 of the bytes]: what the config says each tensor must be."""
+    array = np.ascontiguousarray(array)
+    return [array.dtype.str, list(array.shape), zlib.crc32(array.reshape(-1).view(np.uint8))]
+
+
+def _class_table(classes):
+    if classes is None:
+        return {}
+    if isinstance(classes, dict):
+        items = classes.items()
+    elif isinstance(classes, (list, tuple)):
+        items = [(f"{c.__module__}:{c.__qualname__}", c) for c in classes]
+    else:
+        raise TypeError(f"classes must be a list of classes or a dict, got "
+                        f"{type(classes).__name__}")
+    table = {}
+    for name, cls in items:
+        if not isinstance(cls, type):
+            raise TypeError(f"classes[{name!r}] must be a class, got {type(cls).__name__}")
+        table[name if ":" in name else f"{cls.__module__}:{name}"] = cls
+    return table
+
+
+def _version():
+    from . import __version__
+
+    return __version__

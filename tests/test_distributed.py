@@ -1,0 +1,299 @@
+"""nk.distributed on a LocalCluster of 2 worker processes (one thread each).
+
+Data-parallel training against single-process training on the same global batches, a
+worker killed mid-training, experiment grids with a failing point, and the bad inputs.
+"""
+
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import nnkit as nk
+import nnkit.functional as F
+from nnkit.training import minibatches
+
+distributed = pytest.importorskip("distributed")
+import dask  # noqa: E402
+
+from nnkit.distributed import (  # noqa: E402
+    ExperimentTable,
+    StepInfo,
+    fit_data_parallel,
+    map_experiments,
+)
+
+N, D, C = 120, 6, 3
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nk.__file__)))
+
+
+@pytest.fixture(scope="module")
+def client():
+    # Without work stealing a shard lives on its worker only, so killing that worker loses
+    # it for certain and the retry path runs (with stealing, a copy may survive elsewhere).
+    with dask.config.set({"distributed.scheduler.work-stealing": False}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                     dashboard_address=None) as cluster:
+        with distributed.Client(cluster) as cl:
+            cl.wait_for_workers(2, timeout=30)
+            yield cl
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((N, D))
+    y = rng.integers(0, C, N)
+    return X, y
+
+
+def _model(dtype, seed=0):
+    nk.manual_seed(seed)
+    return nk.nn.Sequential(nk.nn.Linear(D, 16, dtype=dtype), nk.nn.Tanh(),
+                            nk.nn.Linear(16, C, dtype=dtype))
+
+
+def _sgd(model):
+    return nk.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def _adam(model):
+    return nk.optim.Adam(model.parameters(), lr=1e-2)
+
+
+def _single_process(X, y, dtype, make_opt, batch_size, epochs, shuffle=True, random_state=0):
+    """The reference: the usual loop on the documented global batch schedule."""
+    model = _model(dtype)
+    opt = make_opt(model)
+    rng = np.random.default_rng(random_state)
+    for _ in range(epochs):
+        for idx in minibatches(len(X), batch_size, shuffle, rng):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(X[idx]), y[idx])
+            loss.backward()
+            opt.step()
+    return model
+
+
+def _parallel(X, y, dtype, make_opt, batch_size, epochs, client, **kwargs):
+    model = _model(dtype)
+    opt = make_opt(model)
+    out = fit_data_parallel(model, F.cross_entropy, opt, X, y, batch_size, epochs, client,
+                            random_state=0, progress=False, **kwargs)
+    assert out is model
+    return model
+
+
+def _assert_same(a, b, tol):
+    for (name, p), q in zip(a.named_parameters(), b.parameters(), strict=True):
+        np.testing.assert_allclose(p.data, q.data, rtol=tol, atol=tol, err_msg=name)
+
+
+def _moved(model, dtype):
+    start = _model(dtype)
+    return max(float(np.abs(p.data - q.data).max())
+               for p, q in zip(model.parameters(), start.parameters(), strict=True))
+
+
+# ----- data-parallel == single process ----------------------------------------------------------
+@pytest.mark.parametrize("make_opt", [_sgd, _adam], ids=["sgd-momentum", "adam"])
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-9), (np.float32, 2e-5)])
+def test_data_parallel_equals_single_process(client, data, make_opt, dtype, tol):
+    X, y = data
+    X = X.astype(dtype)
+    want = _single_process(X, y, dtype, make_opt, batch_size=32, epochs=2)
+    got = _parallel(X, y, dtype, make_opt, 32, 2, client)
+    assert _moved(want, dtype) > 1e-2  # the comparison is not between untrained models
+    _assert_same(got, want, tol)
+
+
+def test_batches_with_an_empty_shard_and_more_shards_than_workers(client, data):
+    # Unshuffled batches of 25 over 3 shards [0, 40), [40, 80), [80, 120): the first batch
+    # lies in shard 0 only, so shards 1 and 2 submit nothing for it.
+    X, y = data
+    want = _single_process(X, y, np.float64, _sgd, batch_size=25, epochs=2, shuffle=False)
+    got = _parallel(X, y, np.float64, _sgd, 25, 2, client, shuffle=False, n_workers=3)
+    _assert_same(got, want, 1e-9)
+
+
+def test_callback_receives_step_information(client, data):
+    X, y = data
+    infos = []
+    _parallel(X, y, np.float64, _sgd, 40, 2, client, callback=infos.append)
+    assert [i.step for i in infos] == list(range(6))
+    assert [i.epoch for i in infos] == [0, 0, 0, 1, 1, 1]
+    first = infos[0]
+    assert isinstance(first, StepInfo) and first.retries == 0
+    assert 0 < first.compute_seconds <= first.seconds
+    n_params = sum(p.data.size for p in _model(np.float64).parameters())
+    assert first.message_bytes == 2 * 8 * n_params  # parameters out, gradients back
+    assert len(first.warm_up_seconds) == 2
+    assert np.isfinite(first.loss) and infos[-1].loss < first.loss
+
+
+def test_worker_errors_propagate_unchanged(client, data):
+    X, y = data
+
+    def bad_loss(pred, target):
+        raise ValueError("loss exploded on purpose")
+
+    model = _model(np.float64)
+    with pytest.raises(ValueError, match="on purpose"):
+        fit_data_parallel(model, bad_loss, _sgd(model), X, y, 32, 1, client, progress=False)
+
+
+# ----- fault tolerance ------------------------------------------------------------------------
+def _kill_one_worker_after(client, step):
+    pids = client.run(os.getpid)
+    victim = pids[sorted(pids)[0]]
+
+    def callback(info):
+        if info.step == step and info.retries == 0:
+            os.kill(victim, 9)
+
+    return callback
+
+
+def test_killed_worker_does_not_lose_the_run(client, data):
+    X, y = data
+    want = _single_process(X, y, np.float64, _adam, batch_size=20, epochs=2)
+    with pytest.warns(RuntimeWarning, match="lost a worker"):
+        got = _parallel(X, y, np.float64, _adam, 20, 2, client,
+                        callback=_kill_one_worker_after(client, 3))
+    _assert_same(got, want, 1e-9)
+    client.wait_for_workers(2, timeout=30)  # the nanny restarted it
+
+
+def test_out_of_retries_is_a_clear_error(client, data):
+    X, y = data
+    with pytest.raises(RuntimeError, match="max_retries=0"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            _parallel(X, y, np.float64, _sgd, 20, 2, client, max_retries=0,
+                      callback=_kill_one_worker_after(client, 1))
+    client.wait_for_workers(2, timeout=30)
+
+
+# ----- experiment grids -----------------------------------------------------------------------
+def _experiment(n, alpha):
+    if n == 0:
+        raise ZeroDivisionError("n = 0 on purpose")
+    return {"load": alpha * n, "n": n}  # 'n' clashes with the parameter: renamed n_result
+
+
+def test_grid_rows_in_order_failures_reported(client):
+    with pytest.warns(RuntimeWarning) as record:
+        table = map_experiments(_experiment, {"n": [10, 0, 20], "alpha": [0.5, 0.25]},
+                                client, progress=False)
+    assert [str(w.message) for w in record] == [
+        f"experiment {{'n': 0, 'alpha': {a}}} failed: ZeroDivisionError: n = 0 on purpose"
+        for a in (0.5, 0.25)]
+    assert isinstance(table, ExperimentTable)
+    assert [(r["n"], r["alpha"]) for r in table.rows] == [(10, 0.5), (10, 0.25), (20, 0.5),
+                                                          (20, 0.25)]
+    assert table.columns == ["n", "alpha", "load", "n_result"]
+    np.testing.assert_allclose(table.column("load"), [5.0, 2.5, 10.0, 5.0])
+    assert [f.params for f in table.failures] == [{"n": 0, "alpha": 0.5},
+                                                  {"n": 0, "alpha": 0.25}]
+    assert "ZeroDivisionError: n = 0 on purpose" in table.failures[0].error
+    assert "_experiment" in table.failures[0].traceback
+    md = table.to_markdown()
+    assert md.splitlines()[0] == "| n | alpha | load | n_result |"
+    assert "failed: {'n': 0, 'alpha': 0.5}" in md
+
+
+def test_grid_as_list_of_dicts_and_scalar_results(client):
+    grid = [{"x": 3}, {"x": 1}, {"x": 2}]
+    table = map_experiments(lambda x: x * x, grid, client, progress=False)
+    assert table.rows == [{"x": 3, "result": 9}, {"x": 1, "result": 1}, {"x": 2, "result": 4}]
+    assert table.failures == [] and len(table) == 3
+
+
+def test_grid_where_every_point_fails(client):
+    with pytest.raises(RuntimeError, match=r"all 2 experiments failed.*\{'n': 0"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            map_experiments(_experiment, {"n": [0], "alpha": [1, 2]}, client, progress=False)
+
+
+def test_local_cluster_by_default():
+    table = map_experiments(lambda a: {"pid": os.getpid()}, {"a": [1, 2]}, n_workers=1,
+                            progress=False)
+    assert len(set(table.column("pid"))) == 1 and table.rows[0]["pid"] != os.getpid()
+
+
+# ----- bad inputs -----------------------------------------------------------------------------
+def test_unreachable_address_is_a_clear_error(data):
+    X, y = data
+    model = _model(np.float64)
+    with pytest.raises(ConnectionError, match=r"tcp://127.0.0.1:9.*timeout=0.5"):
+        fit_data_parallel(model, F.cross_entropy, _sgd(model), X, y, 32, 1,
+                          client="tcp://127.0.0.1:9", timeout=0.5, progress=False)
+    with pytest.raises(ConnectionError, match="tcp://127.0.0.1:9"):
+        map_experiments(abs, {"x": [1]}, "tcp://127.0.0.1:9", timeout=0.5)
+
+
+@pytest.mark.parametrize("grid, error, match", [
+    ({}, ValueError, "grid is empty"),
+    ([], ValueError, "grid is empty"),
+    ({"a": []}, ValueError, r"grid\['a'\] is an empty list"),
+    ({"a": 3}, TypeError, r"grid\['a'\] must be a list"),
+    ({"a": "abc"}, TypeError, r"grid\['a'\] must be a list"),
+    ([{"a": 1}, 2], TypeError, "must hold dicts"),
+    ("a=1", TypeError, "grid must be a dict of lists or a list of dicts, got str"),
+])
+def test_bad_grids(grid, error, match):
+    with pytest.raises(error, match=match):
+        map_experiments(abs, grid)
+
+
+def test_bad_grid_functions():
+    with pytest.raises(TypeError, match="fn must be callable"):
+        map_experiments(42, {"a": [1]})
+    import threading
+
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match="picklable by cloudpickle"):
+        map_experiments(lambda a: lock.locked(), {"a": [1]})
+
+
+def test_bad_fit_arguments(data, client):
+    X, y = data
+    model = _model(np.float64)
+    opt = _sgd(model)
+    other = _model(np.float64, seed=1)
+    cases = [
+        (dict(model=object()), TypeError, "model must be an nnkit nn.Module"),
+        (dict(loss_fn=3), TypeError, "loss_fn must be callable"),
+        (dict(optimizer="sgd"), TypeError, "optimizer must be an nk.optim optimizer"),
+        (dict(optimizer=_sgd(other)), ValueError, "not parameters of model"),
+        (dict(y=y[:-1]), ValueError, r"one entry per row of X \(120\)"),
+        (dict(X=X[:0], y=y[:0]), ValueError, "at least one row"),
+        (dict(batch_size=0), ValueError, "batch_size"),
+        (dict(epochs=1.5), TypeError, "epochs must be an integer"),
+        (dict(client=3), TypeError, "client must be None"),
+        (dict(callback="print"), TypeError, "callback must be callable"),
+    ]
+    for change, error, match in cases:
+        args = dict(model=model, loss_fn=F.cross_entropy, optimizer=opt, X=X, y=y,
+                    batch_size=32, epochs=1, client=client, progress=False)
+        args.update(change)
+        with pytest.raises(error, match=match):
+            fit_data_parallel(**args)
+
+
+def test_importing_nnkit_distributed_does_not_import_dask():
+    code = ("import sys, nnkit, nnkit.distributed; "
+            "print('distributed' in sys.modules, 'dask' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_missing_dask_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
+    with pytest.raises(ImportError, match=r'pip install "nnkit\[distributed\]"'):
+        map_experiments(abs, {"x": [1]})

@@ -1,0 +1,404 @@
+"""nk.save / nk.load: round trips, checkpoint resume, atomic writes, damaged files."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import nnkit as nk
+from nnkit import functional as F
+from nnkit import nn
+from nnkit._safetensors import FileFormatError, read_file, write_file
+
+
+def _first_tensor(out):
+    if isinstance(out, tuple):
+        return out[0]
+    return out if isinstance(out, nk.Tensor) else next(
+        v for v in vars(out).values() if isinstance(v, nk.Tensor))  # a model's output record
+
+
+def _outputs_equal(a, b, *inputs):
+    a.eval()
+    b.eval()
+    with nk.no_grad():
+        ya, yb = _first_tensor(a(*inputs)), _first_tensor(b(*inputs))
+    np.testing.assert_array_equal(ya.numpy(), yb.numpy())
+
+
+def _same_state(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert list(sa) == list(sb)
+    for k in sa:
+        assert sa[k].dtype == sb[k].dtype, k
+        np.testing.assert_array_equal(sa[k], sb[k], err_msg=k)
+
+
+def _round_trip(obj, tmp_path, **kw):
+    path = tmp_path / "obj.safetensors"
+    nk.save(obj, path)
+    return nk.load(path, **kw)
+
+
+_tokens = np.random.default_rng(0).integers(3, 40, size=(2, 7))
+MODULES = {
+    "mlp": (lambda: nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3)),
+            lambda: (np.random.default_rng(1).normal(size=(4, 6)).astype(np.float32),)),
+    "cnn": (lambda: nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                  nn.Flatten(), nn.Linear(4 * 4 * 4, 3)),
+            lambda: (np.random.default_rng(1).normal(size=(2, 1, 8, 8)).astype(np.float32),)),
+    "lstm": (lambda: nn.LSTM(3, 5, num_layers=2, bidirectional=True),
+             lambda: (np.random.default_rng(1).normal(size=(6, 2, 3)).astype(np.float32),)),
+    "gru": (lambda: nn.GRU(3, 4, batch_first=True),
+            lambda: (np.random.default_rng(1).normal(size=(2, 6, 3)).astype(np.float32),)),
+    "mingru": (lambda: nn.MinGRU(3, 4),
+               lambda: (np.random.default_rng(1).normal(size=(2, 6, 3)).astype(np.float32),)),
+    "lru": (lambda: nn.LRU(3, 4, r_min=0.5, r_max=0.9),
+            lambda: (np.random.default_rng(1).normal(size=(2, 6, 3)).astype(np.float32),)),
+    "encoder": (lambda: nn.TransformerEncoderLayer(8, 2, 16, batch_first=True),
+                lambda: (np.random.default_rng(1).normal(size=(2, 5, 8)).astype(np.float32),)),
+    "bert": (lambda: nk.models.BertForPreTraining(40, 16, 2, 2, 32, max_position=16),
+             lambda: (_tokens,)),
+    "bert-classifier": (lambda: nk.models.BertForSequenceClassification(
+                            nk.models.Bert(40, 16, 1, 2, 32, max_position=16), 3),
+                        lambda: (_tokens,)),
+    "vit": (lambda: nk.models.ViT(8, 4, 1, 10, 16, 1, 2, 32),
+            lambda: (np.random.default_rng(1).normal(size=(2, 1, 8, 8)).astype(np.float32),)),
+    "translator": (lambda: nk.models.TransformerTranslator(40, 40, d_model=16, nhead=2,
+                                                           num_encoder_layers=1,
+                                                           num_decoder_layers=1,
+                                                           dim_feedforward=32),
+                   lambda: (_tokens, _tokens[:, :5])),
+}
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+def test_module_round_trip(name, tmp_path):
+    make, inputs = MODULES[name]
+    nk.manual_seed(0)
+    model = make()
+    nk.manual_seed(1)  # a different initialisation: equality must come from the file
+    loaded = _round_trip(model, tmp_path)
+    assert type(loaded) is type(model)
+    _same_state(model, loaded)
+    _outputs_equal(model, loaded, *inputs())
+
+
+def test_module_keeps_dtype_mode_and_appended_children(tmp_path):
+    model = nn.Sequential(nn.Linear(3, 4)).double()
+    model.append(nn.Tanh()).append(nn.Linear(4, 2).double())
+    model.eval()
+    loaded = _round_trip(model, tmp_path)
+    assert len(loaded) == 3 and not loaded.training and not loaded[2].training
+    assert all(p.dtype == np.float64 for p in loaded.parameters())
+    _same_state(model, loaded)
+
+
+def test_saved_module_is_a_plain_state_dict_for_other_readers(tmp_path):
+    safetensors = pytest.importorskip("safetensors.numpy")
+    model = MODULES["lstm"][0]()
+    path = tmp_path / "lstm.safetensors"
+    nk.save(model, path)
+    plain = safetensors.load_file(str(path))
+    assert set(plain) == set(model.state_dict())
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(plain[k], v)
+
+
+def test_foreign_safetensors_file_loads_as_a_dict(tmp_path):
+    safetensors = pytest.importorskip("safetensors.numpy")
+    model = nn.Linear(3, 2)
+    path = tmp_path / "foreign.safetensors"
+    safetensors.save_file({k: np.ascontiguousarray(v) for k, v in model.state_dict().items()},
+                          str(path))
+    state = nk.load(path)
+    fresh = nn.Linear(3, 2)
+    fresh.load_state_dict(state)
+    _same_state(model, fresh)
+
+
+def test_tied_weights_stay_tied(tmp_path):
+    model = nk.models.BertForPreTraining(40, 16, 1, 2, 32, max_position=16)
+    loaded = _round_trip(model, tmp_path)
+    assert loaded.decoder_weight is loaded.bert.embeddings.word_embeddings.weight
+    opt = nk.optim.SGD(loaded.parameters(), lr=0.1)
+    out = loaded(_tokens, mlm_labels=_tokens, next_sentence_labels=np.array([0, 1]))
+    out.loss.backward()
+    opt.step()
+    assert loaded.decoder_weight is loaded.bert.embeddings.word_embeddings.weight
+
+
+def test_complex_and_nested_values(tmp_path):
+    z = (np.arange(6) + 1j * np.arange(6)[::-1]).astype(np.complex128).reshape(2, 3)
+    obj = {"z": z, "z64": z.astype(np.complex64), "t": (1, 2.5, float("inf"), None, "s"),
+           "dt": np.float32, "n": np.int16(7), 3: [True, {"x": np.arange(3)}]}
+    out = _round_trip(obj, tmp_path)
+    assert out["z"].dtype == np.complex128 and out["z64"].dtype == np.complex64
+    np.testing.assert_array_equal(out["z"], z)
+    assert out["t"] == (1, 2.5, float("inf"), None, "s")
+    assert out["dt"] == np.dtype(np.float32)
+    assert out["n"] == 7 and out["n"].dtype == np.int16
+    assert out[3][0] is True
+    np.testing.assert_array_equal(out[3][1]["x"], np.arange(3))
+
+
+# ----- estimators ---------------------------------------------------------------------------
+def test_estimators_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 4))
+    y = (X @ np.array([1.0, -2.0, 0.5, 1.0]) > 0).astype(int)
+    for est in (nk.classic.Perceptron(max_epochs=50).fit(X, y),
+                nk.classic.LogisticRegression(max_epochs=5, random_state=0).fit(X, y),
+                nk.classic.LinearRegression().fit(X, X @ np.arange(4.0))):
+        loaded = _round_trip(est, tmp_path)
+        assert loaded.get_params() == est.get_params()
+        np.testing.assert_array_equal(loaded.predict(X), est.predict(X))
+        np.testing.assert_array_equal(loaded.coef_, est.coef_)
+
+
+def test_associative_memories_round_trip(tmp_path):
+    xi = np.random.default_rng(0).choice([-1, 1], size=(3, 64))
+    noisy = xi[0].copy()
+    noisy[:12] *= -1
+    for net in (nk.classic.Hopfield(64).store(xi),
+                nk.classic.DenseAssociativeMemory(degree=3).store(xi)):
+        loaded = _round_trip(net, tmp_path)
+        np.testing.assert_array_equal(loaded.run(noisy, random_state=0).states,
+                                      net.run(noisy, random_state=0).states)
+    modern = nk.classic.ModernHopfield(beta=4.0).store(xi.astype(float))
+    loaded = _round_trip(modern, tmp_path)
+    np.testing.assert_array_equal(loaded.retrieve(noisy.astype(float)),
+                                  modern.retrieve(noisy.astype(float)))
+    unit = nk.classic.McCullochPitts(np.array([1, 1, -1]), 1.5)
+    loaded = _round_trip(unit, tmp_path)
+    states = np.array([[1, 1, 0], [1, 0, 1], [1, 1, 1]])
+    np.testing.assert_array_equal(loaded.predict(states), unit.predict(states))
+
+
+# ----- optimizers and resuming --------------------------------------------------------------
+def _train(model, opt, X, y, steps, rng):
+    for _ in range(steps):
+        idx = rng.choice(len(X), size=16, replace=False)
+        opt.zero_grad()
+        F.cross_entropy(model(X[idx]), y[idx]).backward()
+        opt.step()
+
+
+def _classifier():
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 3))
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda p: nk.optim.Adam(p, lr=1e-2, betas=(0.8, 0.99), weight_decay=1e-3),
+    lambda p: nk.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True),
+    lambda p: nk.optim.AdamW(p, lr=1e-2),
+    lambda p: nk.optim.Adagrad(p, lr=0.1),
+])
+def test_resume_from_checkpoint_is_exact(make_opt, tmp_path):
+    data = np.random.default_rng(5)
+    X = data.normal(size=(64, 8)).astype(np.float32)
+    y = data.integers(0, 3, size=64)
+    nk.manual_seed(0)
+    model = _classifier()
+    opt = make_opt(model.parameters())
+    batches = np.random.default_rng(9)
+    _train(model, opt, X, y, 5, batches)
+    path = tmp_path / "ckpt.safetensors"
+    nk.save({"model": model, "optimizer": opt, "batches": batches, "rng": nk.get_rng(),
+             "step": 5}, path)
+    _train(model, opt, X, y, 5, batches)  # the run that never stopped
+
+    ckpt = nk.load(path)
+    nk.set_rng(ckpt["rng"])
+    assert ckpt["step"] == 5 and type(ckpt["optimizer"]) is type(opt)
+    assert ckpt["optimizer"].param_groups[0]["params"][0] is ckpt["model"][0].weight
+    _train(ckpt["model"], ckpt["optimizer"], X, y, 5, ckpt["batches"])
+    _same_state(model, ckpt["model"])
+
+
+def test_optimizer_saved_alone_loads_as_its_state_dict(tmp_path):
+    model = nn.Linear(3, 2)
+    opt = nk.optim.Adam(model.parameters(), lr=0.01)
+    model(np.ones((2, 3), np.float32)).sum().backward()
+    opt.step()
+    state = _round_trip(opt, tmp_path)
+    fresh = nk.optim.Adam(model.parameters(), lr=0.5)
+    fresh.load_state_dict(state)
+    assert fresh.param_groups[0]["lr"] == 0.01
+    np.testing.assert_array_equal(fresh.state[model.weight]["exp_avg"],
+                                  opt.state[model.weight]["exp_avg"])
+
+
+# ----- bad input, damaged files ----------------------------------------------------------------
+def test_save_into_missing_folder_writes_nothing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        nk.save(nn.Linear(2, 2), tmp_path / "nope" / "m.safetensors")
+    assert not (tmp_path / "nope").exists()
+    with pytest.raises(IsADirectoryError):
+        nk.save(nn.Linear(2, 2), tmp_path)
+
+
+def test_unsavable_object_leaves_previous_file_intact(tmp_path):
+    path = tmp_path / "ckpt.safetensors"
+    nk.save({"w": np.arange(3)}, path)
+    before = path.read_bytes()
+    with pytest.raises(TypeError, match="'extra.fn'"):
+        nk.save({"w": np.arange(4), "extra": {"fn": lambda x: x}}, path)
+    with pytest.raises(TypeError, match="'args.0'"):
+        nk.save(_ModuleWithFunction(print), path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.safetensors"]
+
+
+class _ModuleWithFunction(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+
+class Net(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.fc = nn.Linear(2, width)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def test_classes_outside_nnkit_need_permission(tmp_path):
+    path = tmp_path / "net.safetensors"
+    net = Net(3)
+    nk.save(net, path)
+    with pytest.raises(TypeError, match=r"not part of nnkit; pass classes=\[Net\]"):
+        nk.load(path)
+    _same_state(net, nk.load(path, classes=[Net]))
+    _same_state(net, nk.load(path, classes={"Net": Net}))
+    with pytest.raises(TypeError, match="classes must be"):
+        nk.load(path, classes=Net)
+
+
+def _rewrite_config(path, edit):
+    tensors, meta = read_file(path)
+    config = json.loads(meta["nnkit"])
+    edit(config, tensors)
+    text = json.dumps(config)
+    write_file(path, tensors, {"nnkit": text, "nnkit_crc32": str(zlib.crc32(text.encode()))})
+
+
+def test_mismatched_file_names_the_tensors(tmp_path):
+    path = tmp_path / "m.safetensors"
+    nk.save(nn.Linear(3, 4), path)
+
+    def widen(config, tensors):
+        config["object"]["__module__"]["args"] = [5, 4]
+    _rewrite_config(path, widen)
+    with pytest.raises(ValueError, match=r"does not match Linear.*'weight'\] has shape \(4, 3\)"):
+        nk.load(path)
+
+    nk.save(nn.Linear(3, 4), path)
+
+    def drop_bias(config, tensors):
+        config["object"]["__module__"]["kwargs"] = {"bias": False}
+    _rewrite_config(path, drop_bias)
+    with pytest.raises(ValueError, match=r"unexpected tensors \['bias'\]"):
+        nk.load(path)
+
+
+def test_newer_format_and_foreign_metadata_are_refused(tmp_path):
+    path = tmp_path / "m.safetensors"
+    nk.save(nn.Linear(3, 4), path)
+    _rewrite_config(path, lambda config, t: config.update(format_version=99))
+    with pytest.raises(FileFormatError, match="format 99"):
+        nk.load(path)
+    write_file(path, {"a": np.zeros(2)},
+               {"nnkit": "{not json", "nnkit_crc32": str(zlib.crc32(b"{not json"))})
+    with pytest.raises(FileFormatError, match="not valid JSON"):
+        nk.load(path)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        nk.load(tmp_path / "missing.safetensors")
+
+
+def test_corrupted_tensor_fails_its_checksum(tmp_path):
+    path = tmp_path / "m.safetensors"
+    nk.save(nn.Linear(30, 40), path)
+    raw = bytearray(path.read_bytes())
+    raw[-10] ^= 0x40
+    path.write_bytes(bytes(raw))
+    with pytest.raises(FileFormatError, match="tensor '(weight|bias)' fails its check"):
+        nk.load(path)
+
+
+@pytest.fixture(scope="module")
+def valid_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fuzz") / "m.safetensors"
+    nk.manual_seed(0)
+    nk.save({"model": nn.Linear(5, 3), "step": 3}, path)
+    return path.read_bytes()
+
+
+@given(cut=st.integers(0, 10_000))
+def test_every_truncation_is_refused(valid_file, cut, tmp_path_factory):
+    cut = cut % len(valid_file)
+    path = tmp_path_factory.mktemp("cut") / "m.safetensors"
+    path.write_bytes(valid_file[:cut])
+    with pytest.raises(FileFormatError):
+        nk.load(path)
+
+
+@given(pos=st.integers(0, 10_000), flip=st.integers(1, 255))
+def test_flipped_byte_is_refused_or_harmless(valid_file, pos, flip, tmp_path_factory):
+    raw = bytearray(valid_file)
+    pos = pos % len(raw)
+    raw[pos] ^= flip
+    path = tmp_path_factory.mktemp("flip") / "m.safetensors"
+    path.write_bytes(bytes(raw))
+    original = tmp_path_factory.mktemp("orig") / "m.safetensors"
+    original.write_bytes(valid_file)
+    try:
+        out = nk.load(path)
+    except (ValueError, TypeError, KeyError) as exc:  # FileFormatError is a ValueError
+        assert str(exc)
+        return
+    # a flip the format cannot see (JSON whitespace/padding, an equivalent spelling)
+    expected = nk.load(original)
+    assert out["step"] == expected["step"]
+    _same_state(out["model"], expected["model"])
+
+
+_WRITER = """
+import sys, time, numpy as np, nnkit as nk
+path = sys.argv[1]
+nk.save({"version": 1, "w": np.zeros(10)}, path)
+print("saved v1", flush=True)
+nk.save({"version": 2, "w": np.ones(50_000_000)}, path)  # 400 MB: killed while writing
+print("saved v2", flush=True)
+"""
+
+
+def test_killed_writer_leaves_previous_checkpoint(tmp_path):
+    path = tmp_path / "ckpt.safetensors"
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)],
+                            stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(nk.__file__).parents[1])})
+    try:
+        assert proc.stdout.readline().strip() == "saved v1"
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob(".*.tmp")):  # the temporary file of v2 appeared
+            assert time.monotonic() < deadline and proc.poll() is None, "writer never wrote"
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    ckpt = nk.load(path)
+    assert ckpt["version"] == 1
+    np.testing.assert_array_equal(ckpt["w"], np.zeros(10))
