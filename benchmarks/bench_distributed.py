@@ -21,21 +21,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import report  # noqa: E402
+from harness import nnkit_mlp, report  # noqa: E402
 
 SIZES = (784, 256, 256, 10)
-
-
-def _model():
-    import nnkit as nk
-
-    nk.manual_seed(0)
-    layers = []
-    for i, (a, b) in enumerate(zip(SIZES[:-1], SIZES[1:], strict=True)):
-        layers.append(nk.nn.Linear(a, b))
-        if i < len(SIZES) - 2:
-            layers.append(nk.nn.ReLU())
-    return nk.nn.Sequential(*layers)
 
 
 def _data(n):
@@ -49,7 +37,7 @@ def _single_process_step_s(X, y, batch, steps):
     import nnkit.functional as F
     from nnkit.training import minibatches
 
-    model = _model()
+    model = nnkit_mlp(SIZES)
     opt = nk.optim.Adam(model.parameters(), lr=1e-3)
     rng = np.random.default_rng(0)
     times = []
@@ -69,7 +57,7 @@ def _parallel_steps(client, X, y, batch, steps):
     import nnkit.functional as F
     from nnkit.distributed import fit_data_parallel
 
-    model = _model()
+    model = nnkit_mlp(SIZES)
     opt = nk.optim.Adam(model.parameters(), lr=1e-3)
     infos = []
     epochs = -(-(steps + 3) // (len(X) // batch))

@@ -23,7 +23,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-from harness import block_times, report, torch_available  # noqa: E402
+from harness import block_times, nnkit_mlp, report, torch_available  # noqa: E402
 
 SIZES = (64, 256, 256, 10)
 BATCH = 64
@@ -36,13 +36,7 @@ def _nnkit_step(threads: int):
     import nnkit.functional as F
 
     numba.set_num_threads(threads)
-    nk.manual_seed(0)
-    layers = []
-    for i, (a, b) in enumerate(zip(SIZES[:-1], SIZES[1:], strict=True)):
-        layers.append(nk.nn.Linear(a, b))
-        if i < len(SIZES) - 2:
-            layers.append(nk.nn.ReLU())
-    model = nk.nn.Sequential(*layers)
+    model = nnkit_mlp(SIZES)
     opt = nk.optim.Adam(model.parameters(), lr=1e-3)
     rng = np.random.default_rng(0)
     X = rng.standard_normal((BATCH, SIZES[0])).astype(np.float32)

@@ -5,11 +5,11 @@ The model is ``nnkit._vit_tour.DIGITS_VIT`` (8x8 images, 2x2 patches -> 16 token
 width 64, 3 pre-norm GELU layers, 8 heads, MLP 128); the torch twin has the same parameter
 names and starts from nnkit's weights (a state_dict copy), so both do the same arithmetic.
 Batches of 32 (the training batch) and 128 images. Target (issue 9): nnkit at least as
-fast as PyTorch (ratio torch/nnkit >= 1, torch on numba's thread count). Rows: nnkit as is,
-nnkit with its BLAS on one thread (how the tour trains this model: its GEMMs are too small
-to share), nnkit all on one thread, torch on numba's thread count and torch on one thread;
-the ratio compares each nnkit row with torch on the same thread count (nnkit-1 with
-torch-1).
+fast as PyTorch (ratio torch/nnkit >= 1, torch on numba's thread count). Rows: nnkit as is
+(its GEMMs under ``nnkit._backend.SMALL_GEMM_FLOPS`` run on one BLAS thread), nnkit with
+every GEMM on one BLAS thread, nnkit all on one thread, torch on numba's thread count and
+torch on one thread; the ratio compares each nnkit row with torch on the same thread count
+(nnkit-1 with torch-1).
 
 Each contender runs in its own worker process, and the workers alternate (nnkit, torch,
 nnkit, torch, ...) within this one run: in one process torch's OpenMP pool and numba's and
@@ -118,8 +118,9 @@ def _torch_step(threads: int, batch: int):
 def _worker(impl: str, threads: int, batch: int, blocks: int, block: int) -> None:
     """Time ``blocks`` blocks of ``block`` steps; print the per-step seconds as JSON.
 
-    ``impl``: 'nnkit' (BLAS on as many threads as numba), 'nnkit-blas1' (BLAS on one
-    thread, as ``nnkit._vit_tour.train_vit`` trains), 'nnkit-1' (numba and BLAS on one
+    ``impl``: 'nnkit' (as is: BLAS on numba's thread count for GEMMs over
+    nnkit._backend.SMALL_GEMM_FLOPS, one thread below), 'nnkit-blas1' (BLAS on one
+    thread for every GEMM), 'nnkit-1' (numba and BLAS on one
     thread), 'torch' (``threads``), 'torch-1' (one thread).
     """
     if impl in ("nnkit-blas1", "nnkit-1"):

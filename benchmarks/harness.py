@@ -52,6 +52,19 @@ def block_times(step, blocks: int, block: int, warmup: int = 2,
     return times
 
 
+def nnkit_mlp(sizes):
+    """``nn.Sequential`` of Linear layers of ``sizes`` with ReLU between, seeded (0)."""
+    import nnkit as nk
+
+    nk.manual_seed(0)
+    layers = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        layers.append(nk.nn.Linear(a, b))
+        if i < len(sizes) - 2:
+            layers.append(nk.nn.ReLU())
+    return nk.nn.Sequential(*layers)
+
+
 def torch_available() -> bool:
     """Whether torch is installed (without importing it into this process)."""
     import importlib.util

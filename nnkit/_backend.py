@@ -12,14 +12,17 @@ import os
 import numpy as np
 
 __all__ = ["is_gpu_array", "array_module", "cuda_available", "launch_views", "unbroadcast",
-           "matmul", "SMALL_GEMM_FLOPS"]
+           "matmul", "SMALL_GEMM_FLOPS", "to_host"]
 
-# A matrix product under this many flops runs on one BLAS thread (``matmul``). Measured on
-# the 2-vCPU machines (benchmarks/RESULTS.md, ViT): OpenBLAS's second thread saves at most
-# ~0.1 ms on such a product, but when the other core is busy (numba's pool between GEMMs,
-# another process) a two-thread call waits for it: 8 ms instead of 0.36 ms for a
-# (2176, 128) @ (128, 64) product under load, and a ViT step 188 ms instead of 68 ms.
-SMALL_GEMM_FLOPS = 1 << 25
+# A matrix product under this many flops (~2.6 ms on one core here) runs on one BLAS thread
+# (``matmul``). Alone, OpenBLAS's second thread makes such a product ~1.7-2x faster on these
+# 2-vCPU machines; but numba's OpenMP workers spin for a while after each parallel kernel,
+# and a two-thread BLAS call made then waits for a core: a ViT training step (batch 128,
+# GEMMs of 0.5-54 Mflop between numba kernels) took 184 ms with both pools on 2 threads,
+# 82 ms with either on one thread, 67 ms with this guard; the guard costs the MLP step of
+# bench_mlp.py (GEMMs of 2-8 Mflop, few parallel kernels) ~15% (benchmarks/RESULTS.md).
+# Products above it (a BERT-mini FFN, 2 Gflop) keep both threads.
+SMALL_GEMM_FLOPS = 1 << 28
 
 
 def is_gpu_array(x) -> bool:
@@ -44,6 +47,21 @@ def cuda_available() -> bool:
         return bool(cuda.is_available())
     except Exception:  # no driver, no toolkit: no GPU for us
         return False
+
+
+def to_host(value) -> np.ndarray:
+    """``value`` as a NumPy array: a CuPy or Numba device array is copied from the GPU, a
+    torch tensor converted (without importing torch), a NumPy array returned as it is."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
+        return value.detach().cpu().numpy()
+    if hasattr(value, "__cuda_array_interface__"):
+        if hasattr(value, "get"):  # CuPy
+            return value.get()
+        if hasattr(value, "copy_to_host"):  # a Numba device array
+            return value.copy_to_host()
+    return np.asarray(value)
 
 
 def launch_views(*arrays):

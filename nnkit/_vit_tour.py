@@ -38,17 +38,10 @@ def train_vit(model, X, y, epochs: int, lr: float = 2e-3, batch_size: int = 32,
               weight_decay: float = 0.05, warmup: int = 50, seed: int = 0) -> list[float]:
     """AdamW with ``warmup`` steps of linear warm-up, then cosine decay to 0; full batches
     only (the short last one is dropped). Returns the mean loss per epoch; leaves the model
-    in eval mode.
-
-    The BLAS runs on one thread meanwhile: this model's GEMMs are tiny ((B 17, 64) x (64, 192)
-    at most), and OpenBLAS's worker threads, spinning between calls, fight the Numba kernels
-    and other processes for the cores. Measured on the 2-core machine (shared, loaded), one
-    step at B = 32: 22 ms with one BLAS thread, 89 ms with two (Numba on 2 threads in both).
+    in eval mode. (Its GEMMs are small enough that ``nnkit._backend.matmul`` runs them on
+    one BLAS thread; see SMALL_GEMM_FLOPS there.)
     """
-    from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
-
-    with threadpool_limits(1, user_api="blas"):
-        return _train(model, X, y, epochs, lr, batch_size, weight_decay, warmup, seed)
+    return _train(model, X, y, epochs, lr, batch_size, weight_decay, warmup, seed)
 
 
 def _train(model, X, y, epochs, lr, batch_size, weight_decay, warmup, seed):

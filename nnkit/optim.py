@@ -69,7 +69,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from ._backend import array_module
+from ._backend import array_module, to_host
 from ._ext.optim_cpu import adam_update_cpu
 from ._validation import check_scalar
 from .autograd import Tensor, enable_grad
@@ -96,11 +96,7 @@ def _check_betas(betas, name: str = "betas") -> tuple:
 
 def _to_numpy(value):
     """A host copy of an array: NumPy, CuPy or a torch tensor (without importing torch)."""
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
-        return value.detach().cpu().numpy().copy()
-    if hasattr(value, "get") and hasattr(value, "__cuda_array_interface__"):  # CuPy
-        return value.get()
-    return np.array(value, copy=True)
+    return np.array(to_host(value), copy=True)
 
 
 def _real_view(a):

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._backend import to_host
 from ._safetensors import FileFormatError, read_file, write_file
 from .autograd import Tensor
 from .nn.module import Module, ModuleList, Sequential
@@ -164,11 +165,7 @@ def _where(path):
 
 
 def _host(value):
-    if isinstance(value, Tensor):
-        value = value.data
-    if hasattr(value, "__cuda_array_interface__") and hasattr(value, "get"):
-        value = value.get()
-    return np.asarray(value)
+    return to_host(value.data if isinstance(value, Tensor) else value)
 
 
 def _is_array(obj):

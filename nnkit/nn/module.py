@@ -11,6 +11,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .._backend import to_host
 from ..autograd import Tensor
 
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList"]
@@ -355,22 +356,11 @@ class Module:
         return int(index)
 
     @staticmethod
-    def _to_host(a):
-        """``a`` as a NumPy array (copied from the GPU for a CuPy or Numba device array)."""
-        if isinstance(a, np.ndarray):
-            return a
-        if hasattr(a, "get") and hasattr(a, "__cuda_array_interface__"):  # CuPy
-            return a.get()
-        if hasattr(a, "copy_to_host"):  # a Numba device array
-            return a.copy_to_host()
-        return np.asarray(a)
-
-    @staticmethod
     def _array_mover(device):
         """A function putting one array on ``device`` (unchanged when it is already there)."""
         index = Module._parse_device(device)
         if index is None:
-            return Module._to_host
+            return to_host
         hint = ('install CuPy with pip install "nnkit[cuda]" and check that an NVIDIA GPU is '
                 'visible (nvidia-smi, CUDA_VISIBLE_DEVICES)')
         try:
@@ -394,7 +384,7 @@ class Module:
             if isinstance(a, cupy.ndarray) and a.device.id == index:
                 return a
             with cupy.cuda.Device(index):
-                host_or_gpu = a if isinstance(a, cupy.ndarray) else Module._to_host(a)
+                host_or_gpu = a if isinstance(a, cupy.ndarray) else to_host(a)
                 return cupy.array(host_or_gpu, copy=True)
 
         return move
