@@ -107,14 +107,22 @@ def test_feature_blocks_cover_every_feature(B, D):
         np.testing.assert_allclose(out, R.linear_scan(a, b, h0), rtol=1e-12, atol=1e-12)
 
 
-def test_parallel_build_equals_serial_build():
-    a, b, h0, dh = _problem(5, 8, 33, 40, np.complex64)
-    outs = []
-    for build in (scan_cpu.scan_rows.serial, scan_cpu.scan_rows.parallel):
-        out = np.empty_like(a)
-        build(a, b, h0, out, True, 16)
-        outs.append(out)
-    np.testing.assert_array_equal(outs[0], outs[1])
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+def test_parallel_build_equals_serial_build(dtype):
+    a, b, h0, dh = _problem(5, 8, 33, 40, dtype)
+    pairs = np.dtype(dtype).kind == "c"
+    launchers = ((scan_cpu.scan_rows_pairs, scan_cpu.scan_rows_backward_pairs) if pairs else
+                 (scan_cpu.scan_rows_real, scan_cpu.scan_rows_backward_real))
+    as_kernel_args = scan_cpu._as_pairs if pairs else (lambda *xs: xs)
+    results = []
+    for build in ("serial", "parallel"):
+        h, da, db, dh0 = (np.empty_like(a), np.empty_like(a), np.empty_like(a),
+                          np.empty_like(h0))
+        getattr(launchers[0], build)(*as_kernel_args(a, b, h0, h), True, 16)
+        getattr(launchers[1], build)(*as_kernel_args(dh, a, h, h0, da, db, dh0), True, 16)
+        results.append((h, da, db, dh0))
+    for serial, parallel in zip(*results, strict=True):
+        np.testing.assert_array_equal(serial, parallel)
 
 
 # ---- properties --------------------------------------------------------------------------

@@ -29,12 +29,18 @@ from numba import prange
 
 from ._dispatch import serial_or_parallel
 
-__all__ = ["scan_rows", "scan_rows_backward", "chunk_reduce", "chunk_carries", "chunk_apply",
-           "conj_shift", "log_scan_rows", "copy"]
+__all__ = ["scan_rows", "scan_rows_backward", "scan_rows_real", "scan_rows_pairs",
+           "scan_rows_backward_real", "scan_rows_backward_pairs", "chunk_reduce",
+           "chunk_carries", "chunk_apply", "conj_shift", "log_scan_rows", "copy"]
 
 
 def _scan_rows(a, b, h0, out, reverse, block):
-    """out[i, t] = a[i, t] * out[i, t -+ 1] + b[i, t], tasks over (batch, feature block)."""
+    """out[i, t] = a[i, t] * out[i, t -+ 1] + b[i, t], tasks over (batch, feature block).
+
+    The feature loop runs over 1-D views of one time step: indexing the 3-D arrays inside
+    it did not vectorise (measured at (16, 4096, 256) float32: 16.0 ms with 3-D indexing,
+    6.9 ms with the views, a copy of one array 6.1 ms).
+    """
     B, T, D = a.shape
     nblk = (D + block - 1) // block
     step = -1 if reverse else 1
@@ -46,12 +52,42 @@ def _scan_rows(a, b, h0, out, reverse, block):
         if T == 0:
             continue
         t = first
-        for d in range(d0, d1):
-            out[i, t, d] = a[i, t, d] * h0[i, d] + b[i, t, d]
-        for _ in range(1, T):
+        prev = h0[i, d0:d1]
+        for _ in range(T):
+            h, a_t, b_t = out[i, t, d0:d1], a[i, t, d0:d1], b[i, t, d0:d1]
+            for d in range(d1 - d0):
+                h[d] = a_t[d] * prev[d] + b_t[d]
+            prev = h
             t += step
-            for d in range(d0, d1):
-                out[i, t, d] = a[i, t, d] * out[i, t - step, d] + b[i, t, d]
+
+
+def _scan_rows_pairs(a, b, h0, out, reverse, block):
+    """``_scan_rows`` for complex arrays given as their float views (B, T, 2D): the complex
+    product spelled out on (re, im) pairs, which LLVM vectorises where it does not vectorise
+    Numba's complex type (complex64 at (16, 4096, 256): 34 ms -> 18 ms, a copy 11 ms).
+    ``block`` counts complex features."""
+    B, T, D2 = a.shape
+    D = D2 // 2
+    nblk = (D + block - 1) // block
+    step = -1 if reverse else 1
+    first = T - 1 if reverse else 0
+    for task in prange(B * nblk):
+        i = task // nblk
+        d0 = 2 * ((task % nblk) * block)
+        d1 = 2 * min(D, (task % nblk) * block + block)
+        if T == 0:
+            continue
+        t = first
+        prev = h0[i, d0:d1]
+        for _ in range(T):
+            h, a_t, b_t = out[i, t, d0:d1], a[i, t, d0:d1], b[i, t, d0:d1]
+            for k in range((d1 - d0) // 2):  # range(0, n, 2) did not vectorise
+                d = 2 * k
+                ar, ai, pr, pi = a_t[d], a_t[d + 1], prev[d], prev[d + 1]
+                h[d] = ar * pr - ai * pi + b_t[d]
+                h[d + 1] = ar * pi + ai * pr + b_t[d + 1]
+            prev = h
+            t += step
 
 
 def _scan_rows_backward(dh, a, h, h0, da, db, dh0, reverse, block):
@@ -77,18 +113,58 @@ def _scan_rows_backward(dh, a, h, h0, da, db, dh0, reverse, block):
             db[i, t, d] = dh[i, t, d]
         for _ in range(1, T):
             t += step
-            # 1-D views and two inner loops: indexing the 3-D arrays in one fused loop did
-            # not vectorise (4-5x slower than the forward)
+            # one loop over 1-D views (indexing the 3-D arrays in it did not vectorise)
             g_new, g_old = db[i, t, d0:d1], db[i, t - step, d0:d1]
             a_old, dh_new = a[i, t - step, d0:d1], dh[i, t, d0:d1]
-            for d in range(d1 - d0):
-                g_new[d] = dh_new[d] + a_old[d].conjugate() * g_old[d]
             da_old, h_new = da[i, t - step, d0:d1], h[i, t, d0:d1]
             for d in range(d1 - d0):
-                da_old[d] = g_old[d] * h_new[d].conjugate()
+                g = g_old[d]
+                g_new[d] = dh_new[d] + a_old[d].conjugate() * g
+                da_old[d] = g * h_new[d].conjugate()
         for d in range(d0, d1):
             da[i, t, d] = db[i, t, d] * h0[i, d].conjugate()
             dh0[i, d] = a[i, t, d].conjugate() * db[i, t, d]
+
+
+def _scan_rows_backward_pairs(dh, a, h, h0, da, db, dh0, reverse, block):
+    """``_scan_rows_backward`` for complex arrays given as float views (B, T, 2D), (B, 2D):
+    conj(a) g = (ar gr + ai gi, ar gi - ai gr), g conj(h) = (gr hr + gi hi, gi hr - gr hi)."""
+    B, T, D2 = a.shape
+    D = D2 // 2
+    nblk = (D + block - 1) // block
+    step = 1 if reverse else -1
+    last = 0 if reverse else T - 1
+    for task in prange(B * nblk):
+        i = task // nblk
+        d0 = 2 * ((task % nblk) * block)
+        d1 = 2 * min(D, (task % nblk) * block + block)
+        if T == 0:
+            for d in range(d0, d1):
+                dh0[i, d] = 0
+            continue
+        t = last
+        for d in range(d0, d1):
+            db[i, t, d] = dh[i, t, d]
+        for _ in range(1, T):
+            t += step
+            g_new, g_old = db[i, t, d0:d1], db[i, t - step, d0:d1]
+            a_old, dh_new = a[i, t - step, d0:d1], dh[i, t, d0:d1]
+            da_old, h_new = da[i, t - step, d0:d1], h[i, t, d0:d1]
+            for k in range((d1 - d0) // 2):
+                d = 2 * k
+                ar, ai, gr, gi = a_old[d], a_old[d + 1], g_old[d], g_old[d + 1]
+                hr, hi = h_new[d], h_new[d + 1]
+                g_new[d] = dh_new[d] + (ar * gr + ai * gi)
+                g_new[d + 1] = dh_new[d + 1] + (ar * gi - ai * gr)
+                da_old[d] = gr * hr + gi * hi
+                da_old[d + 1] = gi * hr - gr * hi
+        g, h_0, a_t, da_t = db[i, t, d0:d1], h0[i, d0:d1], a[i, t, d0:d1], da[i, t, d0:d1]
+        for d in range(0, d1 - d0, 2):
+            gr, gi = g[d], g[d + 1]
+            da_t[d] = gr * h_0[d] + gi * h_0[d + 1]
+            da_t[d + 1] = gi * h_0[d] - gr * h_0[d + 1]
+            dh0[i, d0 + d] = a_t[d] * gr + a_t[d + 1] * gi
+            dh0[i, d0 + d + 1] = a_t[d] * gi - a_t[d + 1] * gr
 
 
 def _lane_table(bounds, S, q0, q1):
@@ -207,14 +283,35 @@ def _conj_shift(a, out, reverse):
 
 
 _lane_table = numba.njit(cache=True)(_lane_table)  # called by the chunk kernels
-scan_rows = serial_or_parallel(_scan_rows)
-scan_rows_backward = serial_or_parallel(_scan_rows_backward)
+scan_rows_real = serial_or_parallel(_scan_rows)
+scan_rows_pairs = serial_or_parallel(_scan_rows_pairs)
+scan_rows_backward_real = serial_or_parallel(_scan_rows_backward)
+scan_rows_backward_pairs = serial_or_parallel(_scan_rows_backward_pairs)
 chunk_reduce = serial_or_parallel(_chunk_reduce)
 chunk_apply = serial_or_parallel(_chunk_apply)
 conj_shift = serial_or_parallel(_conj_shift)
 log_scan_rows = serial_or_parallel(_log_scan_rows)
 copy = serial_or_parallel(_copy)
 chunk_carries = numba.njit(cache=True)(_chunk_carries)
+
+
+def _as_pairs(*arrays):
+    """Float views of complex arrays: the last axis holds (re, im) pairs."""
+    return tuple(x.view(x.real.dtype) for x in arrays)
+
+
+def scan_rows(a, b, h0, out, reverse, block):
+    """The forward scan over sequences (``_scan_rows``; complex arrays as (re, im) pairs)."""
+    if a.dtype.kind == "c":
+        return scan_rows_pairs(*_as_pairs(a, b, h0, out), reverse, block)
+    return scan_rows_real(a, b, h0, out, reverse, block)
+
+
+def scan_rows_backward(dh, a, h, h0, da, db, dh0, reverse, block):
+    """The gradient scan over sequences (``_scan_rows_backward``; complex as pairs)."""
+    if a.dtype.kind == "c":
+        return scan_rows_backward_pairs(*_as_pairs(dh, a, h, h0, da, db, dh0), reverse, block)
+    return scan_rows_backward_real(dh, a, h, h0, da, db, dh0, reverse, block)
 
 
 def num_threads() -> int:
