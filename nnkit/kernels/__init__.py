@@ -6,6 +6,7 @@ returns plain arrays. ``nnkit.kernels.reference`` holds the naive twin of each.
 """
 
 from . import reference
+from .activation import gelu_backward, gelu_forward
 from .attention import attention_backward, attention_forward, attention_mask_backward
 from .conv import (
     avg_pool2d_backward,
@@ -49,6 +50,8 @@ __all__ = [
     "cross_entropy_backward",
     "layer_norm_forward",
     "layer_norm_backward",
+    "gelu_forward",
+    "gelu_backward",
     "conv1d_forward",
     "conv1d_backward",
     "conv2d_forward",

@@ -23,6 +23,8 @@ __all__ = [
     "cross_entropy_backward",
     "layer_norm",
     "layer_norm_backward",
+    "gelu",
+    "gelu_backward",
     "conv1d",
     "conv1d_backward",
     "conv2d",
@@ -128,6 +130,30 @@ def cross_entropy_backward(dloss, logits, target, ignore_index=-100):
         grad[i, t] -= 1.0
         grad[i] *= float(dloss) / count
     return grad.astype(logits.dtype)
+
+
+def gelu(x):
+    """x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2, elementwise in float64 (then x's dtype)."""
+    from scipy.special import erf
+
+    v = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        y = v * 0.5 * (1.0 + erf(v / math.sqrt(2.0)))
+    y = np.where(np.abs(v) > 10, np.maximum(v, 0), y)  # relu there (and no -inf * 0)
+    return y.astype(np.asarray(x).dtype)
+
+
+def gelu_backward(g, x):
+    """g (Phi(x) + x phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi), in float64."""
+    from scipy.special import erf
+
+    v = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = 0.5 * (1.0 + erf(v / math.sqrt(2.0))) + v * np.exp(-0.5 * v * v) / math.sqrt(
+            2 * math.pi)
+    d = np.where(np.abs(v) > 10, (v > 0).astype(np.float64), d)  # x phi(x) -> 0 (and inf*0)
+    out = np.asarray(g, dtype=np.float64) * d
+    return out.astype(np.result_type(np.asarray(g).dtype, np.asarray(x).dtype))
 
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5):

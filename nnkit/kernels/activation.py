@@ -1,0 +1,44 @@
+"""The exact GELU, y = x Phi(x) (Phi the standard normal CDF): a validated forward/backward
+pair on NumPy arrays, running the fused Numba kernels of ``nnkit._ext.activation_cpu``
+(one pass each way; the naive twin is ``nnkit.kernels.reference.gelu``).
+
+Examples
+--------
+>>> import numpy as np
+>>> from nnkit.kernels.activation import gelu_forward
+>>> y, cdf = gelu_forward(np.array([0.0, 1.0, -20.0]))
+>>> [round(float(v), 6) for v in y]
+[0.0, 0.841345, 0.0]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._ext import activation_cpu
+from .._validation import FLOATS, check_array, check_same_shape
+
+__all__ = ["gelu_forward", "gelu_backward"]
+
+
+def gelu_forward(x):
+    """(y, cdf): y = x Phi(x) and Phi(x), both shaped and typed like ``x`` (float32/64)."""
+    x = check_array(x, name="x", dtype=FLOATS, allow_device=False)
+    y, cdf = np.empty_like(x), np.empty_like(x)
+    if x.size:
+        activation_cpu.gelu_forward(x.reshape(-1), y.reshape(-1), cdf.reshape(-1))
+    return y, cdf
+
+
+def gelu_backward(g, x, cdf):
+    """dL/dx = g (Phi(x) + x phi(x)) from ``gelu_forward``'s ``cdf``; shapes of ``x``."""
+    x = check_array(x, name="x", dtype=FLOATS, allow_device=False)
+    g = check_array(g, name="g", dtype=FLOATS, allow_device=False)
+    cdf = check_array(cdf, name="cdf", dtype=FLOATS, allow_device=False)
+    check_same_shape(g, x, name_a="g", name_b="x")
+    check_same_shape(cdf, x, name_a="cdf", name_b="x")
+    dx = np.empty(x.shape, dtype=np.result_type(g, x))
+    if x.size:
+        activation_cpu.gelu_backward(g.reshape(-1), x.reshape(-1), cdf.reshape(-1),
+                                     dx.reshape(-1))
+    return dx
