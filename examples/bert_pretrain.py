@@ -26,26 +26,14 @@ import numpy as np
 
 import nnkit as nk
 from nnkit import datasets_text as data
+from nnkit._bert_tour import finetune_head, head_accuracy, pretrain_epoch, unigram_accuracy
 from nnkit.models.bert import (
     Bert,
     BertForPreTraining,
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
-    best_span,
-    mask_tokens,
 )
-
-
-def batches(split, size, rng):
-    """Shuffled minibatches (ids, types, mask, labels), cut to their longest row."""
-    for idx in nk.training.minibatches(len(split), size, rng=rng):
-        width = int(split.attention_mask[idx].sum(axis=1).max())
-        labels = split.labels[idx]
-        if labels.shape[1:] == split.input_ids.shape[1:]:  # per-token labels (n, T)
-            labels = labels[:, :width]
-        yield (split.input_ids[idx, :width], split.token_type_ids[idx, :width],
-               split.attention_mask[idx, :width], labels)
 
 
 def head_of(split, n):
@@ -54,65 +42,10 @@ def head_of(split, n):
         "input_ids", "token_type_ids", "attention_mask", "labels", "texts")})
 
 
-def pretrain_epoch(model, opt, split, tok, rng, train=True, batch_size=16):
-    """One pass over NSP pairs with fresh masks; returns (MLM accuracy, NSP accuracy)."""
-    model.train(train)
-    hits = np.zeros(4)  # MLM right, MLM total, NSP right, NSP total
-    for ids, types, mask, nsp in batches(split, batch_size, rng):
-        masked, labels = mask_tokens(ids, tok.mask_token_id, tok.vocab_size, tok.special_ids,
-                                     rng=rng)
-        with nk.enable_grad() if train else nk.no_grad():
-            out = model(masked, types, mask, mlm_labels=labels, next_sentence_labels=nsp,
-                        masked_only=True)  # mlm_logits (N, V) at the masked positions only
-        if train:
-            opt.zero_grad()
-            out.loss.backward()
-            nk.optim.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-        target = labels[labels != -100]
-        hits += [(out.mlm_logits.numpy().argmax(-1) == target).sum(), target.size,
-                 (out.nsp_logits.numpy().argmax(-1) == nsp).sum(), nsp.size]
-    return hits[0] / max(hits[1], 1), hits[2] / hits[3]
-
-
-def unigram_accuracy(train, test, special_ids):
-    """MLM accuracy of always guessing the most frequent training token (the bar to beat)."""
-    words = train.input_ids[~np.isin(train.input_ids, special_ids)]
-    held_out = test.input_ids[~np.isin(test.input_ids, special_ids)]
-    return float(np.mean(held_out == np.bincount(words).argmax()))
-
-
-def head_loss(head, kind, ids, types, mask, y):
-    if kind == "span":
-        return head(ids, types, mask, start_positions=y[:, 0], end_positions=y[:, 1]).loss
-    return head(ids, types, mask, labels=y).loss
-
-
-def score(head, kind, split, sep_id):
-    """Accuracy: per sentence, per labelled token, or exact answer span."""
-    head.eval()
-    with nk.no_grad():
-        args = (split.input_ids, split.token_type_ids, split.attention_mask)
-        if kind == "span":
-            out = head(*args)
-            context = (split.token_type_ids == 1) & (split.input_ids != sep_id)
-            start, end = best_span(out.start_logits, out.end_logits, 10, context)
-            return float(np.mean((start == split.labels[:, 0]) & (end == split.labels[:, 1])))
-        pred = head(*args).logits.numpy().argmax(-1)
-        keep = split.labels != -100
-        return float(np.mean(pred[keep] == split.labels[keep]))
-
-
 def finetune(head, kind, task, epochs, lr, sep_id):
-    opt = nk.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.01)
-    rng = np.random.default_rng(0)
-    for _ in range(epochs):
-        head.train()
-        for ids, types, mask, y in batches(task.train, 32, rng):
-            opt.zero_grad()
-            head_loss(head, kind, ids, types, mask, y).backward()
-            opt.step()
-    return score(head, kind, task.test, sep_id)
+    """Fine-tune ``head`` (its encoder too) and return its test accuracy."""
+    finetune_head(head, kind, task, epochs, lr=lr)
+    return head_accuracy(head, kind, task.test, sep_id)
 
 
 HEADS = {"sequence": lambda bert, n: BertForSequenceClassification(bert, n),
