@@ -29,8 +29,12 @@ CPU backends (``nnkit._ext.scan_cpu``), chosen by ``_plan``:
       (8, 10^6)       47-61 ms      64-72 ms
 
   The chunked scan moves 5 arrays instead of 3 and its lane bookkeeping costs ~9 ns a step,
-  so on 2 threads it never beat the single latency-bound chain (~6 ns a step): here the rows
-  kernel is always chosen. ``CHUNK_MIN_THREADS`` = 4: four chains at once for 5/3 of the
+  so on 2 busy threads it never beat the single latency-bound chain (~6 ns a step). On a
+  quiet machine (stop 13, load < 1, medians of 11 interleaved) it does at T = 10^7: rows
+  48.8-49.5 ms vs chunked 33.1-40.7 ms (1.2-1.5x), and is a coin toss at T = 10^6 (0.64x
+  and 1.22x in two runs). A two-thread path that waits for a busy core loses more than it
+  wins on a quiet one, so on 2 threads the rows kernel is still always chosen.
+  ``CHUNK_MIN_THREADS`` = 4: four chains at once for 5/3 of the
   traffic should overtake one chain; that threshold is an estimate, not measured here, and
   ``benchmarks/bench_scan.py`` prints the comparison for the machine it runs on. The chunked
   kernels are held to the sequential twin by the tests whatever the switch says.
