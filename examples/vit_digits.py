@@ -15,38 +15,9 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
-
 import nnkit as nk
-import nnkit.functional as F
+from nnkit._vit_tour import DIGITS_VIT, train_vit
 from nnkit.models.vit import ViT
-
-CONFIG = dict(image_size=8, patch_size=2, in_channels=1, num_classes=10, dim=64, depth=3,
-              heads=8, mlp_dim=128, dropout=0.1)
-
-
-def train(model, data, epochs: int, lr: float = 2e-3, batch_size: int = 32, seed: int = 0):
-    """AdamW, 50 steps of linear warm-up, then cosine decay; returns the mean loss per epoch."""
-    opt = nk.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
-    rng = np.random.default_rng(seed)
-    steps, step, history = epochs * (len(data.X_train) // batch_size), 0, []
-    model.train()
-    for _ in range(epochs):
-        losses = []
-        for idx in nk.training.minibatches(len(data.X_train), batch_size, rng=rng):
-            if len(idx) < batch_size:  # drop the short last batch: a noisy step
-                continue
-            opt.param_groups[0]["lr"] = (lr * min(1.0, (step + 1) / 50)
-                                         * 0.5 * (1 + np.cos(np.pi * step / steps)))
-            loss = F.cross_entropy(model(data.X_train[idx]), data.y_train[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-            step += 1
-        history.append(float(np.mean(losses)))
-    model.eval()
-    return history
 
 
 def main(argv=None) -> float:
@@ -59,9 +30,9 @@ def main(argv=None) -> float:
 
     nk.manual_seed(0)
     data = nk.datasets.load_digits(flatten=False, random_state=0)  # images (n, 1, 8, 8)
-    model = ViT(**CONFIG)
+    model = ViT(**DIGITS_VIT)
     start = time.perf_counter()
-    history = train(model, data, epochs)
+    history = train_vit(model, data.X_train, data.y_train, epochs)
     seconds = time.perf_counter() - start
     acc = nk.training.accuracy(model, data.X_test, data.y_test)
     print(f"loss per epoch: {' '.join(f'{v:.3f}' for v in history)}")

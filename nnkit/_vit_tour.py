@@ -41,10 +41,6 @@ def train_vit(model, X, y, epochs: int, lr: float = 2e-3, batch_size: int = 32,
     in eval mode. (Its GEMMs are small enough that ``nnkit._backend.matmul`` runs them on
     one BLAS thread; see SMALL_GEMM_FLOPS there.)
     """
-    return _train(model, X, y, epochs, lr, batch_size, weight_decay, warmup, seed)
-
-
-def _train(model, X, y, epochs, lr, batch_size, weight_decay, warmup, seed):
     from . import functional as F
     from . import optim
     from .training import minibatches
