@@ -7,12 +7,14 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 # One Extension per .pyx in nnkit/_ext, named after the file; numpy's headers for the
-# typed memoryviews.
+# typed memoryviews; the C headers of nnkit/_ext (gemm_packed.h) as dependencies.
+HEADERS = sorted(str(path) for path in Path("nnkit/_ext").glob("*.h"))
 EXTENSIONS = [
     Extension(
         f"nnkit._ext.{path.stem}",
         [str(path)],
-        include_dirs=[numpy.get_include()],
+        include_dirs=[numpy.get_include(), "nnkit/_ext"],
+        depends=HEADERS,
         extra_compile_args=["-O3"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )

@@ -41,6 +41,7 @@ def info() -> dict:
         "numba threads": str(numba.get_num_threads()),
         "numba threading layer": _threading_layer(),
         "cython kernels": _cython_status(),
+        "recurrent step GEMM build": _step_gemm_isa(),
         "CUDA available": "yes" if cuda_available() else "no",
         "cupy": _version("cupy"),
         "torch (optional, tests)": _version("torch"),
@@ -78,6 +79,14 @@ def _threading_layer() -> str:
 
 def _cython_status() -> str:
     return "built" if importlib.util.find_spec("nnkit._ext.softmax_cy") else "NOT BUILT"
+
+
+def _step_gemm_isa() -> str:
+    try:
+        from ._ext import gemm_cpu
+    except ImportError:
+        return "NOT BUILT"
+    return gemm_cpu.isa()
 
 
 def _find_benchmarks() -> Path | None:

@@ -101,8 +101,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from ._dispatch import serial_or_parallel
-from .recurrent_cpu import serial_step_blas
+from ._dispatch import serial_or_parallel, serial_step_blas
 from .softmax_cpu import exp_approx, fmax
 
 __all__ = ["attention_forward", "attention_backward", "dropout_multipliers", "Q_TILE",

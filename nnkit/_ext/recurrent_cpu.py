@@ -2,11 +2,13 @@
 
 One call runs a whole layer-direction through time. The input projection of every step,
 ``x_proj = x @ W_ih^T + b`` (T, B, G*H), is computed before the call as one large GEMM;
-inside the kernel each step does one small GEMM ``h @ W_hh^T`` (B, H) x (H, G*H), through
-``np.dot`` (Numba calls BLAS in place: no Python between steps), then the gate
-nonlinearities and the cell update fused in one pass over (B, H). Backward through time
-(BPTT) mirrors it: one GEMM ``dgates_h @ W_hh`` per step and the gate derivatives fused;
-the weight gradients are left to the caller as large GEMMs over all steps.
+inside the kernel each step does one small GEMM ``h @ W_hh^T`` (B, H) x (H, G*H) with
+``gemm_cpu.step_gemm`` (a C kernel against W_hh packed once per call; no Python between
+steps), then the gate nonlinearities and the cell update fused in one pass over the rows.
+Backward through time (BPTT) mirrors it: one GEMM ``dgates_h @ W_hh`` per step and the gate
+derivatives fused; the weight gradients are left to the caller as large GEMMs over all
+steps. The batch rows are independent sequences: blocks of rows run on separate threads
+(see "Loop structure" below).
 
 Gate layouts are torch's: LSTM (i, f, g, o), GRU (r, z, n); see ``nnkit.nn.recurrent``.
 
@@ -23,7 +25,8 @@ What forward keeps for backward (the cache):
 
 Kernels validate nothing: C-contiguous arrays of one float dtype, preallocated outputs.
 ``w_hh_t`` is W_hh^T made contiguous, (H, G*H). ``nnkit.kernels.recurrent`` is the validated
-entry point, and runs the kernels inside ``serial_step_blas()``.
+entry point. Each ``*_cpu`` entry point has a ``.serial`` and a ``.parallel`` build (tests
+hold them equal).
 
 Numerics. ``fastmath`` is off. The gate nonlinearities are the branch-free polynomial
 ``sigmoid``/``tanh`` below, which LLVM vectorises (libm's are called one element at a time):
@@ -36,16 +39,16 @@ sigmoid loop scalar (34 ms -> 3 ms per 2M elements).
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import math
-import os
 
 import numba
 import numpy as np
 from llvmlite import ir
-from numba import types
+from numba import prange, types
 from numba.extending import intrinsic, overload
+
+from ._dispatch import serial_or_parallel
+from .gemm_cpu import pack_panels, step_gemm
 
 __all__ = [
     "rnn_forward_cpu",
@@ -61,48 +64,8 @@ __all__ = [
     "tanh32",
     "act_sigmoid",
     "act_tanh",
-    "serial_step_blas",
+    "MIN_CHUNK_ROWS",
 ]
-
-
-# ---- the per-step GEMMs run on one BLAS thread ---------------------------------------------
-# Numba's np.dot calls SciPy's BLAS (scipy.linalg.cython_blas). Its worker threads spin for a
-# while after each call; in a time loop that alternates a small GEMM with the fused gate
-# loop, the spinning worker takes the core the gate loop runs on. Measured on the LSTM
-# forward (T, B, H) = (128, 32, 128), 2 cores: GEMMs alone 13 ms, gate loops alone 12 ms,
-# together 39-160 ms with 2 BLAS threads but 25 ms with one. So the kernels below run with
-# SciPy's BLAS limited to one thread (restored afterwards; ~1 us per switch).
-
-
-@functools.cache
-def _scipy_blas():
-    """threadpoolctl's controller of the BLAS that numba's np.dot uses, or None."""
-    try:
-        import scipy
-        from threadpoolctl import ThreadpoolController
-    except ImportError:
-        return None
-    root = os.path.dirname(os.path.dirname(scipy.__file__))
-    for lib in ThreadpoolController().lib_controllers:
-        if lib.user_api == "blas" and os.path.abspath(lib.filepath).startswith(
-                os.path.join(root, "scipy")):
-            return lib
-    return None
-
-
-@contextlib.contextmanager
-def serial_step_blas():
-    """Run the block with numba's (SciPy's) BLAS on one thread."""
-    lib = _scipy_blas()
-    if lib is None:
-        yield
-        return
-    before = lib.num_threads
-    lib.set_num_threads(1)
-    try:
-        yield
-    finally:
-        lib.set_num_threads(before)
 
 
 # ---- vectorisable exp, expm1, sigmoid, tanh -------------------------------------------------
@@ -270,12 +233,6 @@ def _step_index(s, T, reverse):
 step_index = numba.njit(cache=True, inline="always", error_model="numpy")(_step_index)
 
 
-# Loop structure. Each step works on row views (one batch row, contiguous) in short loops
-# that touch few arrays, so that LLVM vectorises them (a single loop writing many arrays it
-# cannot prove distinct is left scalar: 60 ns per LSTM cell instead of ~8). The state of
-# step t is read back from the outputs (y[t-1], c[t-1]) instead of being copied.
-
-
 def _prev(first, s0, seq, tp):
     """The state the step reads: the initial one at the first step, else seq[tp]."""
     return s0 if first else seq[tp]
@@ -284,187 +241,285 @@ def _prev(first, s0, seq, tp):
 prev = numba.njit(cache=True, inline="always", error_model="numpy")(_prev)
 
 
+# Loop structure. The rows of a batch are independent sequences, so a kernel splits them
+# into ``chunks`` contiguous blocks and runs the whole time loop of each block in its own
+# thread (``prange``): no barrier per step. Each step does one ``step_gemm`` on the block's
+# rows, then the cell's elementwise work row by row, in short loops over 0-based views of
+# one gate (a loop indexed g[2 * H + j] or writing many arrays LLVM cannot prove distinct is
+# left scalar: the LSTM gate loop took 4.1 ms with offset indexing, 1.4 ms with views). The
+# state of step t is read back from the outputs (y[t-1], c[t-1]) instead of being copied.
+
+
+def _chunk_rows(k, chunks, B):
+    """Rows [b0, b1) of block k of ``chunks`` near-equal blocks of B rows."""
+    return k * B // chunks, (k + 1) * B // chunks
+
+
+chunk_rows = numba.njit(cache=True, inline="always")(_chunk_rows)
+
+
 # ---- Elman RNN: h_t = phi(x_proj_t + h_{t-1} W_hh^T) ------------------------------------
 
-def _rnn_forward_cpu(x_proj, h0, w_hh_t, relu, reverse, y, h):
+def _rnn_forward(x_proj, h0, w_hh_t, relu, reverse, y, h, chunks):
     """y[t] = phi(x_proj[t] + h_{t-1} @ w_hh_t); x_proj, y (T, B, H); h0, h (B, H): h ends
     as h_T."""
     T, B, H = x_proj.shape
-    for s in range(T):
-        t = step_index(s, T, reverse)
-        yt = y[t]
-        np.dot(prev(s == 0, h0, y, t + 1 if reverse else t - 1), w_hh_t, yt)  # (B, H)
-        for b in range(B):
-            row, xrow = yt[b], x_proj[t, b]
-            if relu:
-                for j in range(H):
-                    v = row[j] + xrow[j]
-                    row[j] = v if not (v <= 0) else 0.0 * v  # NaN stays NaN
-            else:
-                for j in range(H):
-                    row[j] = act_tanh(row[j] + xrow[j])
+    wp = pack_panels(w_hh_t)
+    for k in prange(chunks):
+        b0, b1 = chunk_rows(k, chunks, B)
+        for s in range(T):
+            t = step_index(s, T, reverse)
+            step_gemm(prev(s == 0, h0, y, t + 1 if reverse else t - 1)[b0:b1], wp,
+                      y[t][b0:b1])
+            for b in range(b0, b1):
+                row, xrow = y[t, b], x_proj[t, b]
+                if relu:
+                    for j in range(H):
+                        v = row[j] + xrow[j]
+                        row[j] = v if not (v <= 0) else 0.0 * v  # NaN stays NaN
+                else:
+                    for j in range(H):
+                        row[j] = act_tanh(row[j] + xrow[j])
     h[:, :] = y[T - 1 if not reverse else 0]
 
 
-def _rnn_backward_cpu(dy, dh_T, y, w_hh, relu, reverse, da, dh, hidden_grads):
+def _rnn_backward(dy, dh_T, y, w_hh, relu, reverse, da, dh, hidden_grads, chunks):
     """BPTT: da[t] = dL/d(pre-activation at t) (T, B, H); dh (B, H) ends as dL/dh0;
     hidden_grads (T, B, H) receives the total dL/dh_t unless it is empty (size 0)."""
     T, B, H = y.shape
     keep = hidden_grads.size > 0
+    wp = pack_panels(w_hh)
     dh[:, :] = dh_T
-    for s in range(T):
-        t = step_index(T - 1 - s, T, reverse)
-        for b in range(B):
-            drow, dyrow, yrow, dhrow = da[t, b], dy[t, b], y[t, b], dh[b]
-            for j in range(H):
-                drow[j] = dhrow[j] + dyrow[j]  # total dL/dh_t
-            if keep:
-                hidden_grads[t, b, :] = drow
-            if relu:
+    for k in prange(chunks):
+        b0, b1 = chunk_rows(k, chunks, B)
+        for s in range(T):
+            t = step_index(T - 1 - s, T, reverse)
+            for b in range(b0, b1):
+                drow, dyrow, yrow, dhrow = da[t, b], dy[t, b], y[t, b], dh[b]
                 for j in range(H):
-                    drow[j] = drow[j] if yrow[j] > 0 else 0.0 * drow[j]
-            else:
-                for j in range(H):
-                    drow[j] = drow[j] * (1.0 - yrow[j] * yrow[j])
-        np.dot(da[t], w_hh, dh)  # (B, H) @ (H, H)
-
-
-rnn_forward_cpu = numba.njit(cache=True, error_model="numpy")(_rnn_forward_cpu)
-rnn_backward_cpu = numba.njit(cache=True, error_model="numpy")(_rnn_backward_cpu)
+                    drow[j] = dhrow[j] + dyrow[j]  # total dL/dh_t
+                if keep:
+                    hidden_grads[t, b, :] = drow
+                if relu:
+                    for j in range(H):
+                        drow[j] = drow[j] if yrow[j] > 0 else 0.0 * drow[j]
+                else:
+                    for j in range(H):
+                        drow[j] = drow[j] * (1.0 - yrow[j] * yrow[j])
+            step_gemm(da[t][b0:b1], wp, dh[b0:b1])  # (rows, H) @ (H, H)
 
 
 # ---- LSTM: gates (i, f, g, o); c_t = f c_{t-1} + i g; h_t = o tanh(c_t) -------------------
 
-def _lstm_forward_cpu(x_proj, h0, c0, w_hh_t, reverse, y, c_all, h, c, work):
+def _lstm_cell(g, w, c_prev, c, y):
+    """One row: g (4H) pre-activations from x, overwritten with the activated gates; w (4H)
+    from h_{t-1}; c_prev (H) -> c, y (H)."""
+    H = c.shape[0]
+    gif, wif = g[:2 * H], w[:2 * H]
+    for j in range(2 * H):
+        gif[j] = act_sigmoid(gif[j] + wif[j])
+    gg, wg = g[2 * H:3 * H], w[2 * H:3 * H]
+    for j in range(H):
+        gg[j] = act_tanh(gg[j] + wg[j])
+    go, wo = g[3 * H:], w[3 * H:]
+    for j in range(H):
+        go[j] = act_sigmoid(go[j] + wo[j])
+    gi, gf = g[:H], g[H:2 * H]
+    for j in range(H):
+        c[j] = gf[j] * c_prev[j] + gi[j] * gg[j]
+    for j in range(H):
+        y[j] = go[j] * act_tanh(c[j])
+
+
+lstm_cell = numba.njit(cache=True, inline="always", error_model="numpy")(_lstm_cell)
+
+
+def _lstm_cell_backward(g, c, c_prev, dh, dc, d):
+    """One row of BPTT: dh (H) the total dL/dh_t; dc (H) dL/dc_t from later steps, left as
+    dL/dc_{t-1}; d (4H) receives the gate pre-activation gradients."""
+    H = c.shape[0]
+    gi, gf, gg, go = g[:H], g[H:2 * H], g[2 * H:3 * H], g[3 * H:]
+    di, df, dg, do = d[:H], d[H:2 * H], d[2 * H:3 * H], d[3 * H:]
+    for j in range(H):
+        tc = act_tanh(c[j])
+        do[j] = dh[j] * tc * go[j] * (1.0 - go[j])
+        dc[j] += dh[j] * go[j] * (1.0 - tc * tc)  # total dL/dc_t
+    for j in range(H):
+        di[j] = dc[j] * gg[j] * gi[j] * (1.0 - gi[j])
+        df[j] = dc[j] * c_prev[j] * gf[j] * (1.0 - gf[j])
+        dg[j] = dc[j] * gi[j] * (1.0 - gg[j] * gg[j])
+    for j in range(H):
+        dc[j] *= gf[j]
+
+
+lstm_cell_backward = numba.njit(cache=True, inline="always",
+                                error_model="numpy")(_lstm_cell_backward)
+
+
+def _lstm_forward(x_proj, h0, c0, w_hh_t, reverse, y, c_all, h, c, work, chunks):
     """x_proj (T, B, 4H) holds x W_ih^T + b_ih + b_hh and is overwritten in place with the
     activated gates (no second 4H buffer to allocate and fault in); outputs y, c_all
     (T, B, H); h, c (B, H) end as h_T, c_T; work (B, 4H) workspace."""
     T, B, G = x_proj.shape
-    H = G // 4
-    for s in range(T):
-        t = step_index(s, T, reverse)
-        tp = t + 1 if reverse else t - 1
-        np.dot(prev(s == 0, h0, y, tp), w_hh_t, work)  # (B, 4H)
-        c_prev = prev(s == 0, c0, c_all, tp)
-        for b in range(B):
-            g, wrow = x_proj[t, b], work[b]
-            for j in range(2 * H):  # i, f
-                g[j] = act_sigmoid(g[j] + wrow[j])
-            for j in range(2 * H, 3 * H):  # g
-                g[j] = act_tanh(g[j] + wrow[j])
-            for j in range(3 * H, 4 * H):  # o
-                g[j] = act_sigmoid(g[j] + wrow[j])
-            crow, cprow = c_all[t, b], c_prev[b]
-            for j in range(H):
-                crow[j] = g[H + j] * cprow[j] + g[j] * g[2 * H + j]
-            yrow = y[t, b]
-            for j in range(H):
-                yrow[j] = g[3 * H + j] * act_tanh(crow[j])
+    wp = pack_panels(w_hh_t)
+    for k in prange(chunks):
+        b0, b1 = chunk_rows(k, chunks, B)
+        for s in range(T):
+            t = step_index(s, T, reverse)
+            tp = t + 1 if reverse else t - 1
+            step_gemm(prev(s == 0, h0, y, tp)[b0:b1], wp, work[b0:b1])  # (rows, 4H)
+            c_prev = prev(s == 0, c0, c_all, tp)
+            for b in range(b0, b1):
+                lstm_cell(x_proj[t, b], work[b], c_prev[b], c_all[t, b], y[t, b])
     last = 0 if reverse else T - 1
     h[:, :] = y[last]
     c[:, :] = c_all[last]
 
 
-def _lstm_backward_cpu(dy, dh_T, dc_T, c0, gates, c_all, w_hh, reverse, dgates, dh, dc,
-                       hidden_grads):
+def _lstm_backward(dy, dh_T, dc_T, c0, gates, c_all, w_hh, reverse, dgates, dh, dc,
+                   hidden_grads, chunks):
     """BPTT: dgates[t] = dL/d(gate pre-activations) (T, B, 4H); dh, dc (B, H) end as
     dL/dh0, dL/dc0; hidden_grads (T, B, H) receives the total dL/dh_t unless empty."""
     T, B, G = gates.shape
-    H = G // 4
     keep = hidden_grads.size > 0
+    wp = pack_panels(w_hh)
     dh[:, :] = dh_T
     dc[:, :] = dc_T
-    for s in range(T):
-        t = step_index(T - 1 - s, T, reverse)
-        c_prev = prev(s == T - 1, c0, c_all, t + 1 if reverse else t - 1)
-        for b in range(B):
-            g, d = gates[t, b], dgates[t, b]
-            dhrow, dcrow, dyrow, crow, cprow = dh[b], dc[b], dy[t, b], c_all[t, b], c_prev[b]
-            for j in range(H):
-                dhrow[j] += dyrow[j]  # total dL/dh_t
-            if keep:
-                hidden_grads[t, b, :] = dhrow
-            for j in range(H):
-                tc = act_tanh(crow[j])
-                og = g[3 * H + j]
-                d[3 * H + j] = dhrow[j] * tc * og * (1.0 - og)
-                dcrow[j] += dhrow[j] * og * (1.0 - tc * tc)  # total dL/dc_t
-            for j in range(H):
-                ig, fg, gg = g[j], g[H + j], g[2 * H + j]
-                dcv = dcrow[j]
-                d[j] = dcv * gg * ig * (1.0 - ig)
-                d[H + j] = dcv * cprow[j] * fg * (1.0 - fg)
-                d[2 * H + j] = dcv * ig * (1.0 - gg * gg)
-                dcrow[j] = dcv * fg
-        np.dot(dgates[t], w_hh, dh)  # (B, 4H) @ (4H, H)
-
-
-lstm_forward_cpu = numba.njit(cache=True, error_model="numpy")(_lstm_forward_cpu)
-lstm_backward_cpu = numba.njit(cache=True, error_model="numpy")(_lstm_backward_cpu)
+    for k in prange(chunks):
+        b0, b1 = chunk_rows(k, chunks, B)
+        for s in range(T):
+            t = step_index(T - 1 - s, T, reverse)
+            c_prev = prev(s == T - 1, c0, c_all, t + 1 if reverse else t - 1)
+            for b in range(b0, b1):
+                dhrow, dyrow = dh[b], dy[t, b]
+                for j in range(dhrow.shape[0]):
+                    dhrow[j] += dyrow[j]  # total dL/dh_t
+                if keep:
+                    hidden_grads[t, b, :] = dhrow
+                lstm_cell_backward(gates[t, b], c_all[t, b], c_prev[b], dhrow, dc[b],
+                                   dgates[t, b])
+            step_gemm(dgates[t][b0:b1], wp, dh[b0:b1])  # (rows, 4H) @ (4H, H)
 
 
 # ---- GRU: gates (r, z, n); n = tanh(xn + r (h W_hn^T + b_hn)); h = (1 - z) n + z h --------
 
-def _gru_forward_cpu(x_proj, h0, w_hh_t, b_hh, reverse, y, hn, h, gh):
+def _gru_cell(g, gh, b_hh, h_prev, hn, y):
+    """One row: g (3H) pre-activations from x, overwritten with r, z, n; gh (3H) = h_{t-1}
+    W_hh^T; b_hh (3H); h_prev (H) -> hn = h_{t-1} W_hn^T + b_hn (H), y (H)."""
+    H = y.shape[0]
+    grz, ghrz, brz = g[:2 * H], gh[:2 * H], b_hh[:2 * H]
+    for j in range(2 * H):
+        grz[j] = act_sigmoid(grz[j] + ghrz[j] + brz[j])
+    ghn, bn = gh[2 * H:], b_hh[2 * H:]
+    for j in range(H):
+        hn[j] = ghn[j] + bn[j]
+    gr, gz, gn = g[:H], g[H:2 * H], g[2 * H:]
+    for j in range(H):
+        gn[j] = act_tanh(gn[j] + gr[j] * hn[j])
+    for j in range(H):
+        y[j] = (1.0 - gz[j]) * gn[j] + gz[j] * h_prev[j]
+
+
+gru_cell = numba.njit(cache=True, inline="always", error_model="numpy")(_gru_cell)
+
+
+def _gru_cell_backward(g, h_prev, hn, dh, dx, dhh):
+    """One row of BPTT: dh (H) the total dL/dh_t, left as its direct path z dh; dx, dhh (3H)
+    receive dL/d(x-side) and dL/d(h-side) pre-activations."""
+    H = dh.shape[0]
+    gr, gz, gn = g[:H], g[H:2 * H], g[2 * H:]
+    dxr, dxz, dxn = dx[:H], dx[H:2 * H], dx[2 * H:]
+    for j in range(H):
+        z, n = gz[j], gn[j]
+        dxn[j] = dh[j] * (1.0 - z) * (1.0 - n * n)
+        dxz[j] = dh[j] * (h_prev[j] - n) * z * (1.0 - z)
+        dh[j] = dh[j] * z  # the direct path; the step's GEMM adds the gated one
+    dhn = dhh[2 * H:]
+    for j in range(H):
+        r = gr[j]
+        dxr[j] = dxn[j] * hn[j] * r * (1.0 - r)
+        dhn[j] = dxn[j] * r
+    dhrz, dxrz = dhh[:2 * H], dx[:2 * H]
+    for j in range(2 * H):
+        dhrz[j] = dxrz[j]
+
+
+gru_cell_backward = numba.njit(cache=True, inline="always",
+                               error_model="numpy")(_gru_cell_backward)
+
+
+def _gru_forward(x_proj, h0, w_hh_t, b_hh, reverse, y, hn, h, gh, chunks):
     """x_proj (T, B, 3H) holds x W_ih^T + b_ih and is overwritten in place with the
     activated gates r, z, n; b_hh (3H,); outputs y, hn (T, B, H); h (B, H) ends as h_T;
     gh (B, 3H) workspace."""
     T, B, G = x_proj.shape
-    H = G // 3
-    for s in range(T):
-        t = step_index(s, T, reverse)
-        h_prev = prev(s == 0, h0, y, t + 1 if reverse else t - 1)
-        np.dot(h_prev, w_hh_t, gh)  # (B, 3H)
-        for b in range(B):
-            g, ghrow = x_proj[t, b], gh[b]
-            for j in range(2 * H):  # r, z
-                g[j] = act_sigmoid(g[j] + ghrow[j] + b_hh[j])
-            hnrow = hn[t, b]
-            for j in range(H):
-                hnrow[j] = ghrow[2 * H + j] + b_hh[2 * H + j]
-            for j in range(H):
-                g[2 * H + j] = act_tanh(g[2 * H + j] + g[j] * hnrow[j])
-            yrow, hprow = y[t, b], h_prev[b]
-            for j in range(H):
-                z = g[H + j]
-                yrow[j] = (1.0 - z) * g[2 * H + j] + z * hprow[j]
+    wp = pack_panels(w_hh_t)
+    for k in prange(chunks):
+        b0, b1 = chunk_rows(k, chunks, B)
+        for s in range(T):
+            t = step_index(s, T, reverse)
+            h_prev = prev(s == 0, h0, y, t + 1 if reverse else t - 1)
+            step_gemm(h_prev[b0:b1], wp, gh[b0:b1])  # (rows, 3H)
+            for b in range(b0, b1):
+                gru_cell(x_proj[t, b], gh[b], b_hh, h_prev[b], hn[t, b], y[t, b])
     h[:, :] = y[0 if reverse else T - 1]
 
 
-def _gru_backward_cpu(dy, dh_T, h0, y, gates, hn, w_hh, reverse, dgx, dgh, dh, dh_gated,
-                      hidden_grads):
+def _gru_backward(dy, dh_T, h0, y, gates, hn, w_hh, reverse, dgx, dgh, dh, dh_gated,
+                  hidden_grads, chunks):
     """BPTT: dgx[t] = dL/d(x-side pre-activations), dgh[t] = dL/d(h W_hh^T + b_hh)
     (T, B, 3H); dh (B, H) ends as dL/dh0; dh_gated (B, H) workspace; hidden_grads
     (T, B, H) receives the total dL/dh_t unless empty."""
     T, B, G = gates.shape
-    H = G // 3
     keep = hidden_grads.size > 0
+    wp = pack_panels(w_hh)
     dh[:, :] = dh_T
-    for s in range(T):
-        t = step_index(T - 1 - s, T, reverse)
-        h_prev = prev(s == T - 1, h0, y, t + 1 if reverse else t - 1)
-        for b in range(B):
-            g, dx, dhh = gates[t, b], dgx[t, b], dgh[t, b]
-            dhrow, dyrow, hprow, hnrow = dh[b], dy[t, b], h_prev[b], hn[t, b]
-            for j in range(H):
-                dhrow[j] += dyrow[j]  # total dL/dh_t
-            if keep:
-                hidden_grads[t, b, :] = dhrow
-            for j in range(H):
-                z, n = g[H + j], g[2 * H + j]
-                dan = dhrow[j] * (1.0 - z) * (1.0 - n * n)
-                dx[2 * H + j] = dan
-                dx[H + j] = dhrow[j] * (hprow[j] - n) * z * (1.0 - z)
-                dhrow[j] = dhrow[j] * z  # the direct path; the GEMM below adds the gated one
-            for j in range(H):
-                r = g[j]
-                dx[j] = dx[2 * H + j] * hnrow[j] * r * (1.0 - r)
-                dhh[2 * H + j] = dx[2 * H + j] * r
-            for j in range(2 * H):
-                dhh[j] = dx[j]
-        np.dot(dgh[t], w_hh, dh_gated)  # (B, 3H) @ (3H, H)
-        dh += dh_gated
+    for k in prange(chunks):
+        b0, b1 = chunk_rows(k, chunks, B)
+        for s in range(T):
+            t = step_index(T - 1 - s, T, reverse)
+            h_prev = prev(s == T - 1, h0, y, t + 1 if reverse else t - 1)
+            for b in range(b0, b1):
+                dhrow, dyrow = dh[b], dy[t, b]
+                for j in range(dhrow.shape[0]):
+                    dhrow[j] += dyrow[j]  # total dL/dh_t
+                if keep:
+                    hidden_grads[t, b, :] = dhrow
+                gru_cell_backward(gates[t, b], h_prev[b], hn[t, b], dhrow, dgx[t, b],
+                                  dgh[t, b])
+            step_gemm(dgh[t][b0:b1], wp, dh_gated[b0:b1])  # (rows, 3H) @ (3H, H)
+            for b in range(b0, b1):
+                dhrow, grow = dh[b], dh_gated[b]
+                for j in range(dhrow.shape[0]):
+                    dhrow[j] += grow[j]
 
 
-gru_forward_cpu = numba.njit(cache=True, error_model="numpy")(_gru_forward_cpu)
-gru_backward_cpu = numba.njit(cache=True, error_model="numpy")(_gru_backward_cpu)
+# ---- entry points: a serial and a parallel build, the batch split chosen by rows ---------
+
+# A block of fewer rows than this runs no faster on its own thread: 4 rows are one register
+# tile of step_gemm, and waking the pool costs tens of microseconds per call.
+MIN_CHUNK_ROWS = 4
+
+
+def _launcher(fn):
+    """``fn(..., chunks)`` -> ``launch(*args)``: chunks = min(threads, B // MIN_CHUNK_ROWS)
+    blocks of rows (B = the second axis of the first argument), the serial build for one."""
+    builds = serial_or_parallel(fn, error_model="numpy")
+
+    def launch(*args):
+        chunks = max(1, min(numba.get_num_threads(), args[0].shape[1] // MIN_CHUNK_ROWS))
+        build = builds.parallel if chunks > 1 else builds.serial
+        return build(*args, chunks)
+
+    launch.serial, launch.parallel = builds.serial, builds.parallel
+    launch.__name__ = launch.__qualname__ = builds.__name__ + "_cpu"
+    launch.__doc__ = fn.__doc__
+    return launch
+
+
+rnn_forward_cpu = _launcher(_rnn_forward)
+rnn_backward_cpu = _launcher(_rnn_backward)
+lstm_forward_cpu = _launcher(_lstm_forward)
+lstm_backward_cpu = _launcher(_lstm_backward)
+gru_forward_cpu = _launcher(_gru_forward)
+gru_backward_cpu = _launcher(_gru_backward)

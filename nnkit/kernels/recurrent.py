@@ -166,7 +166,7 @@ def _cpu_steps() -> _Steps:
 
     return _Steps(c.rnn_forward_cpu, c.rnn_backward_cpu, c.lstm_forward_cpu,
                   c.lstm_backward_cpu, c.gru_forward_cpu, c.gru_backward_cpu,
-                  c.serial_step_blas)
+                  contextlib.nullcontext)
 
 
 def _gpu_steps() -> _Steps:
@@ -204,7 +204,9 @@ def _weight_grads(cache, dgx, dgh, h0):
         dw_hh += dgh[later].reshape(-1, GH).T @ y[prev].reshape(-1, H)
     if not cache.has_bias:
         return dx, dw_ih, dw_hh, None, None
-    return dx, dw_ih, dw_hh, dgx2.sum(axis=0), dgh.reshape(T * B, GH).sum(axis=0)
+    db_ih = dgx2.sum(axis=0)
+    db_hh = db_ih.copy() if dgh is dgx else dgh.reshape(T * B, GH).sum(axis=0)
+    return dx, dw_ih, dw_hh, db_ih, db_hh
 
 
 # ---- Elman RNN ---------------------------------------------------------------------------
@@ -298,7 +300,8 @@ def rnn_backward(dy, dh_T, cache, hidden_grads=None):
 
 # ---- LSTM --------------------------------------------------------------------------------
 
-def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse=False):
+def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse=False,
+                 stacked=False):
     """LSTM over a sequence, gates (i, f, g, o) as torch::
 
         [i, f, g, o] = [sig, sig, tanh, sig](W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)
@@ -311,6 +314,9 @@ def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, re
     weight_ih : ndarray (4H, D);  weight_hh : ndarray (4H, H)
     bias_ih, bias_hh : ndarray (4H,), or both None
     reverse : bool
+    stacked : bool
+        Write y and c_T into one (T + 1, B, H) array (y = its first T slots, c_T the last:
+        views of it), for a caller that wants them together without a copy.
 
     Returns
     -------
@@ -331,9 +337,13 @@ def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, re
     H = w_hh.shape[1]
     xp = array_module(x)
     x_proj = _input_projection(x, w_ih, None if b_ih is None else b_ih + b_hh)
-    y = xp.empty((T, B, H), dtype=x.dtype)
+    if stacked:
+        y_c = xp.empty((T + 1, B, H), dtype=x.dtype)
+        y, c = y_c[:T], y_c[T]
+    else:
+        y, c = xp.empty((T, B, H), dtype=x.dtype), xp.empty_like(h0)
     c_all = xp.empty((T, B, H), dtype=x.dtype)
-    h, c = xp.empty_like(h0), xp.empty_like(h0)
+    h = xp.empty_like(h0)
     steps = _steps(x)
     with steps.context():
         steps.lstm_forward(x_proj, h0, c0, xp.ascontiguousarray(w_hh.T), bool(reverse), y,

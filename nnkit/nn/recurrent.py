@@ -77,8 +77,9 @@ def _layer_op(cell, x, h0, c0, params, nonlinearity, reverse, tag=None):
     args = (x.data, h0.data)
     weights = (w_ih.data, w_hh.data, _data(b_ih), _data(b_hh))
     if cell == "LSTM":
-        y, _, c_T, cache = K.lstm_forward(*args, c0.data, *weights, reverse=reverse)
-        out = array_module(y).concatenate([y, c_T[None]])  # (T + 1, B, H)
+        y, _, c_T, cache = K.lstm_forward(*args, c0.data, *weights, reverse=reverse,
+                                          stacked=True)
+        out = y.base  # (T + 1, B, H): y, then c_T
         parents = (x, h0, c0, *params)
     elif cell == "GRU":
         out, _, cache = K.gru_forward(*args, *weights, reverse=reverse)

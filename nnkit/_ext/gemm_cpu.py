@@ -1,0 +1,94 @@
+"""Small matrix products for the time loops of the recurrent kernels, callable from Numba.
+
+A recurrent layer multiplies a few rows of the hidden state by the same W_hh at every time
+step: (B, H) x (H, G H) with B of 4-32 rows. BLAS packs its right-hand operand again at
+each call and the product is too small to hide it; measured here on one core (float32,
+best of 7): (16, 128) x (128, 512) 76 GFLOP/s with OpenBLAS, 108 with the kernel below;
+(8, 256) x (256, 1024) 30 vs 111 (the core's FMA peak is ~116). So W is packed once per
+sequence (``pack_panels``) and every step calls ``step_gemm``: a C kernel (gemm_packed.h,
+built by setup.py for AVX-512 / AVX2+FMA / baseline, chosen for this CPU at import) whose
+4-row x 32-column tiles keep their accumulators in registers. It is an external function
+for Numba: no Python and no GIL between steps, safe in ``prange`` threads, and cached Numba
+code finds it by name (registered with LLVM when this module is imported).
+
+Kernels validate nothing: ``a`` (M, K) and ``out`` (M, N) C-contiguous of one float dtype,
+``bp`` from ``pack_panels`` of a (K, N) matrix of that dtype.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import binding
+from numba import types
+from numba.extending import overload
+
+from . import gemm_packed as _c
+
+__all__ = ["pack_panels", "step_gemm", "matmul_packed", "isa", "PANEL_WIDTH"]
+
+PANEL_WIDTH = dict(_c.PANEL_WIDTH)  # {"float32": 32, "float64": 16}
+for _name, _address in _c.addresses().items():
+    binding.add_symbol(_name, _address)
+
+_SIGNATURE = types.void(types.voidptr, types.voidptr, types.voidptr, types.intp, types.intp,
+                        types.intp)
+_gemm_f32 = types.ExternalFunction("nnkit_gemm_packed_f32", _SIGNATURE)
+_gemm_f64 = types.ExternalFunction("nnkit_gemm_packed_f64", _SIGNATURE)
+_NR_F32, _NR_F64 = PANEL_WIDTH["float32"], PANEL_WIDTH["float64"]
+
+
+def isa() -> str:
+    """The instruction set the C kernels run with on this CPU ('avx512', 'avx2', ...)."""
+    return _c.isa()
+
+
+@numba.njit(cache=True)
+def pack_panels(b):
+    """b (K, N) -> (ceil(N / NR), K, NR): panel p holds columns [p NR, p NR + NR), zeros
+    beyond N; NR = 32 for float32, 16 for float64."""
+    K, N = b.shape
+    nr = _NR_F32 if b.itemsize == 4 else _NR_F64
+    panels = np.zeros(((N + nr - 1) // nr, K, nr), dtype=b.dtype)
+    for p in range(panels.shape[0]):
+        n0 = p * nr
+        width = min(nr, N - n0)
+        for k in range(K):
+            row = b[k]
+            for q in range(width):
+                panels[p, k, q] = row[n0 + q]
+    return panels
+
+
+def step_gemm(a, bp, out):
+    """out (M, N) = a (M, K) @ b (K, N), b given as ``pack_panels(b)`` (Numba only)."""
+    raise NotImplementedError("step_gemm is called from Numba kernels")
+
+
+@overload(step_gemm, inline="always")
+def _step_gemm(a, bp, out):
+    kernel = _gemm_f32 if a.dtype == types.float32 else _gemm_f64
+
+    def impl(a, bp, out):
+        kernel(a.ctypes, bp.ctypes, out.ctypes, a.shape[0], a.shape[1], out.shape[1])
+
+    return impl
+
+
+@numba.njit(cache=True)
+def _matmul_packed(a, bp, out):
+    step_gemm(a, bp, out)
+
+
+def matmul_packed(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a (M, K) @ b (K, N) through ``pack_panels`` + ``step_gemm`` (for tests and
+    benchmarks); float32 or float64, both of one dtype."""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64):
+        raise TypeError(f"a and b: expected one dtype, float32 or float64, got {a.dtype} "
+                        f"and {b.dtype}")
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"a (M, K) and b (K, N): got shapes {a.shape} and {b.shape}")
+    out = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
+    _matmul_packed(a, pack_panels(b), out)
+    return out

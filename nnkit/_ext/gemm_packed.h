@@ -1,0 +1,130 @@
+/* Small matrix products against a pre-packed right-hand side, for the time loops of the
+ * recurrent kernels (nnkit/_ext/recurrent_cpu.py): each step multiplies a few rows of h by
+ * the same W_hh, so W_hh is packed once per sequence and every step's product runs from
+ * registers and L1 (BLAS packs its B operand again at every call: at (16, 256) x (256, 1024)
+ * that copy costs as much as the arithmetic).
+ *
+ *   nnkit_gemm_packed_f32 / _f64 (a, bp, c, M, K, N): c = a @ b, b packed as described in
+ *   gemm_packed_body.h; a, c row-major contiguous. Panel widths: 32 floats, 16 doubles.
+ *
+ * One source, compiled for AVX-512, AVX2+FMA and the baseline ISA on x86-64 (GCC, Clang),
+ * chosen at run time by the CPU's features (gemm_select_*); elsewhere the baseline only.
+ * The vectors are GCC vector extensions; compilers without them (or a build with
+ * -DNNKIT_GEMM_PLAIN) get plain loops. */
+
+#ifndef NNKIT_GEMM_PACKED_H
+#define NNKIT_GEMM_PACKED_H
+
+#include <stddef.h>
+#include <string.h>
+
+#define NNKIT_GEMM_NR_F32 32
+#define NNKIT_GEMM_NR_F64 16
+
+typedef void (*nnkit_gemm_f32_fn)(const float *, const float *, float *, ptrdiff_t, ptrdiff_t, ptrdiff_t);
+typedef void (*nnkit_gemm_f64_fn)(const double *, const double *, double *, ptrdiff_t, ptrdiff_t, ptrdiff_t);
+
+#if defined(__GNUC__) && !defined(NNKIT_GEMM_PLAIN)
+
+typedef float nnkit_v16f __attribute__((vector_size(64), aligned(4)));
+typedef double nnkit_v8d __attribute__((vector_size(64), aligned(8)));
+#define GP_INLINE inline __attribute__((always_inline))
+
+#define GP_T float
+#define GP_V nnkit_v16f
+#define GP_L 16
+#define GP_NAME gemm_generic_f32
+#include "gemm_packed_body.h"
+#undef GP_T
+#undef GP_V
+#undef GP_L
+#undef GP_NAME
+
+#define GP_T double
+#define GP_V nnkit_v8d
+#define GP_L 8
+#define GP_NAME gemm_generic_f64
+#include "gemm_packed_body.h"
+#undef GP_T
+#undef GP_V
+#undef GP_L
+#undef GP_NAME
+
+#define GP_VARIANT(NAME, TARGET, T, GENERIC)                                           \
+    TARGET static void NAME(const T *a, const T *bp, T *c, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N)      \
+    {                                                                                  \
+        GENERIC(a, bp, c, M, K, N);                                                    \
+    }
+
+GP_VARIANT(gemm_base_f32, , float, gemm_generic_f32)
+GP_VARIANT(gemm_base_f64, , double, gemm_generic_f64)
+
+#if defined(__x86_64__) || defined(__i386__)
+#define GP_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
+#define GP_AVX2 __attribute__((target("avx2,fma")))
+GP_VARIANT(gemm_avx512_f32, GP_AVX512, float, gemm_generic_f32)
+GP_VARIANT(gemm_avx512_f64, GP_AVX512, double, gemm_generic_f64)
+GP_VARIANT(gemm_avx2_f32, GP_AVX2, float, gemm_generic_f32)
+GP_VARIANT(gemm_avx2_f64, GP_AVX2, double, gemm_generic_f64)
+#define GP_PICK(NAME)                                                                  \
+    (__builtin_cpu_init(), __builtin_cpu_supports("avx512f")                           \
+         ? gemm_avx512_##NAME                                                          \
+         : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")            \
+                ? gemm_avx2_##NAME : gemm_base_##NAME))
+#else
+#define GP_PICK(NAME) gemm_base_##NAME
+#endif
+
+static nnkit_gemm_f32_fn gemm_select_f32(void) { return GP_PICK(f32); }
+static nnkit_gemm_f64_fn gemm_select_f64(void) { return GP_PICK(f64); }
+
+/* every build this CPU can run, for the tests: 0 baseline, 1 AVX2+FMA, 2 AVX-512; NULL when
+ * not built or not supported */
+static void *gemm_variant(int which, int f64)
+{
+    if (which == 0) return f64 ? (void *)gemm_base_f64 : (void *)gemm_base_f32;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (which == 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return f64 ? (void *)gemm_avx2_f64 : (void *)gemm_avx2_f32;
+    if (which == 2 && __builtin_cpu_supports("avx512f"))
+        return f64 ? (void *)gemm_avx512_f64 : (void *)gemm_avx512_f32;
+#endif
+    return NULL;
+}
+static const char *gemm_isa(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return "avx512";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "avx2";
+#endif
+    return "baseline";
+}
+
+#else /* no vector extensions: plain loops over the same packed layout */
+
+#define GP_PLAIN(NAME, T, NR)                                                          \
+    static void NAME(const T *a, const T *bp, T *c, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N)             \
+    {                                                                                  \
+        for (ptrdiff_t i = 0; i < M; i++)                                                   \
+            for (ptrdiff_t n = 0; n < N; n++) {                                             \
+                const T *col = bp + (n / NR) * K * NR + n % NR;                        \
+                T s = 0;                                                               \
+                for (ptrdiff_t k = 0; k < K; k++) s += a[i * K + k] * col[k * NR];          \
+                c[i * N + n] = s;                                                      \
+            }                                                                          \
+    }
+GP_PLAIN(gemm_base_f32, float, NNKIT_GEMM_NR_F32)
+GP_PLAIN(gemm_base_f64, double, NNKIT_GEMM_NR_F64)
+static nnkit_gemm_f32_fn gemm_select_f32(void) { return gemm_base_f32; }
+static nnkit_gemm_f64_fn gemm_select_f64(void) { return gemm_base_f64; }
+static void *gemm_variant(int which, int f64)
+{
+    if (which == 0) return f64 ? (void *)gemm_base_f64 : (void *)gemm_base_f32;
+    return NULL;
+}
+static const char *gemm_isa(void) { return "plain"; }
+
+#endif
+#endif

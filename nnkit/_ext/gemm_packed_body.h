@@ -1,0 +1,65 @@
+/* One type's packed-panel GEMM, included by gemm_packed.h once per float type with
+ *   GP_T (the element type), GP_V (a GCC vector of GP_L elements, 64 bytes), GP_NAME (the
+ *   function name). The panel width is NR = 2 * GP_L columns.
+ *
+ * c (M, N) = a (M, K) @ b (K, N), every matrix row-major and contiguous; b is given packed:
+ * ceil(N / NR) panels, panel p holding columns [p NR, p NR + NR) of b as K rows of NR
+ * values (zero beyond column N). A tile of 4 rows x NR columns of c is 8 vector
+ * accumulators that stay in registers over the whole k loop; the panel stays in cache
+ * across the row tiles of its column block. (Blocking k by 256, to keep the panel in L1
+ * when K is large, measured no faster at the recurrent layers' shapes.) */
+
+/* dst[:width] = the row (lo, hi) of a tile */
+#define GP_STORE(dst, lo, hi, width)                                                     \
+    do {                                                                                 \
+        GP_V row_[2] = {lo, hi};                                                         \
+        if ((width) == 2 * GP_L) /* a fixed size: vector stores */                       \
+            memcpy(dst, row_, sizeof row_);                                              \
+        else                                                                             \
+            memcpy(dst, row_, (size_t)(width) * sizeof(GP_T));                           \
+    } while (0)
+
+static GP_INLINE void GP_NAME(const GP_T *a, const GP_T *bp, GP_T *c, ptrdiff_t M, ptrdiff_t K,
+                              ptrdiff_t N)
+{
+    enum { L = GP_L, NR = 2 * GP_L };
+    ptrdiff_t npanels = (N + NR - 1) / NR;
+    for (ptrdiff_t p = 0; p < npanels; p++) {
+        const GP_T *panel = bp + p * K * NR;
+        ptrdiff_t n0 = p * NR, width = N - n0 < NR ? N - n0 : NR;
+        ptrdiff_t i = 0;
+        for (; i + 4 <= M; i += 4) {
+            const GP_T *a0 = a + i * K, *a1 = a0 + K, *a2 = a1 + K, *a3 = a2 + K;
+            GP_V c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0};
+            GP_V c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+            for (ptrdiff_t k = 0; k < K; k++) {
+                GP_V b0, b1;
+                memcpy(&b0, panel + k * NR, sizeof b0);
+                memcpy(&b1, panel + k * NR + L, sizeof b1);
+                GP_T x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
+                c00 += x0 * b0; c01 += x0 * b1;
+                c10 += x1 * b0; c11 += x1 * b1;
+                c20 += x2 * b0; c21 += x2 * b1;
+                c30 += x3 * b0; c31 += x3 * b1;
+            }
+            GP_T *c0 = c + i * N + n0;
+            GP_STORE(c0, c00, c01, width);
+            GP_STORE(c0 + N, c10, c11, width);
+            GP_STORE(c0 + 2 * N, c20, c21, width);
+            GP_STORE(c0 + 3 * N, c30, c31, width);
+        }
+        for (; i < M; i++) {
+            const GP_T *a0 = a + i * K;
+            GP_V c00 = {0}, c01 = {0};
+            for (ptrdiff_t k = 0; k < K; k++) {
+                GP_V b0, b1;
+                memcpy(&b0, panel + k * NR, sizeof b0);
+                memcpy(&b1, panel + k * NR + L, sizeof b1);
+                c00 += a0[k] * b0; c01 += a0[k] * b1;
+            }
+            GP_STORE(c + i * N + n0, c00, c01, width);
+        }
+    }
+}
+
+#undef GP_STORE

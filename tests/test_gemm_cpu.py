@@ -1,0 +1,74 @@
+"""The packed-panel GEMM the recurrent time loops call (``nnkit._ext.gemm_cpu``).
+
+- ``matmul_packed`` == the float64 product of the same matrices (hypothesis over M, K, N
+  including 0, 1, tails of the 4-row tile and of the 32/16-column panels, both dtypes);
+- ``pack_panels``'s layout, written out by hand;
+- every build this CPU can run (baseline, AVX2+FMA, AVX-512), called directly, == the
+  product; the kernel chosen for this CPU is one of them; bad input to the Python entry.
+"""
+
+import ctypes
+
+import numpy as np
+import pytest
+from helpers import assert_matches_reference
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from nnkit._ext import gemm_cpu, gemm_packed
+
+
+@given(M=st.integers(0, 13), K=st.integers(0, 70), N=st.integers(0, 100),
+       dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2**16))
+@example(M=32, K=128, N=512, dtype=np.float32, seed=0)  # an LSTM step, every tile full
+@example(M=5, K=1, N=33, dtype=np.float64, seed=1)  # one full and one 1-column panel
+@example(M=6, K=600, N=45, dtype=np.float32, seed=2)  # a long k loop, a partial panel
+def test_matmul_packed_is_the_matrix_product(M, K, N, dtype, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((M, K)).astype(dtype)
+    b = rng.standard_normal((K, N)).astype(dtype)
+    got = gemm_cpu.matmul_packed(a, b)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    scale = max(1.0, float(np.abs(want).max())) if want.size else 1.0
+    assert_matches_reference(got / scale, (want / scale).astype(dtype), dtype,
+                             factor=8 * max(K, 1))
+
+
+@pytest.mark.parametrize("dtype, width", [(np.float32, 32), (np.float64, 16)])
+def test_pack_panels_layout(dtype, width):
+    b = np.arange(3 * (width + 5), dtype=dtype).reshape(3, width + 5)
+    panels = gemm_cpu.pack_panels(b)
+    assert panels.shape == (2, 3, width) and panels.dtype == dtype
+    np.testing.assert_array_equal(panels[0], b[:, :width])
+    np.testing.assert_array_equal(panels[1, :, :5], b[:, width:])
+    assert not panels[1, :, 5:].any()  # zero beyond the last column
+    assert gemm_cpu.PANEL_WIDTH[np.dtype(dtype).name] == width
+
+
+@pytest.mark.parametrize("build", sorted(gemm_packed.variant_addresses()))
+def test_every_build_is_the_matrix_product(build):
+    isa, dtype = build
+    address = gemm_packed.variant_addresses()[build]
+    kernel = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, *[ctypes.c_ssize_t] * 3)(address)
+    rng = np.random.default_rng(3)
+    for M, K, N in [(1, 1, 1), (7, 19, 45), (12, 130, 64), (4, 0, 3)]:
+        a = rng.standard_normal((M, K)).astype(dtype)
+        b = rng.standard_normal((K, N)).astype(dtype)
+        out = np.full((M, N), np.nan, dtype)
+        kernel(a.ctypes.data, gemm_cpu.pack_panels(b).ctypes.data, out.ctypes.data, M, K, N)
+        assert_matches_reference(out, (a.astype(np.float64) @ b).astype(dtype), dtype,
+                                 factor=8 * max(K, 1), err_msg=f"{isa} {(M, K, N)}")
+
+
+def test_kernel_build_is_known():
+    assert gemm_cpu.isa() in {"avx512", "avx2", "baseline", "plain"}
+
+
+def test_matmul_packed_bad_input():
+    a = np.ones((2, 3), np.float32)
+    with pytest.raises(TypeError, match="float32 and float64"):
+        gemm_cpu.matmul_packed(a, np.ones((3, 2)))
+    with pytest.raises(TypeError, match="int64"):
+        gemm_cpu.matmul_packed(a.astype(np.int64), np.ones((3, 2), np.int64))
+    with pytest.raises(ValueError, match=r"\(2, 3\) and \(4, 2\)"):
+        gemm_cpu.matmul_packed(a, np.ones((4, 2), np.float32))
