@@ -1,12 +1,11 @@
 """Recurrent layers through time: validated forward/backward pairs (Elman RNN, LSTM, GRU).
 
-Each forward runs one layer in one direction over a whole sequence:
-
-1. the input projection of all steps as one GEMM, ``x_proj = x @ W_ih^T + b`` (T*B, G*H);
-2. the time loop in one compiled kernel (``nnkit._ext.recurrent_cpu``): per step the GEMM
-   ``h_{t-1} @ W_hh^T`` through BLAS and the gate nonlinearities fused with the cell update.
-   CuPy arrays run the same loop from the host (``nnkit._ext.recurrent_cuda``): per step a
-   cuBLAS GEMM and one fused Numba CUDA cell launch; every array stays on the device.
+Each forward runs one layer in one direction over a whole sequence, in one compiled kernel
+(``nnkit._ext.recurrent_cpu``): per step the GEMMs ``x_t @ W_ih^T`` and ``h_{t-1} @ W_hh^T``
+(a packed-panel C kernel) and the gate nonlinearities fused with the cell update, blocks of
+batch rows on separate threads. CuPy arrays take the input projection of all steps as one
+cuBLAS GEMM first, then run the loop from the host (``nnkit._ext.recurrent_cuda``): per step
+a cuBLAS GEMM and one fused Numba CUDA cell launch; every array stays on the device.
 
 Each backward runs BPTT in one compiled kernel, which leaves the gradients with respect to
 the gate pre-activations of every step; the parameter and input gradients are then large
@@ -172,20 +171,33 @@ def _cpu_steps() -> _Steps:
 def _gpu_steps() -> _Steps:
     from .._ext import recurrent_cuda as g
 
-    return _Steps(g.rnn_forward_gpu, g.rnn_backward_gpu, g.lstm_forward_gpu,
-                  g.lstm_backward_gpu, g.gru_forward_gpu, g.gru_backward_gpu,
-                  contextlib.nullcontext)
+    return _Steps(_projected(g.rnn_forward_gpu), g.rnn_backward_gpu,
+                  _projected(g.lstm_forward_gpu), g.lstm_backward_gpu,
+                  _projected(g.gru_forward_gpu), g.gru_backward_gpu, contextlib.nullcontext)
+
+
+def _projected(loop):
+    """A GPU time loop behind the CPU kernels' signature ``(x, w_ih_t, bias, x_proj, *rest)``:
+    the input projection of every step as one GEMM (cuBLAS) into ``x_proj``, the bias added,
+    then ``loop(x_proj, *rest)``. (The CPU kernels project step by step on their threads.)"""
+
+    def run(x, w_ih_t, bias, x_proj, *rest):
+        T, B, D = x.shape
+        flat = x_proj.reshape(T * B, -1)
+        array_module(x).matmul(x.reshape(T * B, D), w_ih_t, out=flat)
+        flat += bias
+        return loop(x_proj, *rest)
+
+    return run
 
 
 # ---- shared GEMMs ------------------------------------------------------------------------
 
-def _input_projection(x, weight_ih, bias):
-    """x_proj = x @ W_ih^T + bias as one GEMM: (T, B, D) -> (T, B, G*H)."""
-    T, B, D = x.shape
-    x_proj = x.reshape(T * B, D) @ weight_ih.T  # (T*B, G*H)
-    if bias is not None:
-        x_proj += bias
-    return x_proj.reshape(T, B, -1)
+def _bias(xp, b_ih, b_hh, size, dtype):
+    """The bias the step adds to x_t W_ih^T: b_ih (+ b_hh when given), zeros without one."""
+    if b_ih is None:
+        return xp.zeros(size, dtype=dtype)
+    return b_ih if b_hh is None else b_ih + b_hh
 
 
 def _weight_grads(cache, dgx, dgh, h0):
@@ -250,13 +262,13 @@ def rnn_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None,
     T, B, _ = x.shape
     H = w_hh.shape[0]
     xp = array_module(x)
-    x_proj = _input_projection(x, w_ih, None if b_ih is None else b_ih + b_hh)
     y = xp.empty((T, B, H), dtype=x.dtype)
     h = xp.empty((B, H), dtype=x.dtype)
     steps = _steps(x)
     with steps.context():
-        steps.rnn_forward(x_proj, h0, xp.ascontiguousarray(w_hh.T), nonlinearity == "relu",
-                          bool(reverse), y, h)
+        steps.rnn_forward(x, xp.ascontiguousarray(w_ih.T), _bias(xp, b_ih, b_hh, H, x.dtype),
+                          xp.empty_like(y), h0, xp.ascontiguousarray(w_hh.T),
+                          nonlinearity == "relu", bool(reverse), y, h)
     cache = RecurrentCache("rnn", x, h0, None, w_ih, w_hh, b_ih is not None, nonlinearity,
                            bool(reverse), {"y": y})
     return y, h, cache
@@ -336,7 +348,7 @@ def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, re
     T, B, _ = x.shape
     H = w_hh.shape[1]
     xp = array_module(x)
-    x_proj = _input_projection(x, w_ih, None if b_ih is None else b_ih + b_hh)
+    gates = xp.empty((T, B, 4 * H), dtype=x.dtype)
     if stacked:
         y_c = xp.empty((T + 1, B, H), dtype=x.dtype)
         y, c = y_c[:T], y_c[T]
@@ -346,9 +358,10 @@ def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, re
     h = xp.empty_like(h0)
     steps = _steps(x)
     with steps.context():
-        steps.lstm_forward(x_proj, h0, c0, xp.ascontiguousarray(w_hh.T), bool(reverse), y,
-                           c_all, h, c, xp.empty((B, 4 * H), dtype=x.dtype))
-    gates = x_proj  # activated in place
+        steps.lstm_forward(x, xp.ascontiguousarray(w_ih.T),
+                           _bias(xp, b_ih, b_hh, 4 * H, x.dtype), gates, h0, c0,
+                           xp.ascontiguousarray(w_hh.T), bool(reverse), y, c_all, h, c,
+                           xp.empty((B, 4 * H), dtype=x.dtype))
     cache = RecurrentCache("lstm", x, h0, c0, w_ih, w_hh, b_ih is not None, "", bool(reverse),
                            {"y": y, "gates": gates, "c": c_all})
     return y, h, c, cache
@@ -416,17 +429,16 @@ def gru_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse
     T, B, _ = x.shape
     H = w_hh.shape[1]
     xp = array_module(x)
-    x_proj = _input_projection(x, w_ih, b_ih)
-    b = xp.zeros(3 * H, dtype=x.dtype) if b_hh is None else b_hh
+    gates = xp.empty((T, B, 3 * H), dtype=x.dtype)
     y = xp.empty((T, B, H), dtype=x.dtype)
     hn = xp.empty((T, B, H), dtype=x.dtype)
     h = xp.empty_like(h0)
     gh = xp.empty((B, 3 * H), dtype=x.dtype)
     steps = _steps(x)
     with steps.context():
-        steps.gru_forward(x_proj, h0, xp.ascontiguousarray(w_hh.T), b, bool(reverse), y, hn,
-                          h, gh)
-    gates = x_proj  # activated in place
+        steps.gru_forward(x, xp.ascontiguousarray(w_ih.T), _bias(xp, b_ih, None, 3 * H, x.dtype),
+                          gates, h0, xp.ascontiguousarray(w_hh.T),
+                          _bias(xp, b_hh, None, 3 * H, x.dtype), bool(reverse), y, hn, h, gh)
     cache = RecurrentCache("gru", x, h0, None, w_ih, w_hh, b_ih is not None, "", bool(reverse),
                            {"y": y, "gates": gates, "hn": hn})
     return y, h, cache
