@@ -12,7 +12,11 @@ scratch: lexicon sentiment (a classifier on [CLS]), part-of-speech-like tagging
     python examples/bert_pretrain.py --small    # seconds (the smoke test)
 
 Prints held-out MLM and NSP accuracy per epoch and the fine-tuning table; writes the
-accuracy curves to bert_pretrain.png.
+accuracy curves to bert_pretrain.png. Held-out MLM accuracy rises (0.000 -> ~0.19, the
+most frequent token scores 0.08); NSP stays near chance on a corpus this small: each sentence
+is paired once with its successor and once with a negative, so only the topical link of a
+and b predicts the label, and bag-of-words classifiers reach only 0.56-0.61 on it
+(benchmarks/RESULTS.md, "Next-sentence prediction").
 """
 
 from __future__ import annotations
