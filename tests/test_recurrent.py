@@ -132,6 +132,29 @@ def test_row_blocks_on_threads_give_identical_results(cell, reverse, monkeypatch
             np.testing.assert_array_equal(g, w, err_msg=f"{key}: output {i}")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_weight_gradients_split_by_rows_equal_the_products(dtype):
+    """The CPU weight gradients run as blocks of rows on threads (partial GEMMs summed): every
+    split (serial and parallel builds, 1-4 blocks, an empty h_prev) == the plain products."""
+    from nnkit._ext import recurrent_cpu
+
+    rng = np.random.default_rng(11)
+    N, GH, D, H = 37, 12, 5, 3
+    dgx, dgh = (rng.standard_normal((N, GH)).astype(dtype) for _ in range(2))
+    x, w_ih = rng.standard_normal((N, D)).astype(dtype), rng.standard_normal((GH, D)).astype(dtype)
+    for n_later in (N - 4, 0):
+        later, h_prev = dgh[4:4 + n_later], rng.standard_normal((n_later, H)).astype(dtype)
+        want = [dgx @ w_ih, dgx.T @ x, later.T @ h_prev, dgx.sum(0), dgh.sum(0)]
+        for build, parts in [("serial", 1), ("serial", 3), ("parallel", 2), ("parallel", 4)]:
+            got = [np.empty((N, D), dtype), np.empty((GH, D), dtype), np.empty((GH, H), dtype),
+                   np.empty(GH, dtype), np.empty(GH, dtype)]
+            getattr(recurrent_cpu.weight_grads_cpu, build)(dgx, x, w_ih, dgh, later, h_prev,
+                                                           *got, parts)
+            for i, (g, w) in enumerate(zip(got, want, strict=True)):
+                assert_matches_reference(g, w, dtype, factor=4 * N,
+                                         err_msg=f"{build} {parts} blocks: output {i}")
+
+
 def test_hidden_grads_are_the_total_state_gradients(rng):
     """The kernels' hidden_grads[t] = dL/dh_t, checked with torch's retain_grad."""
     torch = import_torch()

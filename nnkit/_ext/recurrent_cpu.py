@@ -50,7 +50,7 @@ from llvmlite import ir
 from numba import prange, types
 from numba.extending import intrinsic, overload
 
-from ._dispatch import serial_or_parallel
+from ._dispatch import serial_or_parallel, serial_step_blas
 from .gemm_cpu import pack_panels, step_gemm
 
 __all__ = [
@@ -68,6 +68,7 @@ __all__ = [
     "act_sigmoid",
     "act_tanh",
     "MIN_CHUNK_ROWS",
+    "weight_grads_cpu",
 ]
 
 
@@ -500,6 +501,68 @@ def _gru_backward(dy, dh_T, h0, y, gates, hn, w_hh, reverse, dgx, dgh, dh, dh_ga
                 dhrow, grow = dh[b], dh_gated[b]
                 for j in range(dhrow.shape[0]):
                     dhrow[j] += grow[j]
+
+
+# ---- the parameter gradients: large GEMMs over all steps, split by rows ------------------
+
+def _weight_grads(dgx, x, w_ih, dgh, dgh_later, h_prev, dx, dw_ih, dw_hh, db_ih, db_hh,
+                  parts):
+    """From the pre-activation gradients of all steps, as 2-D row blocks::
+
+        dx = dgx @ W_ih,  dW_ih = dgx^T x,  dW_hh = dgh_later^T h_prev,
+        db_ih = sum_rows dgx,  db_hh = sum_rows dgh
+
+    dgx, dgh (N, GH); x (N, D); w_ih (GH, D); dgh_later (N2, GH) the rows whose previous
+    state is in h_prev (N2, H) (the first step's h0 term is the caller's); outputs dx (N, D),
+    dw_ih (GH, D), dw_hh (GH, H), db_ih, db_hh (GH,). ``parts`` blocks of rows run on
+    separate threads, each calling BLAS (np.dot) on one thread; the blocks' partial weight
+    gradients are summed at the end, the bias sums accumulated in float64."""
+    N, GH = dgx.shape
+    N2 = dgh_later.shape[0]
+    part_ih = np.empty((parts,) + dw_ih.shape, dtype=dw_ih.dtype)
+    part_hh = np.zeros((parts,) + dw_hh.shape, dtype=dw_hh.dtype)
+    part_b = np.zeros((parts, 2, GH))
+    for k in prange(parts):
+        r0, r1 = chunk_rows(k, parts, N)
+        np.dot(dgx[r0:r1], w_ih, dx[r0:r1])
+        np.dot(dgx[r0:r1].T, x[r0:r1], part_ih[k])
+        s0, s1 = chunk_rows(k, parts, N2)
+        if s1 > s0:
+            np.dot(dgh_later[s0:s1].T, h_prev[s0:s1], part_hh[k])
+        sums_ih, sums_hh = part_b[k, 0], part_b[k, 1]
+        for r in range(r0, r1):
+            gx, gh = dgx[r], dgh[r]
+            for j in range(GH):
+                sums_ih[j] += gx[j]
+            for j in range(GH):
+                sums_hh[j] += gh[j]
+    dw_ih[:, :] = part_ih[0]
+    dw_hh[:, :] = part_hh[0]
+    for k in range(1, parts):
+        dw_ih += part_ih[k]
+        dw_hh += part_hh[k]
+    for j in range(GH):
+        db_ih[j] = part_b[:, 0, j].sum()
+        db_hh[j] = part_b[:, 1, j].sum()
+
+
+_weight_grads_builds = serial_or_parallel(_weight_grads, error_model="numpy")
+
+# Fewer rows per block than this and the GEMMs are too thin to gain from a second thread.
+MIN_GRAD_ROWS = 256
+
+
+def weight_grads_cpu(*args):
+    """``_weight_grads`` (same arguments, less ``parts``): blocks of at least MIN_GRAD_ROWS
+    rows, one per thread, with numba's (SciPy's) BLAS on one thread."""
+    parts = max(1, min(numba.get_num_threads(), args[0].shape[0] // MIN_GRAD_ROWS))
+    build = _weight_grads_builds.parallel if parts > 1 else _weight_grads_builds.serial
+    with serial_step_blas():
+        build(*args, parts)
+
+
+weight_grads_cpu.serial = _weight_grads_builds.serial
+weight_grads_cpu.parallel = _weight_grads_builds.parallel
 
 
 # ---- entry points: a serial and a parallel build, the batch split chosen by rows ---------

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._backend import array_module, is_gpu_array
+from .._backend import array_module, is_gpu_array, matmul
 from .._validation import FLOATS, check_array, check_choice
 
 __all__ = [
@@ -205,12 +205,33 @@ def _weight_grads(cache, dgx, dgh, h0):
     x, y = cache.x, cache.saved["y"]
     T, B, D = x.shape
     GH, H = cache.weight_hh.shape
-    dgx2 = dgx.reshape(T * B, GH)  # (T*B, G*H)
-    dx = (dgx2 @ cache.weight_ih).reshape(T, B, D)
-    dw_ih = dgx2.T @ x.reshape(T * B, D)
     # the step at t reads h_{t-1} = y[t-1] (y[t+1] in reverse), and h0 at the first step
     first, later, prev = (T - 1, slice(0, T - 1), slice(1, T)) if cache.reverse else (
         0, slice(1, T), slice(0, T - 1))
+    if is_gpu_array(x):
+        return _weight_grads_gpu(cache, dgx, dgh, h0, first, later, prev)
+    from .._ext.recurrent_cpu import weight_grads_cpu
+
+    dx = np.empty_like(x)
+    dw_ih, dw_hh = np.empty_like(cache.weight_ih), np.empty_like(cache.weight_hh)
+    db_ih, db_hh = np.empty(GH, dtype=x.dtype), np.empty(GH, dtype=x.dtype)
+    weight_grads_cpu(dgx.reshape(T * B, GH), x.reshape(T * B, D), cache.weight_ih,
+                     dgh.reshape(T * B, GH), dgh[later].reshape(-1, GH),
+                     y[prev].reshape(-1, H), dx.reshape(T * B, D), dw_ih, dw_hh, db_ih, db_hh)
+    dw_hh += matmul(dgh[first].T, h0)  # one BLAS thread: none left spinning (see _backend)
+    if not cache.has_bias:
+        return dx, dw_ih, dw_hh, None, None
+    return dx, dw_ih, dw_hh, db_ih, db_hh
+
+
+def _weight_grads_gpu(cache, dgx, dgh, h0, first, later, prev):
+    """``_weight_grads`` on the GPU: one cuBLAS GEMM each."""
+    x, y = cache.x, cache.saved["y"]
+    T, B, D = x.shape
+    GH, H = cache.weight_hh.shape
+    dgx2 = dgx.reshape(T * B, GH)  # (T*B, G*H)
+    dx = (dgx2 @ cache.weight_ih).reshape(T, B, D)
+    dw_ih = dgx2.T @ x.reshape(T * B, D)
     dw_hh = dgh[first].T @ h0
     if T > 1:
         dw_hh += dgh[later].reshape(-1, GH).T @ y[prev].reshape(-1, H)
