@@ -6,8 +6,8 @@ width 64, 3 pre-norm GELU layers, 8 heads, MLP 128); the torch twin has the same
 names and starts from nnkit's weights (a state_dict copy), so both do the same arithmetic.
 Batches of 32 (the training batch) and 128 images. Target (issue 9): nnkit at least as
 fast as PyTorch (ratio torch/nnkit >= 1, torch on numba's thread count). Rows: nnkit as is
-(its GEMMs under ``nnkit._backend.SMALL_GEMM_FLOPS`` run on one BLAS thread), nnkit with
-every GEMM on one BLAS thread, nnkit all on one thread, torch on numba's thread count and
+(its GEMMs under ``nnkit._backend.SMALL_GEMM_FLOPS`` run on numba's threads or on one BLAS
+thread, see ``nnkit._backend.matmul``), nnkit with BLAS on one thread, nnkit all on one thread, torch on numba's thread count and
 torch on one thread; the ratio compares each nnkit row with torch on the same thread count
 (nnkit-1 with torch-1).
 
@@ -118,9 +118,8 @@ def _torch_step(threads: int, batch: int):
 def _worker(impl: str, threads: int, batch: int, blocks: int, block: int) -> None:
     """Time ``blocks`` blocks of ``block`` steps; print the per-step seconds as JSON.
 
-    ``impl``: 'nnkit' (as is: BLAS on numba's thread count for GEMMs over
-    nnkit._backend.SMALL_GEMM_FLOPS, one thread below), 'nnkit-blas1' (BLAS on one
-    thread for every GEMM), 'nnkit-1' (numba and BLAS on one
+    ``impl``: 'nnkit' (as is: ``nnkit._backend.matmul``'s choice per GEMM),
+    'nnkit-blas1' (BLAS on one thread), 'nnkit-1' (numba and BLAS on one
     thread), 'torch' (``threads``), 'torch-1' (one thread).
     """
     if impl in ("nnkit-blas1", "nnkit-1"):

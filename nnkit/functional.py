@@ -342,9 +342,11 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -
 def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
     """Zero each element with probability ``p`` and scale the rest by 1/(1-p) (training only).
 
-    ``rng`` defaults to nnkit's global generator (``nk.manual_seed``). On the GPU the mask
-    is drawn on the device from one seed taken from ``rng`` (``nnkit._random``'s
-    ``device_uniform``): reproducible under ``nk.manual_seed``, but not the CPU's mask.
+    ``rng`` defaults to nnkit's global generator (``nk.manual_seed``). One seed is taken
+    from it per call, and element i's draw is a splitmix64 hash of that seed and i
+    (``kernels.dropout_forward``, one parallel pass making the mask and the output; on the
+    GPU ``nnkit._random.device_uniform``, the same stream): reproducible under
+    ``nk.manual_seed``, and the same mask on either device.
     """
     check_scalar(p, name="p", low=0.0, high=1.0)
     x = _float_tensor(x, "x")
@@ -353,12 +355,11 @@ def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
     xp = array_module(x.data)
     if p == 1.0:
         return x * xp.zeros_like(x.data)
-    if xp is np:
-        keep = get_rng(rng).random(x.shape) >= p
-    else:  # drawn on the device, seeded from nnkit's generator (no host mask, no copy)
-        keep = device_uniform(x.data.shape, rng) >= p
-    mask = xp.asarray(keep, dtype=x.dtype) / (1.0 - p)
-    return x * mask
+    if xp is not np:  # drawn on the device (no host mask, no copy)
+        mask = xp.asarray(device_uniform(x.data.shape, rng) >= p, dtype=x.dtype) / (1.0 - p)
+        return x * mask
+    y, mask = kernels.dropout_forward(x.data, p, int(get_rng(rng).integers(0, 2**63 - 1)))
+    return make_result(y, (x,), lambda g: (g * mask,), "dropout")
 
 
 def embedding(ids, weight) -> Tensor:

@@ -1,5 +1,5 @@
-"""The fused GELU kernels against the naive twin, central differences, serial == parallel,
-and the public boundary."""
+"""The fused GELU and dropout kernels against their naive twins, central differences,
+serial == parallel, and the public boundary."""
 
 import numpy as np
 import pytest
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import nnkit as nk
 from nnkit import functional as F
 from nnkit._ext import activation_cpu
-from nnkit.kernels import gelu_backward, gelu_forward, reference
+from nnkit.kernels import dropout_forward, gelu_backward, gelu_forward, reference
 
 
 @given(x=arrays(low=-12.0, high=12.0, max_side=9), seed=st.integers(0, 2**16))
@@ -61,3 +61,55 @@ def test_bad_input_is_named():
     y, cdf = gelu_forward(np.zeros(3))
     with pytest.raises(ValueError, match=r"g and x must have the same shape"):
         gelu_backward(np.zeros(4), np.zeros(3), cdf)
+
+
+# ---- dropout ---------------------------------------------------------------------------------
+
+@given(x=arrays(max_side=9), p=st.sampled_from([0.0, 0.1, 0.5, 0.9]),
+       seed=st.integers(0, 2**64 - 1))
+def test_dropout_matches_the_naive_twin(x, p, seed):
+    y, mask = dropout_forward(x, p, seed)
+    want = reference.dropout_mask(x.shape, p, seed, x.dtype)
+    np.testing.assert_array_equal(mask, want)
+    np.testing.assert_array_equal(y, (x.astype(np.float64) * want).astype(x.dtype))
+
+
+def test_dropout_rate_parallel_build_and_the_gpu_stream():
+    x = np.ones(200_003, np.float32)  # above the parallel threshold, odd length
+    y, mask = dropout_forward(x, 0.3, 12345)
+    kept = mask > 0
+    assert abs(kept.mean() - 0.7) < 0.005 and np.allclose(mask[kept], 1 / 0.7)
+    args = (np.uint64(12345), 0.3, 1 / 0.7)
+    outs = [(np.empty_like(x), np.empty_like(x)) for _ in range(2)]
+    activation_cpu.dropout_forward.serial(x, *args, *outs[0])
+    activation_cpu.dropout_forward.parallel(x, *args, *outs[1])
+    np.testing.assert_array_equal(outs[0][1], outs[1][1])
+    np.testing.assert_array_equal(outs[0][1], mask)
+    # the GPU draws u_i from the same hash (nnkit._random._SPLITMIX_BODY): check its text
+    from nnkit import _random
+
+    for constant in ("0x9E3779B97F4A7C15", "0xBF58476D1CE4E5B9", "0x94D049BB133111EB",
+                     ">> 30", ">> 27", ">> 31", ">> 11"):
+        assert constant in _random._SPLITMIX_BODY
+
+
+def test_functional_dropout_gradient_is_the_mask():
+    nk.manual_seed(3)
+    x = nk.tensor(np.random.default_rng(0).standard_normal((4, 33)), requires_grad=True)
+    y = F.dropout(x, 0.25)
+    y.backward(np.ones((4, 33)))
+    mask = y.numpy() / x.numpy()
+    np.testing.assert_allclose(x.grad, mask)
+    assert set(np.round(np.unique(mask), 12)) <= {0.0, round(1 / 0.75, 12)}
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"x": np.ones(3, np.int64), "p": 0.5, "seed": 1}, TypeError),
+    ({"x": np.ones(3), "p": 1.0, "seed": 1}, ValueError),
+    ({"x": np.ones(3), "p": -0.1, "seed": 1}, ValueError),
+    ({"x": np.ones(3), "p": 0.5, "seed": -1}, ValueError),
+    ({"x": np.ones(3), "p": 0.5, "seed": 2**64}, ValueError),
+])
+def test_dropout_bad_input(kwargs, error):
+    with pytest.raises(error):
+        dropout_forward(**kwargs)

@@ -1,4 +1,5 @@
-"""Numba kernels for the exact GELU, y = x Phi(x), forward and backward in one pass each.
+"""Numba kernels for the exact GELU, y = x Phi(x), forward and backward in one pass each,
+and for dropout (mask and masked output in one pass).
 
 Arrays are C-contiguous and flat (the caller reshapes); nothing is validated here
 (``nnkit.kernels.activation`` does that). Arithmetic is float64 whatever the storage dtype.
@@ -15,11 +16,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import prange
 
 from ._dispatch import serial_or_parallel
 
-__all__ = ["gelu_forward", "gelu_backward"]
+__all__ = ["gelu_forward", "gelu_backward", "dropout_forward"]
 
 _INV_SQRT2 = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327
@@ -50,3 +52,29 @@ def _gelu_backward(g, x, cdf, dx):
 
 gelu_forward = serial_or_parallel(_gelu_forward)
 gelu_backward = serial_or_parallel(_gelu_backward)
+
+
+# ---- dropout: splitmix64 counters, the same stream as nnkit._random.device_uniform --------
+# Element i keeps its value when u_i >= p, u_i = (splitmix64(seed + (i + 1) gamma) >> 11)
+# 2^-53: no generator state, so the pass is parallel, and a seed gives the same mask on the
+# CPU as on the GPU. (Drawing with NumPy's Generator, building a float mask and multiplying
+# took 0.73 ms per (2176, 64) ViT activation; this pass takes ~0.1 ms.)
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def _dropout_forward(x, seed, p, scale, y, mask):
+    """mask[i] = scale if u_i >= p else 0, y[i] = x[i] mask[i], over flat arrays; seed a
+    uint64."""
+    for i in prange(x.size):
+        z = seed + np.uint64(i + 1) * _GAMMA
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        z = z ^ (z >> np.uint64(31))
+        u = np.float64(z >> np.uint64(11)) * 1.1102230246251565e-16
+        mask[i] = scale if u >= p else 0.0
+        y[i] = x[i] * mask[i]  # by the stored mask, as the backward multiplies
+
+
+dropout_forward = serial_or_parallel(_dropout_forward)

@@ -20,12 +20,14 @@ from __future__ import annotations
 import numba
 import numpy as np
 from llvmlite import binding
-from numba import types
+from numba import prange, types
 from numba.extending import overload
 
 from . import gemm_packed as _c
+from ._dispatch import serial_step_blas
 
-__all__ = ["pack_panels", "step_gemm", "matmul_packed", "isa", "PANEL_WIDTH"]
+__all__ = ["pack_panels", "step_gemm", "matmul_packed", "matmul_rows_parallel",
+           "matmul_inner_parallel", "isa", "PANEL_WIDTH"]
 
 PANEL_WIDTH = dict(_c.PANEL_WIDTH)  # {"float32": 32, "float64": 16}
 for _name, _address in _c.addresses().items():
@@ -91,4 +93,44 @@ def matmul_packed(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         raise ValueError(f"a (M, K) and b (K, N): got shapes {a.shape} and {b.shape}")
     out = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
     _matmul_packed(a, pack_panels(b), out)
+    return out
+
+
+@numba.njit(cache=True, parallel=True)
+def _rows_parallel(a, b, out, parts):
+    bp = pack_panels(b)
+    M = a.shape[0]
+    for k in prange(parts):
+        r0 = (k * M // parts) // 4 * 4  # block edges on whole register tiles
+        r1 = M if k == parts - 1 else ((k + 1) * M // parts) // 4 * 4
+        step_gemm(a[r0:r1], bp, out[r0:r1])
+
+
+def matmul_rows_parallel(a: np.ndarray, b: np.ndarray, parts: int) -> np.ndarray:
+    """a (M, K) @ b (K, N) by ``parts`` blocks of a's rows on numba's threads (b packed
+    once); a C-contiguous, b any layout, one float dtype (unchecked: the caller's job)."""
+    out = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
+    _rows_parallel(a, b, out, parts)
+    return out
+
+
+@numba.njit(cache=True, parallel=True)
+def _inner_parallel(at, b, out, parts):
+    K = at.shape[0]
+    partial = np.empty((parts,) + out.shape, dtype=out.dtype)
+    for k in prange(parts):
+        r0, r1 = k * K // parts, (k + 1) * K // parts
+        np.dot(at[r0:r1].T, b[r0:r1], partial[k])
+    out[:, :] = partial[0]
+    for k in range(1, parts):
+        out += partial[k]
+
+
+def matmul_inner_parallel(a: np.ndarray, b: np.ndarray, parts: int) -> np.ndarray:
+    """a (M, K) @ b (K, N) for a = at.T with ``at`` (K, M) C-contiguous (a weight gradient
+    g^T x): ``parts`` blocks of the K rows on numba's threads, each a one-thread BLAS
+    product, the partial sums added. b C-contiguous, one float dtype (unchecked)."""
+    out = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
+    with serial_step_blas():
+        _inner_parallel(a.T, b, out, parts)
     return out

@@ -6,7 +6,7 @@ returns plain arrays. ``nnkit.kernels.reference`` holds the naive twin of each.
 """
 
 from . import reference
-from .activation import gelu_backward, gelu_forward
+from .activation import dropout_forward, gelu_backward, gelu_forward
 from .attention import attention_backward, attention_forward, attention_mask_backward
 from .conv import (
     avg_pool2d_backward,
@@ -52,6 +52,7 @@ __all__ = [
     "layer_norm_backward",
     "gelu_forward",
     "gelu_backward",
+    "dropout_forward",
     "conv1d_forward",
     "conv1d_backward",
     "conv2d_forward",

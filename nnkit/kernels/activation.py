@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._ext import activation_cpu
-from .._validation import FLOATS, check_array, check_same_shape
+from .._validation import FLOATS, check_array, check_same_shape, check_scalar
 
-__all__ = ["gelu_forward", "gelu_backward"]
+__all__ = ["gelu_forward", "gelu_backward", "dropout_forward"]
 
 
 def gelu_forward(x):
@@ -42,3 +42,22 @@ def gelu_backward(g, x, cdf):
         activation_cpu.gelu_backward(g.reshape(-1), x.reshape(-1), cdf.reshape(-1),
                                      dx.reshape(-1))
     return dx
+
+
+def dropout_forward(x, p: float, seed: int):
+    """(y, mask): mask = 1/(1-p) where u >= p, else 0, and y = x * mask, both shaped and
+    typed like ``x`` (float32/64). u is element i's (C order) uniform draw
+    ``splitmix64(seed + (i + 1) 0x9E3779B97F4A7C15) >> 11`` times 2**-53, the stream of
+    ``nnkit._random.device_uniform`` (twin: ``nnkit.kernels.reference.dropout_mask``).
+    ``p`` in [0, 1); ``seed`` in [0, 2**64)."""
+    x = check_array(x, name="x", dtype=FLOATS, allow_device=False)
+    check_scalar(p, name="p", low=0.0, high=1.0)
+    if p >= 1.0:
+        raise ValueError(f"p must be < 1 (p = 1 drops everything: no scale), got {p}")
+    if not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**64:
+        raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+    y, mask = np.empty_like(x), np.empty_like(x)
+    if x.size:
+        activation_cpu.dropout_forward(x.reshape(-1), np.uint64(seed), float(p),
+                                       1.0 / (1.0 - p), y.reshape(-1), mask.reshape(-1))
+    return y, mask

@@ -25,6 +25,7 @@ __all__ = [
     "layer_norm_backward",
     "gelu",
     "gelu_backward",
+    "dropout_mask",
     "conv1d",
     "conv1d_backward",
     "conv2d",
@@ -154,6 +155,22 @@ def gelu_backward(g, x):
     d = np.where(np.abs(v) > 10, (v > 0).astype(np.float64), d)  # x phi(x) -> 0 (and inf*0)
     out = np.asarray(g, dtype=np.float64) * d
     return out.astype(np.result_type(np.asarray(g).dtype, np.asarray(x).dtype))
+
+
+def dropout_mask(shape, p, seed, dtype=np.float64):
+    """1/(1-p) where u >= p else 0, u_i = (splitmix64(seed + (i + 1) gamma) >> 11) 2^-53 for
+    element i in C order, in Python integers (exact 64-bit arithmetic, one element at a
+    time)."""
+    mask64 = (1 << 64) - 1
+    n = int(np.prod(shape))
+    out = np.empty(n, dtype=dtype)
+    for i in range(n):
+        z = (seed + (i + 1) * 0x9E3779B97F4A7C15) & mask64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask64
+        z ^= z >> 31
+        out[i] = 1.0 / (1.0 - p) if (z >> 11) * 2.0**-53 >= p else 0.0
+    return out.reshape(shape)
 
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5):
