@@ -72,3 +72,50 @@ def test_matmul_packed_bad_input():
         gemm_cpu.matmul_packed(a.astype(np.int64), np.ones((3, 2), np.int64))
     with pytest.raises(ValueError, match=r"\(2, 3\) and \(4, 2\)"):
         gemm_cpu.matmul_packed(a, np.ones((4, 2), np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("M, K, N", [(130, 128, 200), (257, 160, 130), (515, 300, 40)])
+def test_backend_matmul_threaded_paths_equal_the_product(M, K, N, dtype):
+    """``nnkit._backend.matmul`` runs mid-sized 2-D products on numba's threads: row blocks
+    (a C-contiguous; edges on 4-row tiles, uneven blocks) and inner blocks (a = g^T)."""
+    from nnkit import _backend
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((M, K)).astype(dtype)
+    b = rng.standard_normal((K, N)).astype(dtype)
+    g = rng.standard_normal((K, M)).astype(dtype)
+    cases = {"rows": (a, b), "rows, b transposed": (a, np.asfortranarray(b)),
+             "inner": (g.T, b)}
+    for name, (left, right) in cases.items():
+        blocks, how = _backend._blocks(left, right)
+        want = left.astype(np.float64) @ right.astype(np.float64)
+        if numba_threads() > 1:
+            assert blocks > 1 and how == name.split(",")[0], name
+        for parts in (1, 2, 3):
+            run = (gemm_cpu.matmul_rows_parallel if how == "rows"
+                   else gemm_cpu.matmul_inner_parallel)
+            if how:
+                got = run(left, right, parts)
+                scale = float(np.abs(want).max())
+                assert_matches_reference(got / scale, (want / scale).astype(dtype), dtype,
+                                         factor=8 * K, err_msg=f"{name}, {parts} blocks")
+        got = _backend.matmul(left, right)
+        np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == np.float32 else 1e-12,
+                                   atol=1e-4 * np.sqrt(K), err_msg=name)
+
+
+def test_backend_matmul_keeps_blas_for_other_products():
+    from nnkit import _backend
+
+    a = np.ones((200, 64), np.float32)
+    assert _backend._blocks(a, np.ones((64, 8), np.float64))[0] == 1  # mixed dtypes
+    assert _backend._blocks(a[:100], np.ones((64, 8), np.float32))[0] == 1  # too few rows
+    assert _backend._blocks(np.ones((2, 200, 64)), np.ones((64, 8)))[0] == 1  # batched
+    assert _backend._blocks(a[:, ::2], np.ones((32, 512), np.float32))[0] == 1  # strided a
+
+
+def numba_threads():
+    import numba
+
+    return numba.get_num_threads()
