@@ -262,6 +262,19 @@ def _chunk_rows(k, chunks, B):
 chunk_rows = numba.njit(cache=True, inline="always")(_chunk_rows)
 
 
+def _add_direct_grad(dh, dy, keep, hidden_grads, t, b):
+    """dh (H) += dy (H): the total dL/dh_t of row b at step t, kept in hidden_grads[t, b]
+    when ``keep``."""
+    for j in range(dh.shape[0]):
+        dh[j] += dy[j]
+    if keep:
+        hidden_grads[t, b, :] = dh
+
+
+add_direct_grad = numba.njit(cache=True, inline="always",
+                             error_model="numpy")(_add_direct_grad)
+
+
 # ---- Elman RNN: h_t = phi(x_t W_ih^T + b + h_{t-1} W_hh^T) ------------------------------
 
 def _rnn_forward(x, w_ih_t, bias, x_proj, h0, w_hh_t, relu, reverse, y, h, chunks):
@@ -399,12 +412,8 @@ def _lstm_backward(dy, dh_T, dc_T, c0, gates, c_all, w_hh, reverse, dgates, dh, 
             t = step_index(T - 1 - s, T, reverse)
             c_prev = prev(s == T - 1, c0, c_all, t + 1 if reverse else t - 1)
             for b in range(b0, b1):
-                dhrow, dyrow = dh[b], dy[t, b]
-                for j in range(dhrow.shape[0]):
-                    dhrow[j] += dyrow[j]  # total dL/dh_t
-                if keep:
-                    hidden_grads[t, b, :] = dhrow
-                lstm_cell_backward(gates[t, b], c_all[t, b], c_prev[b], dhrow, dc[b],
+                add_direct_grad(dh[b], dy[t, b], keep, hidden_grads, t, b)
+                lstm_cell_backward(gates[t, b], c_all[t, b], c_prev[b], dh[b], dc[b],
                                    dgates[t, b])
             step_gemm(dgates[t][b0:b1], wp, dh[b0:b1])  # (rows, 4H) @ (4H, H)
 
@@ -489,12 +498,8 @@ def _gru_backward(dy, dh_T, h0, y, gates, hn, w_hh, reverse, dgx, dgh, dh, dh_ga
             t = step_index(T - 1 - s, T, reverse)
             h_prev = prev(s == T - 1, h0, y, t + 1 if reverse else t - 1)
             for b in range(b0, b1):
-                dhrow, dyrow = dh[b], dy[t, b]
-                for j in range(dhrow.shape[0]):
-                    dhrow[j] += dyrow[j]  # total dL/dh_t
-                if keep:
-                    hidden_grads[t, b, :] = dhrow
-                gru_cell_backward(gates[t, b], h_prev[b], hn[t, b], dhrow, dgx[t, b],
+                add_direct_grad(dh[b], dy[t, b], keep, hidden_grads, t, b)
+                gru_cell_backward(gates[t, b], h_prev[b], hn[t, b], dh[b], dgx[t, b],
                                   dgh[t, b])
             step_gemm(dgh[t][b0:b1], wp, dh_gated[b0:b1])  # (rows, 3H) @ (3H, H)
             for b in range(b0, b1):
