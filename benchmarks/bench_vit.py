@@ -7,9 +7,9 @@ names and starts from nnkit's weights (a state_dict copy), so both do the same a
 Batches of 32 (the training batch) and 128 images. Target (issue 9): nnkit at least as
 fast as PyTorch (ratio torch/nnkit >= 1, torch on numba's thread count). Rows: nnkit as is
 (its GEMMs under ``nnkit._backend.SMALL_GEMM_FLOPS`` run on numba's threads or on one BLAS
-thread, see ``nnkit._backend.matmul``), nnkit with BLAS on one thread, nnkit all on one thread, torch on numba's thread count and
-torch on one thread; the ratio compares each nnkit row with torch on the same thread count
-(nnkit-1 with torch-1).
+thread, see ``nnkit._backend.matmul``), nnkit with BLAS on one thread, nnkit all on one
+thread, torch on numba's thread count and torch on one thread; the ratio compares each
+nnkit row with torch on the same thread count (nnkit-1 with torch-1).
 
 Each contender runs in its own worker process, and the workers alternate (nnkit, torch,
 nnkit, torch, ...) within this one run: in one process torch's OpenMP pool and numba's and

@@ -8,23 +8,80 @@ not evaluated there: x * x would overflow for huge inputs and 0 * inf give NaN g
 
 Why a kernel: composed from NumPy and SciPy's ``erf``, GELU forward + backward on a
 (2176, 128) float32 activation (a ViT block at batch 128) made ~12 array passes and took
-5.9 ms; this forward pass takes 1.5 ms on 2 threads (``math.erf`` is a libm call per
-element, not vectorised, so the gain is the fusion and the second core).
+5.9 ms; the fused passes took 3.1 ms with libm's ``erf``, which Numba calls one element at a
+time (19 ms per (4096, 1024) BERT-mini activation on 2 threads, 13% of its training step).
+For float32 arrays Phi comes from a branch-free formula that LLVM vectorises instead
+(``_normal_cdf_fast``: the Chebyshev fit of erfc in Numerical Recipes, fractional error
+< 1.2e-7, with nnkit's polynomial exp; Phi measured within 1.7e-7 relative of SciPy's
+``ndtr`` over [-10, 10], ~3 float32 ulps, and accurate in the far left tail where
+1 + erf(x / sqrt 2) cancels); float64 arrays keep libm.
 """
 
 from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
-from numba import prange
+from numba import prange, types
+from numba.extending import overload
 
 from ._dispatch import serial_or_parallel
+from .recurrent_cpu import fast_exp
 
 __all__ = ["gelu_forward", "gelu_backward", "dropout_forward"]
 
 _INV_SQRT2 = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327
+
+
+def _normal_cdf_fast(v):
+    """Phi(v) = erfc(-v / sqrt 2) / 2, float64, branch-free: erfc(z) = t exp(-z^2 + P(t)),
+    t = 1 / (1 + z / 2), for z >= 0 (Numerical Recipes' Chebyshev fit, |error| < 1.2e-7
+    relative), and erfc(-z) = 2 - erfc(z)."""
+    z = abs(v) * _INV_SQRT2
+    t = 1.0 / (1.0 + 0.5 * z)
+    p = 0.17087277
+    p = -0.82215223 + t * p
+    p = 1.48851587 + t * p
+    p = -1.13520398 + t * p
+    p = 0.27886807 + t * p
+    p = -0.18628806 + t * p
+    p = 0.09678418 + t * p
+    p = 0.37409196 + t * p
+    p = 1.00002368 + t * p
+    p = -1.26551223 + t * p
+    half_erfc = 0.5 * t * fast_exp(p - z * z)
+    return 1.0 - half_erfc if v > 0.0 else half_erfc
+
+
+normal_cdf_fast = numba.njit(cache=True, inline="always",
+                             error_model="numpy")(_normal_cdf_fast)
+
+
+def normal_cdf(v, like):
+    """Phi(v) for v float64, in the precision ``like`` (an element of the array) needs."""
+    return 0.5 * (1.0 + math.erf(v * _INV_SQRT2))
+
+
+@overload(normal_cdf)
+def _normal_cdf(v, like):
+    if like == types.float32:
+        return lambda v, like: normal_cdf_fast(v)
+    return lambda v, like: 0.5 * (1.0 + math.erf(v * _INV_SQRT2))
+
+
+def gauss(v, like):
+    """exp(-v^2 / 2) for v float64: nnkit's vectorisable exp for float32 arrays, libm's
+    otherwise."""
+    return math.exp(-0.5 * v * v)
+
+
+@overload(gauss)
+def _gauss(v, like):
+    if like == types.float32:
+        return lambda v, like: fast_exp(-0.5 * v * v)
+    return lambda v, like: math.exp(-0.5 * v * v)
 
 
 def _gelu_forward(x, y, cdf):
@@ -35,7 +92,7 @@ def _gelu_forward(x, y, cdf):
             c = 1.0 if v > 0.0 else 0.0
             y[i] = v if v > 0.0 else 0.0
         else:
-            c = 0.5 * (1.0 + math.erf(v * _INV_SQRT2))
+            c = normal_cdf(v, x[i])
             y[i] = v * c
         cdf[i] = c
 
@@ -47,7 +104,7 @@ def _gelu_backward(g, x, cdf, dx):
         if abs(v) > 10.0:
             dx[i] = g[i] if v > 0.0 else 0.0 * g[i]
         else:
-            dx[i] = g[i] * (float(cdf[i]) + v * _INV_SQRT_2PI * math.exp(-0.5 * v * v))
+            dx[i] = g[i] * (float(cdf[i]) + v * _INV_SQRT_2PI * gauss(v, x[i]))
 
 
 gelu_forward = serial_or_parallel(_gelu_forward)
