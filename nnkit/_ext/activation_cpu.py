@@ -64,7 +64,7 @@ def normal_cdf(v, like):
     return 0.5 * (1.0 + math.erf(v * _INV_SQRT2))
 
 
-@overload(normal_cdf)
+@overload(normal_cdf, inline="always")
 def _normal_cdf(v, like):
     if like == types.float32:
         return lambda v, like: normal_cdf_fast(v)
@@ -77,7 +77,7 @@ def gauss(v, like):
     return math.exp(-0.5 * v * v)
 
 
-@overload(gauss)
+@overload(gauss, inline="always")
 def _gauss(v, like):
     if like == types.float32:
         return lambda v, like: fast_exp(-0.5 * v * v)
@@ -107,7 +107,9 @@ def _gelu_backward(g, x, cdf, dx):
             dx[i] = g[i] * (float(cdf[i]) + v * _INV_SQRT_2PI * gauss(v, x[i]))
 
 
-gelu_forward = serial_or_parallel(_gelu_forward)
+# error_model="numpy": Python's ZeroDivisionError check on 1 / (1 + z / 2) kept the float32
+# loop scalar (105 ms -> 13 ms per 4M elements, one thread).
+gelu_forward = serial_or_parallel(_gelu_forward, error_model="numpy")
 gelu_backward = serial_or_parallel(_gelu_backward)
 
 
