@@ -119,3 +119,11 @@ def numba_threads():
     import numba
 
     return numba.get_num_threads()
+
+
+def test_step_gemm_from_python():
+    a = np.arange(6, dtype=np.float64).reshape(2, 3)
+    b = np.arange(12, dtype=np.float64).reshape(3, 4)
+    out = np.empty((2, 4))
+    gemm_cpu.step_gemm(a, gemm_cpu.pack_panels(b), out)
+    np.testing.assert_array_equal(out, a @ b)

@@ -63,8 +63,9 @@ def pack_panels(b):
 
 
 def step_gemm(a, bp, out):
-    """out (M, N) = a (M, K) @ b (K, N), b given as ``pack_panels(b)`` (Numba only)."""
-    raise NotImplementedError("step_gemm is called from Numba kernels")
+    """out (M, N) = a (M, K) @ b (K, N), b given as ``pack_panels(b)``; inlined into Numba
+    kernels (the overload below), and callable from Python too."""
+    _matmul_packed(a, bp, out)
 
 
 @overload(step_gemm, inline="always")
