@@ -22,7 +22,6 @@ Gate orders and formulas are torch's (``torch.nn.RNN/LSTM/GRU``); ``nnkit.kernel
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -151,7 +150,6 @@ class _Steps(NamedTuple):
     lstm_backward: Callable
     gru_forward: Callable
     gru_backward: Callable
-    context: Callable  # a context manager the loops run in
 
 
 def _steps(x) -> _Steps:
@@ -164,8 +162,7 @@ def _cpu_steps() -> _Steps:
     from .._ext import recurrent_cpu as c
 
     return _Steps(c.rnn_forward_cpu, c.rnn_backward_cpu, c.lstm_forward_cpu,
-                  c.lstm_backward_cpu, c.gru_forward_cpu, c.gru_backward_cpu,
-                  contextlib.nullcontext)
+                  c.lstm_backward_cpu, c.gru_forward_cpu, c.gru_backward_cpu)
 
 
 def _gpu_steps() -> _Steps:
@@ -173,7 +170,7 @@ def _gpu_steps() -> _Steps:
 
     return _Steps(_projected(g.rnn_forward_gpu), g.rnn_backward_gpu,
                   _projected(g.lstm_forward_gpu), g.lstm_backward_gpu,
-                  _projected(g.gru_forward_gpu), g.gru_backward_gpu, contextlib.nullcontext)
+                  _projected(g.gru_forward_gpu), g.gru_backward_gpu)
 
 
 def _projected(loop):
@@ -286,10 +283,9 @@ def rnn_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None,
     y = xp.empty((T, B, H), dtype=x.dtype)
     h = xp.empty((B, H), dtype=x.dtype)
     steps = _steps(x)
-    with steps.context():
-        steps.rnn_forward(x, xp.ascontiguousarray(w_ih.T), _bias(xp, b_ih, b_hh, H, x.dtype),
-                          xp.empty_like(y), h0, xp.ascontiguousarray(w_hh.T),
-                          nonlinearity == "relu", bool(reverse), y, h)
+    steps.rnn_forward(x, xp.ascontiguousarray(w_ih.T), _bias(xp, b_ih, b_hh, H, x.dtype),
+                      xp.empty_like(y), h0, xp.ascontiguousarray(w_hh.T),
+                      nonlinearity == "relu", bool(reverse), y, h)
     cache = RecurrentCache("rnn", x, h0, None, w_ih, w_hh, b_ih is not None, nonlinearity,
                            bool(reverse), {"y": y})
     return y, h, cache
@@ -324,9 +320,8 @@ def rnn_backward(dy, dh_T, cache, hidden_grads=None):
     da = xp.empty_like(y)
     dh = xp.empty_like(cache.h0)
     steps = _steps(y)
-    with steps.context():
-        steps.rnn_backward(dy, dh_T, y, cache.weight_hh, cache.nonlinearity == "relu",
-                           cache.reverse, da, dh, _hidden_out(hidden_grads, y))
+    steps.rnn_backward(dy, dh_T, y, cache.weight_hh, cache.nonlinearity == "relu",
+                       cache.reverse, da, dh, _hidden_out(hidden_grads, y))
     dx, dw_ih, dw_hh, db_ih, db_hh = _weight_grads(cache, da, da, cache.h0)
     return dx, dh, dw_ih, dw_hh, db_ih, db_hh
 
@@ -378,11 +373,10 @@ def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, re
     c_all = xp.empty((T, B, H), dtype=x.dtype)
     h = xp.empty_like(h0)
     steps = _steps(x)
-    with steps.context():
-        steps.lstm_forward(x, xp.ascontiguousarray(w_ih.T),
-                           _bias(xp, b_ih, b_hh, 4 * H, x.dtype), gates, h0, c0,
-                           xp.ascontiguousarray(w_hh.T), bool(reverse), y, c_all, h, c,
-                           xp.empty((B, 4 * H), dtype=x.dtype))
+    steps.lstm_forward(x, xp.ascontiguousarray(w_ih.T),
+                       _bias(xp, b_ih, b_hh, 4 * H, x.dtype), gates, h0, c0,
+                       xp.ascontiguousarray(w_hh.T), bool(reverse), y, c_all, h, c,
+                       xp.empty((B, 4 * H), dtype=x.dtype))
     cache = RecurrentCache("lstm", x, h0, c0, w_ih, w_hh, b_ih is not None, "", bool(reverse),
                            {"y": y, "gates": gates, "c": c_all})
     return y, h, c, cache
@@ -410,9 +404,8 @@ def lstm_backward(dy, dh_T, dc_T, cache, hidden_grads=None):
     dgates = xp.empty_like(gates)
     dh, dc = xp.empty_like(cache.h0), xp.empty_like(cache.h0)
     steps = _steps(y)
-    with steps.context():
-        steps.lstm_backward(dy, dh_T, dc_T, cache.c0, gates, c_all, cache.weight_hh,
-                            cache.reverse, dgates, dh, dc, _hidden_out(hidden_grads, y))
+    steps.lstm_backward(dy, dh_T, dc_T, cache.c0, gates, c_all, cache.weight_hh,
+                        cache.reverse, dgates, dh, dc, _hidden_out(hidden_grads, y))
     dx, dw_ih, dw_hh, db_ih, db_hh = _weight_grads(cache, dgates, dgates, cache.h0)
     return dx, dh, dc, dw_ih, dw_hh, db_ih, db_hh
 
@@ -456,10 +449,9 @@ def gru_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse
     h = xp.empty_like(h0)
     gh = xp.empty((B, 3 * H), dtype=x.dtype)
     steps = _steps(x)
-    with steps.context():
-        steps.gru_forward(x, xp.ascontiguousarray(w_ih.T), _bias(xp, b_ih, None, 3 * H, x.dtype),
-                          gates, h0, xp.ascontiguousarray(w_hh.T),
-                          _bias(xp, b_hh, None, 3 * H, x.dtype), bool(reverse), y, hn, h, gh)
+    steps.gru_forward(x, xp.ascontiguousarray(w_ih.T), _bias(xp, b_ih, None, 3 * H, x.dtype),
+                      gates, h0, xp.ascontiguousarray(w_hh.T),
+                      _bias(xp, b_hh, None, 3 * H, x.dtype), bool(reverse), y, hn, h, gh)
     cache = RecurrentCache("gru", x, h0, None, w_ih, w_hh, b_ih is not None, "", bool(reverse),
                            {"y": y, "gates": gates, "hn": hn})
     return y, h, cache
@@ -485,8 +477,7 @@ def gru_backward(dy, dh_T, cache, hidden_grads=None):
     dgx, dgh = xp.empty_like(gates), xp.empty_like(gates)
     dh = xp.empty_like(cache.h0)
     steps = _steps(y)
-    with steps.context():
-        steps.gru_backward(dy, dh_T, cache.h0, y, gates, hn, cache.weight_hh, cache.reverse,
-                           dgx, dgh, dh, xp.empty_like(dh), _hidden_out(hidden_grads, y))
+    steps.gru_backward(dy, dh_T, cache.h0, y, gates, hn, cache.weight_hh, cache.reverse,
+                       dgx, dgh, dh, xp.empty_like(dh), _hidden_out(hidden_grads, y))
     dx, dw_ih, dw_hh, db_ih, db_hh = _weight_grads(cache, dgx, dgh, cache.h0)
     return dx, dh, dw_ih, dw_hh, db_ih, db_hh
