@@ -1,12 +1,15 @@
 """The ``nnkit tour`` section for BERT (notes, section 6.5).
 
-A small BERT is pretrained on sentence pairs from the shipped corpus (Alice in Wonderland,
-``nnkit.datasets_text``) with the masked-LM and next-sentence losses; rows give the
-held-out MLM and NSP accuracy before and after, then the accuracy of the pretrained
-encoder fine-tuned with each kind of head (sequence, token, span), next to the majority
-baseline, and checks that the MLM decoder is still the word embedding after training. The
-plot shows both accuracies per epoch. ``ctx.quick`` uses a tiny model, a small vocabulary
-and subsets (seconds; the accuracy rows are then information only).
+A small BERT is pretrained on sentence pairs from the shipped documents (Alice in
+Wonderland, As You Like It, Paradise Lost; ``nnkit.datasets_text.next_sentence_task``)
+with the masked-LM and next-sentence losses. As in BERT, the second segment of a negative
+pair comes from another document, so NSP learns whether a and b share a document; rows
+give the held-out MLM accuracy (against the most frequent token) and NSP accuracy (against
+:data:`NSP_TARGET`; chance is 0.5) before and after, then the accuracy of the pretrained
+encoder fine-tuned on Alice tasks with each kind of head (sequence, token, span), next to
+the majority baseline, and checks that the MLM decoder is still the word embedding after
+training. The plot shows both accuracies per epoch. ``ctx.quick`` uses a tiny model, a
+small vocabulary and subsets (seconds; the accuracy rows are then information only).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ __all__ = ["bert_section", "pretrain_epoch", "finetune_head", "head_accuracy",
            "unigram_accuracy"]
 
 SECTION = "BERT"
+NSP_TARGET = 0.55  # held-out NSP accuracy after the full run (0.5 is chance)
 
 
 def _row(result, value, target="", ok=True):
@@ -155,7 +159,7 @@ def _plot(ctx, history):
     ax.axhline(0.5, color="grey", lw=0.8, ls=":")
     ax.set_xlabel("pretraining epoch")
     ax.set_ylabel("held-out accuracy")
-    ax.set_title("BERT pretraining on Alice in Wonderland")
+    ax.set_title("BERT pretraining on three books")
     ax.legend()
     fig.tight_layout()
     fig.savefig(ctx.out_dir / "bert_pretraining.png", dpi=110)
@@ -192,16 +196,17 @@ def bert_section(ctx) -> list[dict]:
     """Rows of the BERT section (see the module docstring)."""
     quick = ctx.quick
     tokenizer = data.corpus_tokenizer(500 if quick else 2000)
-    pairs = data.next_sentence_task(tokenizer, max_length=64, random_state=ctx.seed)
+    pairs = data.next_sentence_task(tokenizer, max_length=32, random_state=ctx.seed,
+                                    sentences_per_document=200 if quick else None)
     if quick:
         pairs = _subset(pairs, 128, 64)
     manual_seed(ctx.seed)
     model = BertForPreTraining(tokenizer.vocab_size, hidden_size=32 if quick else 64,
                                num_layers=1 if quick else 2, num_heads=4,
                                intermediate_size=64 if quick else 128, max_position=96)
-    opt = optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
+    opt = optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     rng, history = np.random.default_rng(ctx.seed), []
-    epochs = 1 if quick else 5
+    epochs = 1 if quick else 7  # NSP leaves chance after 3 to 6 epochs, by seed
     start = time.perf_counter()
     for epoch in range(epochs + 1):
         if epoch:
@@ -217,8 +222,9 @@ def bert_section(ctx) -> list[dict]:
              f"{mlm0:.3f} -> {mlm1:.3f}",
              "(information)" if quick else f"> most frequent token {unigram:.3f}",
              quick or mlm1 > unigram),
-        _row("pretraining: held-out NSP accuracy, before -> after", f"{nsp0:.3f} -> {nsp1:.3f}",
-             "(information; chance 0.5)"),
+        _row("pretraining: held-out NSP accuracy (same document?), before -> after",
+             f"{nsp0:.3f} -> {nsp1:.3f}", "(information)" if quick else
+             f"> {NSP_TARGET} (chance 0.5)", quick or nsp1 > NSP_TARGET),
         _row("pretraining time", f"{seconds:.1f} s"),
         _row("MLM decoder is the word-embedding Parameter after training", str(tied), "True",
              tied),

@@ -1,16 +1,26 @@
 """A small real corpus that ships with nnkit, and seeded BERT tasks built from it.
 
-The corpus is Lewis Carroll's *Alice's Adventures in Wonderland* (1865; public domain),
-Project Gutenberg's "Millennium Fulcrum Edition 2.9" (etext #11, file ``alice29.txt``) as
-kept in the Canterbury compression corpus; see ``nnkit/data/README.md`` for where the file
-was taken from and its checksum. :func:`load_corpus` cleans it into 1,303 sentences.
+Three public-domain books ship in ``nnkit/data`` (see its ``README.md`` for where each file
+was taken from and its checksum), all from the Canterbury compression corpus:
+
+* Lewis Carroll's *Alice's Adventures in Wonderland* (1865), Project Gutenberg's
+  "Millennium Fulcrum Edition 2.9" (etext #11, ``alice29.txt``). :func:`load_corpus`
+  cleans it into 1,303 sentences; the fine-tuning tasks below are built from it.
+* Shakespeare's *As You Like It* (``asyoulik.txt``), cleaned by :func:`play_sentences`.
+* Milton's *Paradise Lost* (``plrabn12.txt``), cleaned by :func:`verse_sentences`.
+
+:func:`load_documents` gives the three as pretraining documents of equal size;
+:func:`corpus_tokenizer` is trained on them and :func:`next_sentence_task` (the masked-LM
+and NSP pretraining pairs) is built from them.
 
 Tasks (each split into train/test by blocks of consecutive sentences, so no sentence of the
 test split appears, even as a duplicate text, in the train split):
 
-* :func:`next_sentence_task` -- NSP pairs: b is the true next sentence (label 0) or a random
-  sentence of the same split from another chapter (label 1); each a appears once with each.
-* :func:`sentence_order_task` -- two consecutive sentences in order (0) or swapped (1).
+* :func:`next_sentence_task` -- NSP pairs as in BERT: b is the true next sentence of a's
+  document (label 0) or a random sentence of the same split from a different document
+  (label 1); half of each document's pairs are negatives.
+* :func:`sentence_order_task` -- two consecutive sentences of Alice in order (0) or
+  swapped (1).
 * :func:`sentiment_task` -- a sentence is labelled positive (1) or negative (0) when it has
   more words from :data:`POSITIVE_WORDS` than :data:`NEGATIVE_WORDS` or the reverse;
   sentences with a tie are left out, and the classes are balanced by seeded subsampling.
@@ -41,6 +51,8 @@ from .text import IGNORE_INDEX, WordPieceTokenizer, basic_tokenize
 __all__ = [
     "CORPUS_FILE",
     "CORPUS_SOURCE",
+    "DOCUMENT_FILES",
+    "DOCUMENT_SOURCES",
     "POSITIVE_WORDS",
     "NEGATIVE_WORDS",
     "TAG_NAMES",
@@ -49,6 +61,9 @@ __all__ = [
     "strip_gutenberg_boilerplate",
     "split_sentences",
     "load_corpus",
+    "play_sentences",
+    "verse_sentences",
+    "load_documents",
     "corpus_tokenizer",
     "next_sentence_task",
     "sentence_order_task",
@@ -191,7 +206,7 @@ def _join_lines(lines) -> str:
     "pocket" -> "waistcoat-pocket")."""
     out = ""
     for line in lines:
-        if re.search(r"[A-Za-z]-$", out):
+        if re.search(r"[A-Za-z]-$", out[-2:]):  # the tail only: linear time
             out += line
         else:
             out = f"{out} {line}" if out else line
@@ -229,7 +244,6 @@ def split_sentences(paragraph: str, min_words: int = 3) -> list[str]:
 
 
 @functools.lru_cache(maxsize=1)
-@functools.lru_cache(maxsize=1)
 def _corpus_with_chapters() -> tuple[tuple[str, ...], tuple[int, ...]]:
     """The sentences and, for each, its chapter (0..11)."""
     raw = resources.files("nnkit").joinpath("data", CORPUS_FILE).read_text(encoding="ascii")
@@ -259,20 +273,159 @@ def load_corpus(return_chapters: bool = False):
     return (list(sentences), list(chapters)) if return_chapters else list(sentences)
 
 
+# ----------------------------------------------------------------------------------------
+# The pretraining documents: Alice, a play and an epic poem
+# ----------------------------------------------------------------------------------------
+_PLAY_HEADING = re.compile(r"^(ACT|SCENE)\b|^\s*[A-Z][A-Z .]+$")  # ACT II, SCENE I, SONG.
+_PLAY_SPEAKER = re.compile(r"^[A-Z][A-Za-z]*(?: [A-Za-z]+)*\t")  # "DUKE SENIOR<tab>"
+_STAGE_DIRECTION = re.compile(r"\[[^\]]*\]")
+_VERSE_BOOK = re.compile(r"^Book [IVXL]+[ \t]*$", re.M)
+
+
+def _play_speeches(lines) -> list[str]:
+    """The speeches of a play, one string each: a speech starts at its speaker's tag and
+    runs, over blank lines and stage directions, to the next tag or heading."""
+    speeches, current = [], []
+    for line in lines:
+        heading = _PLAY_HEADING.match(line)
+        tag = None if heading else _PLAY_SPEAKER.match(line)
+        if heading or tag:
+            speeches.append(current)
+            current = []
+            if heading:
+                continue
+            line = line[tag.end():]
+        if line.strip():
+            current.append(line.strip())
+    speeches.append(current)
+    joined = (_STAGE_DIRECTION.sub(" ", _join_lines(speech)) for speech in speeches)
+    return [s for s in joined if re.search(r"[a-z]", s)]
+
+
+def play_sentences(text: str) -> list[str]:
+    """The spoken sentences of a play laid out as ``asyoulik.txt`` (Shakespeare's *As You
+    Like It* in the Canterbury corpus), in order.
+
+    Layout: a speech starts with the speaker's name and a tab (``ROSALIND<tab>...``),
+    further lines start with a tab; headings are ``ACT I``, ``SCENE II<tab>place`` and
+    all-capital lines (the running title, ``SONG.``, ``EPILOGUE``); stage directions are in
+    square brackets (``[Exit DENNIS]``, also inside a speech and over line breaks).
+
+    Cleaning: everything before the first ``ACT I`` (title, cast list) dropped; headings,
+    speaker names and stage directions dropped; each speech's lines joined (a speech goes on
+    after a stage direction until the next speaker) and split by :func:`split_sentences`,
+    so no sentence spans two speakers. Songs stay, as part of the singer's speech.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    text = text.replace("\r\n", "\n")
+    start = re.search(r"^ACT I\s*$", text, re.M)
+    if start is None:
+        raise ValueError("text has no 'ACT I' line: not a play in the asyoulik.txt layout")
+    speeches = _play_speeches(text[start.end():].split("\n"))
+    return [s for speech in speeches for s in split_sentences(_normalise_prose(speech))]
+
+
+def verse_sentences(text: str, return_books: bool = False):
+    """The sentences of a long poem laid out as ``plrabn12.txt`` (Milton's *Paradise Lost*,
+    Project Gutenberg's 1992 release, in the Canterbury corpus), in order.
+
+    Layout: an introduction, then books headed ``Book I`` .. ``Book XII`` of one verse line
+    per text line, a verse paragraph starting with an indented line; ``[The End]`` last.
+
+    Cleaning: the introduction, the book headings and ``[The End]`` (and anything after
+    it) dropped; the lines of each verse paragraph joined and split by
+    :func:`split_sentences`. With ``return_books``, also the book (0..11) of each sentence.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    text = text.replace("\r\n", "\n").split("[The End]")[0]
+    books = _VERSE_BOOK.split(text)[1:]  # [0] is the introduction
+    if not books:
+        raise ValueError("text has no 'Book I' line: not a poem in the plrabn12.txt layout")
+    sentences, book_of = [], []
+    for book, body in enumerate(books):
+        for paragraph in re.split(r"\n(?=[ \t]+\S)|\n[ \t]*\n", body):
+            lines = [ln.strip() for ln in paragraph.split("\n") if ln.strip()]
+            found = split_sentences(_normalise_prose(_join_lines(lines))) if lines else []
+            sentences += found
+            book_of += [book] * len(found)
+    return (sentences, book_of) if return_books else sentences
+
+
+DOCUMENT_FILES = ("alice29.txt", "asyoulik.txt", "plrabn12.txt")
+DOCUMENT_SOURCES = (
+    CORPUS_SOURCE,
+    "William Shakespeare, As You Like It (c. 1599; First Folio 1623), plain-text edition "
+    "kept in the Canterbury corpus (asyoulik.txt); public domain",
+    "John Milton, Paradise Lost (1667/1674), Project Gutenberg's February 1992 release "
+    "(plrabn12.txt, as in the Canterbury corpus); public domain",
+)
+
+
+def _read_data(name: str) -> str:
+    return resources.files("nnkit").joinpath("data", name).read_text(encoding="ascii")
+
+
+@functools.lru_cache(maxsize=1)
+def _full_documents() -> tuple[tuple[str, ...], ...]:
+    """Every cleaned sentence of each of :data:`DOCUMENT_FILES`, in order."""
+    return (_corpus_sentences(), tuple(play_sentences(_read_data(DOCUMENT_FILES[1]))),
+            tuple(verse_sentences(_read_data(DOCUMENT_FILES[2]))))
+
+
+def _even_runs(n: int, size: int, run: int = 10) -> list[int]:
+    """Indices of about ``size`` of ``n`` sentences: runs of ``run`` consecutive sentences
+    spread evenly over the whole document (all ``n`` when ``size >= n``)."""
+    if size >= n:
+        return list(range(n))
+    k = -(-size // run)  # number of runs
+    starts = [(n - run) * j // max(k - 1, 1) for j in range(k)]
+    return sorted({i for s in starts for i in range(s, s + run)})[:size]
+
+
+@functools.lru_cache(maxsize=4)
+def _documents(sentences_per_document: int | None) -> tuple[tuple[str, ...], ...]:
+    full = _full_documents()
+    size = min(map(len, full)) if sentences_per_document is None else sentences_per_document
+    return tuple(tuple(doc[i] for i in _even_runs(len(doc), size)) for doc in full)
+
+
+def load_documents(sentences_per_document: int | None = None) -> list[list[str]]:
+    """The pretraining corpus: one list of sentences per document of
+    :data:`DOCUMENT_FILES` (Alice as :func:`load_corpus`, the play by
+    :func:`play_sentences`, the poem by :func:`verse_sentences`), deterministic.
+
+    Documents are cut to the same size, ``sentences_per_document`` (default: the smallest
+    document's, the play's 1,226 sentences), by keeping runs of 10 consecutive sentences
+    spread evenly over the whole work. Equal sizes keep next-sentence prediction honest:
+    when every document gives as many first segments, the random second segments of
+    negatives are spread over the documents like the true next ones, so the document of b
+    alone says nothing about the label -- only whether a and b share a document does.
+    Unequal sizes would let a model guess "is next" from b being in the big document.
+    """
+    if sentences_per_document is not None:
+        check_scalar(sentences_per_document, name="sentences_per_document",
+                     kind=numbers.Integral, low=20)
+        sentences_per_document = int(sentences_per_document)
+    return [list(doc) for doc in _documents(sentences_per_document)]
+
+
 @functools.lru_cache(maxsize=8)
 def _corpus_vocab(vocab_size: int, min_frequency: int) -> tuple[str, ...]:
-    tok = WordPieceTokenizer.train(_corpus_sentences(), vocab_size=vocab_size,
-                                   min_frequency=min_frequency)
+    texts = [s for doc in _documents(None) for s in doc]
+    tok = WordPieceTokenizer.train(texts, vocab_size=vocab_size, min_frequency=min_frequency)
     return tuple(tok.itos)
 
 
 def corpus_tokenizer(vocab_size: int = 2000, min_frequency: int = 2) -> WordPieceTokenizer:
-    """A lowercasing WordPiece tokenizer trained on :func:`load_corpus` with
-    ``criterion='frequency'`` (about 2 s the first time; the vocabulary is cached).
+    """A lowercasing WordPiece tokenizer trained on the pretraining text,
+    :func:`load_documents` (Alice, the play and the poem, equal shares), with
+    ``criterion='frequency'`` (a few seconds the first time; the vocabulary is cached).
 
     >>> tok = corpus_tokenizer()
     >>> tok.vocab_size, tok.tokenize("The Mock Turtle sighed deeply.")
-    (2000, ['the', 'mock', 'turtle', 'sighed', 'deeply', '.'])
+    (2000, ['the', 'mock', 'turtle', 'sigh', '##ed', 'deep', '##ly', '.'])
     """
     check_scalar(vocab_size, name="vocab_size", kind=numbers.Integral, low=1)
     check_scalar(min_frequency, name="min_frequency", kind=numbers.Integral, low=1)
@@ -304,6 +457,22 @@ def _split_blocks(sentences, test_size: float, rng, block_size: int = 10) -> _Bl
     train_texts = {sentences[i] for block in train for i in block}
     test = [[i for i in block if sentences[i] not in train_texts] for block in test]
     return _Blocks(train, [block for block in test if block])
+
+
+def _split_document_blocks(documents, test_size: float, rng, block_size: int = 10):
+    """:func:`_split_blocks` of each document (so each holds out the same share), the
+    sentences numbered through all documents; test texts that occur in the train split of
+    any document are removed. Returns (sentences, document of each, _Blocks)."""
+    sentences, doc_of, train, test = [], [], [], []
+    for d, doc in enumerate(documents):
+        blocks, offset = _split_blocks(doc, test_size, rng, block_size), len(sentences)
+        train += [[offset + i for i in block] for block in blocks.train]
+        test += [[offset + i for i in block] for block in blocks.test]
+        sentences += doc
+        doc_of += [d] * len(doc)
+    train_texts = {sentences[i] for block in train for i in block}
+    test = [[i for i in block if sentences[i] not in train_texts] for block in test]
+    return sentences, doc_of, _Blocks(train, [block for block in test if block])
 
 
 def _consecutive_pairs(blocks) -> list[tuple[int, int]]:
@@ -345,28 +514,58 @@ def _encode_classification(tokenizer, examples, max_length) -> TextSplit:
 # ----------------------------------------------------------------------------------------
 # Tasks
 # ----------------------------------------------------------------------------------------
-def next_sentence_task(tokenizer=None, max_length: int = 64, test_size: float = 0.2,
-                       random_state=0) -> TextTask:
-    """Next-sentence prediction pairs ``[CLS] a [SEP] b [SEP]``, as in BERT's pretraining.
+def _nsp_triples(pairs, pools, doc_of, rng) -> list[tuple[int, int, int]]:
+    """(a, b, label) sentence indices: for half of each document's consecutive ``pairs``
+    (seeded) b is the next sentence (label 0); for the other half b is drawn from the
+    ``pools`` (sentence indices per document) of a uniformly chosen other document (1)."""
+    triples = []
+    for d in range(len(pools)):
+        mine = [(i, j) for i, j in pairs if doc_of[i] == d]
+        negative = np.zeros(len(mine), dtype=bool)
+        negative[rng.permutation(len(mine))[:len(mine) // 2]] = True
+        others = [e for e in range(len(pools)) if e != d and pools[e]]
+        for (i, j), neg in zip(mine, negative, strict=True):
+            if neg:
+                pool = pools[others[int(rng.integers(len(others)))]]
+                triples.append((i, pool[int(rng.integers(len(pool)))], 1))
+            else:
+                triples.append((i, j, 0))
+    return triples
 
-    Every two consecutive sentences (a, next) of a split give two examples: (a, next) with
-    label 0 ("is_next") and (a, r) with label 1 ("not_next"), r a random sentence of the same
-    split from another chapter of the book (BERT draws it from another document). Half the
-    labels are 0. Labels (n,) int64.
+
+def next_sentence_task(tokenizer=None, max_length: int = 64, test_size: float = 0.2,
+                       random_state=0, sentences_per_document: int | None = None) -> TextTask:
+    """Next-sentence prediction pairs ``[CLS] a [SEP] b [SEP]``, built as BERT's
+    pretraining data: from several documents (:func:`load_documents`: Alice, a play, an
+    epic poem, ``sentences_per_document`` sentences each).
+
+    Every two consecutive sentences (a, next) of a split give one example: (a, next) with
+    label 0 ("is_next"), or (a, r) with label 1 ("not_next"), r a random sentence of the
+    same split from a *different document* (the other document drawn uniformly, then the
+    sentence). In each split, exactly half of each document's examples are negatives
+    (seeded), and documents are of equal size, so neither a's nor b's document alone
+    predicts the label; a model must tell whether a and b come from the same document
+    (topic, vocabulary, style), as BERT's NSP does. Each document is split into train and
+    test by blocks of 10 consecutive sentences (the same share of each document held out;
+    texts that occur in train are removed from test); examples are shuffled (seeded), so
+    any prefix of a split mixes the documents. Labels (n,) int64.
     """
     tokenizer, rng = _check_common(tokenizer, max_length, test_size, random_state)
-    sentences, chapters = _corpus_with_chapters()
-    blocks = _split_blocks(sentences, test_size, rng)
+    documents = load_documents(sentences_per_document)
+    sentences, doc_of, blocks = _split_document_blocks(documents, test_size, rng)
 
     def build(split_blocks):
-        pool = sorted(i for block in split_blocks for i in block)
-        examples = []
-        for i, j in _consecutive_pairs(split_blocks):
-            examples.append(((sentences[i], sentences[j]), 0))
-            k = i
-            while chapters[k] == chapters[i] or sentences[k] in (sentences[i], sentences[j]):
-                k = pool[int(rng.integers(len(pool)))]
-            examples.append(((sentences[i], sentences[k]), 1))
+        pairs = _consecutive_pairs(split_blocks)
+        if not pairs:
+            raise ValueError(f"test_size={test_size} with sentences_per_document="
+                             f"{sentences_per_document} leaves a split without two "
+                             "consecutive sentences")
+        pools = [[] for _ in documents]  # sentence indices of each document in this split
+        for i in (i for block in split_blocks for i in block):
+            pools[doc_of[i]].append(i)
+        examples = [((sentences[i], sentences[j]), label)
+                    for i, j, label in _nsp_triples(pairs, pools, doc_of, rng)]
+        examples = [examples[t] for t in rng.permutation(len(examples))]
         return _encode_classification(tokenizer, examples, max_length)
 
     return TextTask("next_sentence", build(blocks.train), build(blocks.test),

@@ -88,8 +88,8 @@ def test_specials_follow_a_bert_style_vocab_order():
 
 
 def test_single_sequence_layout(tok):
-    enc = tok.encode("Alice was tired.")
-    assert enc.tokens == ("[CLS]", "alice", "was", "tired", ".", "[SEP]")
+    enc = tok.encode("Alice was late.")
+    assert enc.tokens == ("[CLS]", "alice", "was", "late", ".", "[SEP]")
     assert enc.token_type_ids.tolist() == [0] * 6
     assert enc.attention_mask.tolist() == [1] * 6
     assert enc.word_ids == (None, 0, 1, 2, 3, None)
@@ -97,8 +97,8 @@ def test_single_sequence_layout(tok):
 
 
 def test_pair_has_segment_ids(tok):
-    enc = tok.encode("Alice was tired.", "The Queen")
-    assert enc.tokens == ("[CLS]", "alice", "was", "tired", ".", "[SEP]", "the", "queen",
+    enc = tok.encode("Alice was late.", "The Queen")
+    assert enc.tokens == ("[CLS]", "alice", "was", "late", ".", "[SEP]", "the", "queen",
                           "[SEP]")
     assert enc.token_type_ids.tolist() == [0, 0, 0, 0, 0, 0, 1, 1, 1]
     assert enc.sequence_ids == (None, 0, 0, 0, 0, None, 1, 1, None)
@@ -155,7 +155,7 @@ def test_too_long_without_truncation_is_an_error(tok):
 
 
 def test_encode_batch_pads_to_longest_and_to_max_length(tok):
-    batch = tok.encode_batch(["the queen", "alice"], ["said", "was very tired ."])
+    batch = tok.encode_batch(["the queen", "alice"], ["said", "was very late ."])
     assert batch.ids.shape == (2, 8)
     assert batch.attention_mask.sum(axis=1).tolist() == [6, 8]
     assert batch.ids[0, 6:].tolist() == [0, 0]
@@ -352,6 +352,21 @@ def test_corpus_source_is_named_next_to_the_file():
     assert b"Lewis Carroll" in raw[:400] and b"FULCRUM EDITION 2.9" in raw[:400]
 
 
+def test_every_document_is_shipped_with_its_checksum_and_author():
+    data = resources.files("nnkit").joinpath("data")
+    readme = data.joinpath("README.md").read_text(encoding="utf-8")
+    raws = [data.joinpath(name).read_bytes() for name in dt.DOCUMENT_FILES]
+    assert dt.DOCUMENT_FILES[0] == dt.CORPUS_FILE and "lcet10.txt" not in dt.DOCUMENT_FILES
+    assert sum(map(len, raws)) < 1_000_000
+    for name, raw, source, author in zip(dt.DOCUMENT_FILES, raws, dt.DOCUMENT_SOURCES,
+                                         ("Lewis Carroll", "Shakespeare", "Milton"),
+                                         strict=True):
+        assert f"## {name}" in readme and hashlib.sha256(raw).hexdigest() in readme
+        assert author in source and "public domain" in source
+        assert f"{len(raw):,} bytes" in readme
+    assert b"AS YOU LIKE IT" in raws[1][:40] and b"Paradise Lost by John Milton" in raws[2][:200]
+
+
 def test_strip_gutenberg_boilerplate():
     modern = ("Title: X\r\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\r\nbody text\r\n"
               "*** END OF THE PROJECT GUTENBERG EBOOK X ***\r\nlicence")
@@ -372,6 +387,96 @@ def test_split_sentences():
     assert dt.split_sentences("It was late. (Very late.) Then it ended.", min_words=1) == [
         "It was late.", "(Very late.)", "Then it ended."]
     assert dt.split_sentences("no split. here it is") == ["no split. here it is"]
+
+
+PLAY = """\tA PLAY\n\n\tDRAMATIS PERSONAE\n\nDUKE\tthe duke.\n\n\nACT I\n\n\n
+SCENE I\tA room.\n\n\t[Enter DUKE and First Lord]\n\nDUKE\tWhat news, my lord? Speak
+\tto me now.\n\nFirst Lord\tThe king is dead. [Aside] Long live
+\tthe king!\n\n\t[Exit DUKE, weeping,\n\tand others]\n\n\tI alone remain here.
+\n\tA PLAY\n\nACT II\n\n\tSONG.\nDUKE\tUnder the green tree we lie.\n"""
+
+
+def test_play_sentences_by_hand():
+    assert dt.play_sentences(PLAY) == [
+        "What news, my lord?", "Speak to me now.", "The king is dead.",
+        "Long live the king!", "I alone remain here.", "Under the green tree we lie."]
+    with pytest.raises(ValueError, match="no 'ACT I' line"):
+        dt.play_sentences("DUKE\tHello there, my lord.")
+    with pytest.raises(TypeError, match="text must be a str"):
+        dt.play_sentences(b"ACT I")
+
+
+VERSE = ("Intro text about the etext. It has sentences too.\r\n\r\nBook I \r\n\r\n"
+         "Of arms I sing, and of the\r\nMan who came. He went away\r\nTo distant lands.\r\n"
+         "  Now a new paragraph\r\nbegins right here, with no end\r\n\r\nBook II\r\n\r\n"
+         "The second book is short.\r\n\r\n[The End]\x1a\x1a\r\n")
+
+
+def test_verse_sentences_by_hand():
+    assert dt.verse_sentences(VERSE, return_books=True) == (
+        ["Of arms I sing, and of the Man who came.", "He went away To distant lands.",
+         "Now a new paragraph begins right here, with no end", "The second book is short."],
+        [0, 0, 0, 1])
+    with pytest.raises(ValueError, match="no 'Book I' line"):
+        dt.verse_sentences("Of arms I sing, and of the Man.")
+    with pytest.raises(TypeError, match="text must be a str"):
+        dt.verse_sentences(None)
+
+
+def _read(name):
+    return resources.files("nnkit").joinpath("data", name).read_text(encoding="ascii")
+
+
+def test_the_shipped_play_is_cleaned():
+    sentences = dt.play_sentences(_read("asyoulik.txt"))
+    assert len(sentences) > 1000 and all(len(s.split()) >= 3 for s in sentences)
+    assert sentences[0].startswith("As I remember, Adam, it was upon this fashion")
+    assert sentences[-1].endswith("bid me farewell.")
+    text = " ".join(sentences)
+    for leftover in ("[", "]", "\t", "  ", "ACT", "SCENE", "SONG", "EPILOGUE", "DRAMATIS",
+                     "Exeunt", "Enter ", "AS YOU LIKE IT", "Orchard of Oliver's house"):
+        assert leftover not in text, leftover
+    for name in ("ROSALIND", "ORLANDO", "DUKE SENIOR", "TOUCHSTONE", "First Lord"):
+        assert name not in text, name  # speaker tags (the speeches say "Rosalind")
+    assert "Rosalind" in text and "Under the greenwood tree" in text  # a song stays
+
+
+def test_the_shipped_poem_is_cleaned():
+    sentences, books = dt.verse_sentences(_read("plrabn12.txt"), return_books=True)
+    assert len(sentences) > 1000 and all(len(s.split()) >= 3 for s in sentences)
+    assert books == sorted(books) and set(books) == set(range(12))
+    assert sentences[0].startswith("Of Man's first disobedience, and the fruit Of that")
+    assert sentences[-1].endswith("Through Eden took their solitary way.")
+    text = " ".join(sentences)
+    for leftover in ("Gutenberg", "etext", "Book I", "[The End]", "\x1a", "\r", "  "):
+        assert leftover not in text, leftover
+
+
+def test_load_documents_are_balanced_runs_of_each_book(corpus):
+    documents = dt.load_documents()
+    assert documents == dt.load_documents() and len(documents) == len(dt.DOCUMENT_FILES)
+    full = [corpus, dt.play_sentences(_read("asyoulik.txt")),
+            dt.verse_sentences(_read("plrabn12.txt"))]
+    assert len({len(doc) for doc in documents}) == 1
+    assert len(documents[0]) == min(map(len, full))
+    for doc, whole in zip(documents, full, strict=True):
+        assert doc and all(s.strip() for s in doc)
+        starts = []  # each 10 sentences are consecutive in the book, the runs in book order
+        for k in range(0, len(doc), 10):
+            run = doc[k:k + 10]
+            after = starts[-1] + 10 if starts else 0
+            starts.append(next(i for i in range(after, len(whole))
+                               if whole[i:i + len(run)] == run))
+        assert starts[0] == 0 and starts[-1] > 0.9 * len(whole)  # spread over the whole work
+    small = dt.load_documents(sentences_per_document=200)
+    assert [len(doc) for doc in small] == [200] * 3
+    with pytest.raises(ValueError, match="sentences_per_document must be >= 20"):
+        dt.load_documents(sentences_per_document=5)
+
+
+def test_tokenizer_is_trained_on_all_documents(tok):
+    for word in ("alice", "rosalind", "thou", "satan", "heaven"):
+        assert tok.tokenize(word) == [word], word
 
 
 # ----- tasks ----------------------------------------------------------------------------------
@@ -422,19 +527,51 @@ def test_task_is_deterministic_by_seed_and_splits_are_disjoint(make, tasks, tok)
     assert not train & test
 
 
-def test_next_sentence_labels(tasks, corpus):
+def _documents_of_texts():
+    documents = dt.load_documents()
+    doc_of = {s: d for d, doc in enumerate(documents) for s in doc}
+    assert len(doc_of) == len(set().union(*map(set, documents)))  # none in two documents
+    following = {(a, b) for doc in documents for a, b in zip(doc, doc[1:], strict=False)}
+    return doc_of, following
+
+
+def test_next_sentence_pairs_follow_bert(tasks):
     task = tasks["next_sentence_task"]
-    following = {a: b for a, b in zip(corpus, corpus[1:], strict=False)}
-    sentences, chapters = dt.load_corpus(return_chapters=True)
-    chapter_of = dict(zip(sentences, chapters, strict=True))
-    labels = task.train.labels
-    assert labels.mean() == 0.5 and task.label_names == ("is_next", "not_next")
-    assert np.all(labels[0::2] == 0) and np.all(labels[1::2] == 1)  # each a: next, random
-    for (a, b), label in zip(task.train.texts, labels, strict=True):
-        assert (following[a] == b) == (label == 0)
-        if label == 1:  # the random sentence comes from another chapter
-            assert chapter_of[a] != chapter_of[b]
+    doc_of, following = _documents_of_texts()
+    assert task.label_names == ("is_next", "not_next")
+    for split in (task.train, task.test):
+        a_doc = np.array([doc_of[a] for a, _ in split.texts])
+        b_doc = np.array([doc_of[b] for _, b in split.texts])
+        for (a, b), label in zip(split.texts, split.labels, strict=True):
+            if label == 0:  # the true next sentence of the same document
+                assert (a, b) in following
+            else:  # a sentence of another document
+                assert doc_of[a] != doc_of[b] and (a, b) not in following
+        for d in range(3):  # half of each document's examples are negatives ...
+            n_neg, n = split.labels[a_doc == d].sum(), (a_doc == d).sum()
+            assert n > 50 and abs(2 * n_neg - n) <= 1
+            # ... and b's document alone does not give the label away
+            shares = [np.mean(b_doc[split.labels == y] == d) for y in (0, 1)]
+            assert abs(shares[0] - shares[1]) < 0.06, (d, shares)
+        assert len(set(a_doc[:60].tolist())) == 3  # shuffled: a prefix mixes the documents
     assert np.all(task.train.token_type_ids.max(axis=1) == 1)
+
+
+def test_next_sentence_split_holds_out_blocks_of_every_document(tasks, tok):
+    task = tasks["next_sentence_task"]
+    doc_of, _ = _documents_of_texts()
+    train, test = _sentences_of(task.train), _sentences_of(task.test)
+    for d in range(3):
+        n_train = sum(doc_of[s] == d for s in train)
+        n_test = sum(doc_of[s] == d for s in test)
+        assert 0.12 < n_test / (n_train + n_test) < 0.28, (d, n_train, n_test)
+    small = dt.next_sentence_task(tok, sentences_per_document=100, random_state=3)
+    assert small.train.labels.size > 200 and small.test.labels.size > 30
+    assert not _sentences_of(small.train) & _sentences_of(small.test)
+    again = dt.next_sentence_task(tok, sentences_per_document=100, random_state=3)
+    assert again.test.texts == small.test.texts and again.train.texts == small.train.texts
+    with pytest.raises(ValueError, match="leaves a split without two consecutive"):
+        dt.next_sentence_task(tok, sentences_per_document=20, test_size=0.9)
 
 
 def test_sentence_order_labels(tasks, corpus):
