@@ -133,26 +133,34 @@ def test_row_blocks_on_threads_give_identical_results(cell, reverse, monkeypatch
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_weight_gradients_split_by_rows_equal_the_products(dtype):
-    """The CPU weight gradients run as blocks of rows on threads (partial GEMMs summed): every
-    split (serial and parallel builds, 1-4 blocks, an empty h_prev) == the plain products."""
+def test_weight_gradients_from_packed_steps_equal_the_products(dtype, monkeypatch):
+    """The CPU weight gradients: [x; h_prev]^T (transposed_inputs, both builds, reverse too)
+    times dA given packed (panel tails, one panel, one row), serial and parallel builds ==
+    the plain products, the bias sums == dA's column sums."""
     from nnkit._ext import recurrent_cpu
+    from nnkit._ext.gemm_cpu import pack_panels
 
     rng = np.random.default_rng(11)
-    N, GH, D, H = 37, 12, 5, 3
-    dgx, dgh = (rng.standard_normal((N, GH)).astype(dtype) for _ in range(2))
-    x, w_ih = rng.standard_normal((N, D)).astype(dtype), rng.standard_normal((GH, D)).astype(dtype)
-    for n_later in (N - 4, 0):
-        later, h_prev = dgh[4:4 + n_later], rng.standard_normal((n_later, H)).astype(dtype)
-        want = [dgx @ w_ih, dgx.T @ x, later.T @ h_prev, dgx.sum(0), dgh.sum(0)]
-        for build, parts in [("serial", 1), ("serial", 3), ("parallel", 2), ("parallel", 4)]:
-            got = [np.empty((N, D), dtype), np.empty((GH, D), dtype), np.empty((GH, H), dtype),
-                   np.empty(GH, dtype), np.empty(GH, dtype)]
-            getattr(recurrent_cpu.weight_grads_cpu, build)(dgx, x, w_ih, dgh, later, h_prev,
-                                                           *got, parts)
-            for i, (g, w) in enumerate(zip(got, want, strict=True)):
-                assert_matches_reference(g, w, dtype, factor=4 * N,
-                                         err_msg=f"{build} {parts} blocks: output {i}")
+    for T, B, D, H, GH in [(5, 3, 4, 3, 12), (1, 1, 1, 2, 1), (3, 7, 5, 6, 70)]:
+        x = rng.standard_normal((T, B, D)).astype(dtype)
+        y, h0 = rng.standard_normal((T, B, H)).astype(dtype), rng.standard_normal((B, H))
+        h0 = h0.astype(dtype)
+        dA = rng.standard_normal((T * B, GH)).astype(dtype)
+        for reverse in (False, True):
+            prev = np.concatenate([y[1:], h0[None]]) if reverse else np.concatenate(
+                [h0[None], y[:-1]])
+            want_at = np.concatenate([x.reshape(T * B, D), prev.reshape(T * B, H)], 1).T
+            for build in ("serial", "parallel"):
+                at = np.empty((D + H, T * B), dtype)
+                getattr(recurrent_cpu.transposed_inputs_cpu, build)(
+                    x.reshape(T * B, D), y, h0, reverse, at)
+                np.testing.assert_array_equal(at, want_at, err_msg=f"{build} {reverse}")
+        for flops in (0, 1 << 62):  # the parallel build, then the serial one
+            monkeypatch.setattr(recurrent_cpu, "MIN_PARALLEL_FLOPS", flops)
+            wt, sums = recurrent_cpu.packed_weight_grads(want_at.copy(), pack_panels(dA))
+            assert_matches_reference(wt[:, :GH], want_at @ dA, dtype, factor=4 * T * B,
+                                     err_msg=f"product, {T, B, D, H, GH}")
+            np.testing.assert_allclose(sums[:GH], dA.astype(np.float64).sum(0), rtol=1e-12)
 
 
 def test_hidden_grads_are_the_total_state_gradients(rng):
@@ -483,7 +491,7 @@ def _case_gpu_route():
     from nnkit._ext import recurrent_cuda
 
     rng = np.random.default_rng(5)
-    cpu_or_gpu = K._steps
+    cpu_or_gpu = K._gpu_route
     for small in (True, False):
         recurrent_cuda.block = (2, 4) if small else (8, 32)
         for (T, B, D, H), dtype, cell, reverse in itertools.product(
@@ -494,20 +502,20 @@ def _case_gpu_route():
             params = _weights(rng, cell, D, H, dtype)
             args = (cell, x, h0, c0, params, dy, dh, dc, reverse, "relu" if small else "tanh")
             want = _run_kernel(*args)
-            K._steps = lambda _x: K._gpu_steps()  # NumPy arrays down the GPU route
+            K._gpu_route = lambda _x: True  # NumPy arrays down the GPU route
             try:
                 got = _run_kernel(*args)
             finally:
-                K._steps = cpu_or_gpu
+                K._gpu_route = cpu_or_gpu
             msg = f"{cell} {(T, B, D, H)} {np.dtype(dtype).name} reverse={reverse}"
             for i, (g, w) in enumerate(zip(got, want, strict=True)):
                 assert_matches_reference(g, w, dtype, factor=64, err_msg=f"output {i} {msg}")
             hidden = [_hidden_grads(cell, x, h0, c0, params, dy, reverse)]
-            K._steps = lambda _x: K._gpu_steps()
+            K._gpu_route = lambda _x: True
             try:
                 hidden.append(_hidden_grads(cell, x, h0, c0, params, dy, reverse))
             finally:
-                K._steps = cpu_or_gpu
+                K._gpu_route = cpu_or_gpu
             assert_matches_reference(hidden[1], hidden[0], dtype, factor=64,
                                      err_msg=f"hidden_grads {msg}")
 

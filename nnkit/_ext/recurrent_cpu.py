@@ -3,15 +3,17 @@
 One call runs a whole layer-direction through time. Each step does two small GEMMs with
 ``gemm_cpu.step_gemm`` (a C kernel against weights packed once per call; no Python between
 steps): ``x_t @ W_ih^T`` (B, D) x (D, G*H) into the gates buffer and ``h_{t-1} @ W_hh^T``
-(B, H) x (H, G*H), then the gate nonlinearities, the biases and the cell update fused in one
-pass over the rows. The input projection is done step by step inside the loop rather than as
-one large BLAS GEMM before it: it runs on the kernel's threads (OpenBLAS's workers, spinning
-after a GEMM, took a core from the time loop that followed: an LSTM forward with a median of
-28 ms instead of 7.6 on a loaded machine), its rows are in L1 when the cell reads them, and
-the bias costs no extra pass. Backward through time (BPTT) mirrors the loop: the gate
-derivatives fused, one GEMM ``dgates_h @ W_hh`` per step; the weight gradients are left to
-the caller as large GEMMs over all steps. The batch rows are independent sequences: blocks
-of rows run on separate threads (see "Loop structure" below).
+(B, H) x (H, G*H) (the LSTM does both as one, ``[x_t, h_{t-1}] @ [W_ih^T; W_hh^T]``), then
+the gate nonlinearities, the biases and the cell update fused in one pass over the rows.
+The input projection is done step by step inside the loop rather than as one large BLAS
+GEMM before it: it runs on the kernel's threads (OpenBLAS's workers, spinning after a GEMM,
+took a core from the time loop that followed: an LSTM forward with a median of 28 ms
+instead of 7.6 on a loaded machine), its rows are in L1 when the cell reads them, and the
+bias costs no extra pass. Backward through time (BPTT) mirrors the loop: the gate
+derivatives fused, the GEMMs ``dA_h @ W_hh`` and ``dA_x @ W_ih`` (dx) per step, and dA of
+every step stored packed for the weight gradients, one product over all steps
+(``packed_weight_grads``). The batch rows are independent sequences: blocks of rows run on
+separate threads (see "Loop structure" below).
 
 Gate layouts are torch's: LSTM (i, f, g, o), GRU (r, z, n); see ``nnkit.nn.recurrent``.
 
@@ -50,7 +52,7 @@ from llvmlite import ir
 from numba import prange, types
 from numba.extending import intrinsic, overload
 
-from ._dispatch import serial_or_parallel, serial_step_blas
+from ._dispatch import serial_or_parallel
 from .gemm_cpu import pack_panels, step_gemm
 
 __all__ = [
@@ -68,7 +70,8 @@ __all__ = [
     "act_sigmoid",
     "act_tanh",
     "MIN_CHUNK_ROWS",
-    "weight_grads_cpu",
+    "packed_weight_grads",
+    "transposed_inputs_cpu",
 ]
 
 
@@ -302,19 +305,21 @@ def _rnn_forward(x, w_ih_t, bias, x_proj, h0, w_hh_t, relu, reverse, y, h, chunk
     h[:, :] = y[T - 1 if not reverse else 0]
 
 
-def _rnn_backward(dy, dh_T, y, w_hh, relu, reverse, da, dh, hidden_grads, chunks):
-    """BPTT: da[t] = dL/d(pre-activation at t) (T, B, H); dh (B, H) ends as dL/dh0;
+def _rnn_backward(dy, dh_T, y, w_hh, w_ih, relu, reverse, dx, gp, work, dh, hidden_grads,
+                  chunks):
+    """BPTT: dx (T, B, D) = dA @ W_ih; gp receives dA = dL/d(pre-activations) of every step
+    packed (see ``store_packed``); work (B, H) workspace; dh (B, H) ends as dL/dh0;
     hidden_grads (T, B, H) receives the total dL/dh_t unless it is empty (size 0)."""
     T, B, H = y.shape
     keep = hidden_grads.size > 0
-    wp = pack_panels(w_hh)
+    wp, wp_ih = pack_panels(w_hh), pack_panels(w_ih)
     dh[:, :] = dh_T
     for k in prange(chunks):
         b0, b1 = chunk_rows(k, chunks, B)
         for s in range(T):
             t = step_index(T - 1 - s, T, reverse)
             for b in range(b0, b1):
-                drow, dyrow, yrow, dhrow = da[t, b], dy[t, b], y[t, b], dh[b]
+                drow, dyrow, yrow, dhrow = work[b], dy[t, b], y[t, b], dh[b]
                 for j in range(H):
                     drow[j] = dhrow[j] + dyrow[j]  # total dL/dh_t
                 if keep:
@@ -325,29 +330,34 @@ def _rnn_backward(dy, dh_T, y, w_hh, relu, reverse, da, dh, hidden_grads, chunks
                 else:
                     for j in range(H):
                         drow[j] = drow[j] * (1.0 - yrow[j] * yrow[j])
-            step_gemm(da[t][b0:b1], wp, dh[b0:b1])  # (rows, H) @ (H, H)
+                store_packed(drow, gp, t * B + b)
+            step_gemm(work[b0:b1], wp, dh[b0:b1])  # (rows, H) @ (H, H)
+            step_gemm(work[b0:b1], wp_ih, dx[t][b0:b1])  # (rows, H) @ (H, D)
 
 
 # ---- LSTM: gates (i, f, g, o); c_t = f c_{t-1} + i g; h_t = o tanh(c_t) -------------------
 
-def _lstm_cell(g, w, bias, c_prev, c, y):
-    """One row: g (4H) pre-activations from x, overwritten with the activated gates; w (4H)
-    from h_{t-1}; bias (4H); c_prev (H) -> c, y (H)."""
+def _lstm_cell(g, bias, c_prev, c, y, h_next):
+    """One row: g (4H) pre-activations (x_t W_ih^T + h_{t-1} W_hh^T), overwritten with the
+    activated gates; bias (4H); c_prev (H) -> c, y (H); h_next (H) receives y too (the
+    next step's GEMM input)."""
     H = c.shape[0]
-    gif, wif, bif = g[:2 * H], w[:2 * H], bias[:2 * H]
+    gif, bif = g[:2 * H], bias[:2 * H]
     for j in range(2 * H):
-        gif[j] = act_sigmoid(gif[j] + wif[j] + bif[j])
-    gg, wg, bg = g[2 * H:3 * H], w[2 * H:3 * H], bias[2 * H:3 * H]
+        gif[j] = act_sigmoid(gif[j] + bif[j])
+    gg, bg = g[2 * H:3 * H], bias[2 * H:3 * H]
     for j in range(H):
-        gg[j] = act_tanh(gg[j] + wg[j] + bg[j])
-    go, wo, bo = g[3 * H:], w[3 * H:], bias[3 * H:]
+        gg[j] = act_tanh(gg[j] + bg[j])
+    go, bo = g[3 * H:], bias[3 * H:]
     for j in range(H):
-        go[j] = act_sigmoid(go[j] + wo[j] + bo[j])
+        go[j] = act_sigmoid(go[j] + bo[j])
     gi, gf = g[:H], g[H:2 * H]
     for j in range(H):
         c[j] = gf[j] * c_prev[j] + gi[j] * gg[j]
     for j in range(H):
         y[j] = go[j] * act_tanh(c[j])
+    for j in range(H):
+        h_next[j] = y[j]
 
 
 lstm_cell = numba.njit(cache=True, inline="always", error_model="numpy")(_lstm_cell)
@@ -375,35 +385,40 @@ lstm_cell_backward = numba.njit(cache=True, inline="always",
                                 error_model="numpy")(_lstm_cell_backward)
 
 
-def _lstm_forward(x, w_ih_t, bias, gates, h0, c0, w_hh_t, reverse, y, c_all, h, c, work,
+def _lstm_forward(x, w_ih_t, bias, gates, h0, c0, w_hh_t, reverse, y, c_all, h, c, xh,
                   chunks):
     """x (T, B, D); w_ih_t (D, 4H); bias (4H,) = b_ih + b_hh; gates (T, B, 4H) receives the
-    activated gates; outputs y, c_all (T, B, H); h, c (B, H) end as h_T, c_T; work (B, 4H)
-    workspace."""
+    activated gates; outputs y, c_all (T, B, H); h, c (B, H) end as h_T, c_T; xh (B, D + H)
+    workspace: each step is one GEMM [x_t, h_{t-1}] @ [W_ih^T; W_hh^T] (K = D + H: one
+    pass over the output tile instead of two, ~5% of the forward)."""
     T, B, G = gates.shape
-    wp_ih, wp_hh = pack_panels(w_ih_t), pack_panels(w_hh_t)
+    D = x.shape[2]
+    wp = pack_panels(np.concatenate((w_ih_t, w_hh_t)))
     for k in prange(chunks):
         b0, b1 = chunk_rows(k, chunks, B)
+        for b in range(b0, b1):
+            xh[b, D:] = h0[b]
         for s in range(T):
             t = step_index(s, T, reverse)
-            tp = t + 1 if reverse else t - 1
-            step_gemm(x[t][b0:b1], wp_ih, gates[t][b0:b1])  # (rows, 4H) from x_t
-            step_gemm(prev(s == 0, h0, y, tp)[b0:b1], wp_hh, work[b0:b1])  # from h_{t-1}
-            c_prev = prev(s == 0, c0, c_all, tp)
             for b in range(b0, b1):
-                lstm_cell(gates[t, b], work[b], bias, c_prev[b], c_all[t, b], y[t, b])
+                xh[b, :D] = x[t, b]
+            step_gemm(xh[b0:b1], wp, gates[t][b0:b1])  # (rows, 4H)
+            c_prev = prev(s == 0, c0, c_all, t + 1 if reverse else t - 1)
+            for b in range(b0, b1):
+                lstm_cell(gates[t, b], bias, c_prev[b], c_all[t, b], y[t, b], xh[b, D:])
     last = 0 if reverse else T - 1
     h[:, :] = y[last]
     c[:, :] = c_all[last]
 
 
-def _lstm_backward(dy, dh_T, dc_T, c0, gates, c_all, w_hh, reverse, dgates, dh, dc,
-                   hidden_grads, chunks):
-    """BPTT: dgates[t] = dL/d(gate pre-activations) (T, B, 4H); dh, dc (B, H) end as
-    dL/dh0, dL/dc0; hidden_grads (T, B, H) receives the total dL/dh_t unless empty."""
+def _lstm_backward(dy, dh_T, dc_T, c0, gates, c_all, w_hh, w_ih, reverse, dx, gp, work, dh,
+                   dc, hidden_grads, chunks):
+    """BPTT: dx (T, B, D) = dA @ W_ih; gp receives dA = dL/d(gate pre-activations) of every
+    step packed (see ``store_packed``); work (B, 4H) workspace; dh, dc (B, H) end as dL/dh0,
+    dL/dc0; hidden_grads (T, B, H) receives the total dL/dh_t unless empty."""
     T, B, G = gates.shape
     keep = hidden_grads.size > 0
-    wp = pack_panels(w_hh)
+    wp, wp_ih = pack_panels(w_hh), pack_panels(w_ih)
     dh[:, :] = dh_T
     dc[:, :] = dc_T
     for k in prange(chunks):
@@ -413,9 +428,10 @@ def _lstm_backward(dy, dh_T, dc_T, c0, gates, c_all, w_hh, reverse, dgates, dh, 
             c_prev = prev(s == T - 1, c0, c_all, t + 1 if reverse else t - 1)
             for b in range(b0, b1):
                 add_direct_grad(dh[b], dy[t, b], keep, hidden_grads, t, b)
-                lstm_cell_backward(gates[t, b], c_all[t, b], c_prev[b], dh[b], dc[b],
-                                   dgates[t, b])
-            step_gemm(dgates[t][b0:b1], wp, dh[b0:b1])  # (rows, 4H) @ (4H, H)
+                lstm_cell_backward(gates[t, b], c_all[t, b], c_prev[b], dh[b], dc[b], work[b])
+                store_packed(work[b], gp, t * B + b)
+            step_gemm(work[b0:b1], wp, dh[b0:b1])  # (rows, 4H) @ (4H, H)
+            step_gemm(work[b0:b1], wp_ih, dx[t][b0:b1])  # (rows, 4H) @ (4H, D)
 
 
 # ---- GRU: gates (r, z, n); n = tanh(xn + r (h W_hn^T + b_hn)); h = (1 - z) n + z h --------
@@ -483,14 +499,15 @@ def _gru_forward(x, w_ih_t, b_ih, gates, h0, w_hh_t, b_hh, reverse, y, hn, h, gh
     h[:, :] = y[0 if reverse else T - 1]
 
 
-def _gru_backward(dy, dh_T, h0, y, gates, hn, w_hh, reverse, dgx, dgh, dh, dh_gated,
-                  hidden_grads, chunks):
-    """BPTT: dgx[t] = dL/d(x-side pre-activations), dgh[t] = dL/d(h W_hh^T + b_hh)
-    (T, B, 3H); dh (B, H) ends as dL/dh0; dh_gated (B, H) workspace; hidden_grads
-    (T, B, H) receives the total dL/dh_t unless empty."""
+def _gru_backward(dy, dh_T, h0, y, gates, hn, w_hh, w_ih, reverse, dx, gpx, gph, work_x,
+                  work_h, dh, dh_gated, hidden_grads, chunks):
+    """BPTT: dx (T, B, D) = dA_x @ W_ih; gpx, gph receive dA_x = dL/d(x-side
+    pre-activations) and dA_h = dL/d(h W_hh^T + b_hh) of every step packed (see
+    ``store_packed``); work_x, work_h (B, 3H) and dh_gated (B, H) workspaces; dh (B, H) ends
+    as dL/dh0; hidden_grads (T, B, H) receives the total dL/dh_t unless empty."""
     T, B, G = gates.shape
     keep = hidden_grads.size > 0
-    wp = pack_panels(w_hh)
+    wp, wp_ih = pack_panels(w_hh), pack_panels(w_ih)
     dh[:, :] = dh_T
     for k in prange(chunks):
         b0, b1 = chunk_rows(k, chunks, B)
@@ -499,75 +516,106 @@ def _gru_backward(dy, dh_T, h0, y, gates, hn, w_hh, reverse, dgx, dgh, dh, dh_ga
             h_prev = prev(s == T - 1, h0, y, t + 1 if reverse else t - 1)
             for b in range(b0, b1):
                 add_direct_grad(dh[b], dy[t, b], keep, hidden_grads, t, b)
-                gru_cell_backward(gates[t, b], h_prev[b], hn[t, b], dh[b], dgx[t, b],
-                                  dgh[t, b])
-            step_gemm(dgh[t][b0:b1], wp, dh_gated[b0:b1])  # (rows, 3H) @ (3H, H)
+                gru_cell_backward(gates[t, b], h_prev[b], hn[t, b], dh[b], work_x[b],
+                                  work_h[b])
+                store_packed(work_x[b], gpx, t * B + b)
+                store_packed(work_h[b], gph, t * B + b)
+            step_gemm(work_h[b0:b1], wp, dh_gated[b0:b1])  # (rows, 3H) @ (3H, H)
+            step_gemm(work_x[b0:b1], wp_ih, dx[t][b0:b1])  # (rows, 3H) @ (3H, D)
             for b in range(b0, b1):
                 dhrow, grow = dh[b], dh_gated[b]
                 for j in range(dhrow.shape[0]):
                     dhrow[j] += grow[j]
 
 
-# ---- the parameter gradients: large GEMMs over all steps, split by rows ------------------
+# ---- the parameter gradients: products over all steps against the packed dA ------------
+# BPTT leaves dA of every step in ``pack_panels`` layout (rows n = t B + b), written row by
+# row as the loop produces them, so the weight gradients dW^T = [x; h_prev]^T dA run on
+# step_gemm with no copy of dA (packing it afterwards cost 2-7 ms, as much as the product).
+# Measured on one core, float32, best of 7: (192, 4096) x (4096, 512) 115 GFLOP/s (the FMA
+# peak is ~116), where the row blocks with one-thread BLAS per block reached ~65 per core.
 
-def _weight_grads(dgx, x, w_ih, dgh, dgh_later, h_prev, dx, dw_ih, dw_hh, db_ih, db_hh,
-                  parts):
-    """From the pre-activation gradients of all steps, as 2-D row blocks::
-
-        dx = dgx @ W_ih,  dW_ih = dgx^T x,  dW_hh = dgh_later^T h_prev,
-        db_ih = sum_rows dgx,  db_hh = sum_rows dgh
-
-    dgx, dgh (N, GH); x (N, D); w_ih (GH, D); dgh_later (N2, GH) the rows whose previous
-    state is in h_prev (N2, H) (the first step's h0 term is the caller's); outputs dx (N, D),
-    dw_ih (GH, D), dw_hh (GH, H), db_ih, db_hh (GH,). ``parts`` blocks of rows run on
-    separate threads, each calling BLAS (np.dot) on one thread; the blocks' partial weight
-    gradients are summed at the end, the bias sums accumulated in float64."""
-    N, GH = dgx.shape
-    N2 = dgh_later.shape[0]
-    part_ih = np.empty((parts,) + dw_ih.shape, dtype=dw_ih.dtype)
-    part_hh = np.zeros((parts,) + dw_hh.shape, dtype=dw_hh.dtype)
-    part_b = np.zeros((parts, 2, GH))
-    for k in prange(parts):
-        r0, r1 = chunk_rows(k, parts, N)
-        np.dot(dgx[r0:r1], w_ih, dx[r0:r1])
-        np.dot(dgx[r0:r1].T, x[r0:r1], part_ih[k])
-        s0, s1 = chunk_rows(k, parts, N2)
-        if s1 > s0:
-            np.dot(dgh_later[s0:s1].T, h_prev[s0:s1], part_hh[k])
-        sums_ih, sums_hh = part_b[k, 0], part_b[k, 1]
-        for r in range(r0, r1):
-            gx, gh = dgx[r], dgh[r]
-            for j in range(GH):
-                sums_ih[j] += gx[j]
-            for j in range(GH):
-                sums_hh[j] += gh[j]
-    dw_ih[:, :] = part_ih[0]
-    dw_hh[:, :] = part_hh[0]
-    for k in range(1, parts):
-        dw_ih += part_ih[k]
-        dw_hh += part_hh[k]
-    for j in range(GH):
-        db_ih[j] = part_b[:, 0, j].sum()
-        db_hh[j] = part_b[:, 1, j].sum()
+def _store_packed(row, gp, n):
+    """Row n of the packed matrix gp (P, N, NR) = row (G,): gp[p, n, q] = row[p NR + q],
+    zeros beyond G."""
+    nr = gp.shape[2]
+    G = row.shape[0]
+    for p in range(gp.shape[0]):
+        dst = gp[p, n]
+        j0 = p * nr
+        width = min(nr, G - j0)
+        for q in range(width):
+            dst[q] = row[j0 + q]
+        for q in range(width, nr):
+            dst[q] = 0.0
 
 
-_weight_grads_builds = serial_or_parallel(_weight_grads, error_model="numpy")
-
-# Fewer rows per block than this and the GEMMs are too thin to gain from a second thread.
-MIN_GRAD_ROWS = 256
+store_packed = numba.njit(cache=True, inline="always", error_model="numpy")(_store_packed)
 
 
-def weight_grads_cpu(*args):
-    """``_weight_grads`` (same arguments, less ``parts``): blocks of at least MIN_GRAD_ROWS
-    rows, one per thread, with numba's (SciPy's) BLAS on one thread."""
-    parts = max(1, min(numba.get_num_threads(), args[0].shape[0] // MIN_GRAD_ROWS))
-    build = _weight_grads_builds.parallel if parts > 1 else _weight_grads_builds.serial
-    with serial_step_blas():
-        build(*args, parts)
+def _transpose_block(src, shift, dst, row0, n0, n1):
+    """dst[row0 + j, n] = src[n + shift, j] for n in [n0, n1): a block of columns of dst,
+    written row by row (writing column by column touched D + H pages per element)."""
+    for j in range(src.shape[1]):
+        drow = dst[row0 + j]
+        for n in range(n0, n1):
+            drow[n] = src[n + shift, j]
 
 
-weight_grads_cpu.serial = _weight_grads_builds.serial
-weight_grads_cpu.parallel = _weight_grads_builds.parallel
+transpose_block = numba.njit(cache=True, inline="always", error_model="numpy")(_transpose_block)
+
+
+def _transposed_inputs(x2, y, h0, reverse, at):
+    """at (D + H, T B) = [x; h_prev]^T: column n = t B + b holds x[t, b] and the state step
+    t read (h0 at the first step, else y[t - 1, b], y[t + 1, b] in reverse).
+    x2 (T B, D); y (T, B, H); h0 (B, H)."""
+    T, B, H = y.shape
+    N, D = x2.shape
+    y2 = y.reshape(N, H)
+    # h_prev row n is h0[n - edge] on one side of ``edge`` and y2[n -+ B] on the other
+    edge = N - B if reverse else B
+    lo, lo_shift = (y2, B) if reverse else (h0, 0)
+    hi, hi_shift = (h0, -edge) if reverse else (y2, -B)
+    for blk in prange((N + 63) // 64):
+        n0, n1 = blk * 64, min(N, blk * 64 + 64)
+        transpose_block(x2, 0, at, 0, n0, n1)
+        m = min(max(edge, n0), n1)
+        transpose_block(lo, lo_shift, at, D, n0, m)
+        transpose_block(hi, hi_shift, at, D, m, n1)
+
+
+def _packed_products(at, gp, out, sums):
+    """out[p] (M, NR) = at (M, N) @ panel p of gp (P, N, NR), and sums[p] (NR,) float64 the
+    column sums of that panel; one panel per task."""
+    for p in prange(gp.shape[0]):
+        step_gemm(at, gp[p:p + 1], out[p])
+        panel, acc = gp[p], sums[p]
+        acc[:] = 0.0
+        for n in range(panel.shape[0]):
+            row = panel[n]
+            for q in range(acc.shape[0]):
+                acc[q] += row[q]
+
+
+transposed_inputs_cpu = serial_or_parallel(_transposed_inputs, error_model="numpy")
+packed_products_cpu = serial_or_parallel(_packed_products, error_model="numpy")
+
+# A weight-gradient product of fewer flops than this runs on one thread (waking the pool
+# costs tens of microseconds, ~4 Mflop at these kernels' speed).
+MIN_PARALLEL_FLOPS = 1 << 22
+
+
+def packed_weight_grads(at, gp):
+    """(dW^T, db): dW^T (M, G) = at (M, N) @ dA (N, G) and db (G,) float64 the column sums
+    of dA, where gp (P, N, NR) holds dA packed (G <= P NR; the columns beyond are cut)."""
+    P, N, nr = gp.shape
+    out = np.empty((P, at.shape[0], nr), dtype=at.dtype)
+    sums = np.empty((P, nr))
+    parallel = (P > 1 and numba.get_num_threads() > 1
+                and 2 * at.size * P * nr >= MIN_PARALLEL_FLOPS)
+    (packed_products_cpu.parallel if parallel else packed_products_cpu.serial)(
+        at, gp, out, sums)
+    return out.transpose(1, 0, 2).reshape(at.shape[0], P * nr), sums.reshape(P * nr)
 
 
 # ---- entry points: a serial and a parallel build, the batch split chosen by rows ---------

@@ -231,7 +231,9 @@ def rnn_forward_gpu(x_proj, h0, w_hh_t, relu, reverse, y, h):
 
 
 def rnn_backward_gpu(dy, dh_T, y, w_hh, relu, reverse, da, dh, hidden_grads):
-    """BPTT as ``recurrent_cpu.rnn_backward_cpu``: da (T, B, H), dh ends as dL/dh0."""
+    """BPTT as ``recurrent_cpu.rnn_backward_cpu``, leaving da = dL/d(pre-activations)
+    (T, B, H) for the caller's GEMMs (the CPU kernel packs it and does dx itself); dh ends as
+    dL/dh0."""
     xp = array_module(y)
     keep, vhid = _hidden_view(hidden_grads)
     dh[...] = dh_T
@@ -256,7 +258,8 @@ def lstm_forward_gpu(x_proj, h0, c0, w_hh_t, reverse, y, c_all, h, c, work):
 
 def lstm_backward_gpu(dy, dh_T, dc_T, c0, gates, c_all, w_hh, reverse, dgates, dh, dc,
                       hidden_grads):
-    """BPTT as ``recurrent_cpu.lstm_backward_cpu``; dh, dc end as dL/dh0, dL/dc0."""
+    """BPTT as ``recurrent_cpu.lstm_backward_cpu``, leaving dgates (T, B, 4H) for the
+    caller's GEMMs; dh, dc end as dL/dh0, dL/dc0."""
     xp = array_module(gates)
     T = gates.shape[0]
     keep, vhid = _hidden_view(hidden_grads)
@@ -286,7 +289,8 @@ def gru_forward_gpu(x_proj, h0, w_hh_t, b_hh, reverse, y, hn, h, gh):
 
 def gru_backward_gpu(dy, dh_T, h0, y, gates, hn, w_hh, reverse, dgx, dgh, dh, dh_gated,
                      hidden_grads):
-    """BPTT as ``recurrent_cpu.gru_backward_cpu``; dh ends as dL/dh0."""
+    """BPTT as ``recurrent_cpu.gru_backward_cpu``, leaving dgx, dgh (T, B, 3H) for the
+    caller's GEMMs; dh ends as dL/dh0."""
     xp = array_module(gates)
     T = gates.shape[0]
     keep, vhid = _hidden_view(hidden_grads)

@@ -8,13 +8,16 @@ cuBLAS GEMM first, then run the loop from the host (``nnkit._ext.recurrent_cuda`
 a cuBLAS GEMM and one fused Numba CUDA cell launch; every array stays on the device.
 
 Each backward runs BPTT in one compiled kernel, which leaves the gradients with respect to
-the gate pre-activations of every step; the parameter and input gradients are then large
-GEMMs over all steps at once::
+the gate pre-activations of every step; the parameter gradients are then products over all
+steps at once::
 
     dW_ih = sum_t dA_t^T x_t,   dx_t = dA_t W_ih,   dW_hh = sum_t dA^h_t^T h_{t-1},
     db_ih = sum_t sum_b dA_t,   db_hh = sum_t sum_b dA^h_t
 
-(dA^h = dA except for the GRU's n gate, where the hidden part is r * dA_n.)
+(dA^h = dA except for the GRU's n gate, where the hidden part is r * dA_n.) On the CPU the
+BPTT kernel does dx_t step by step on its threads and leaves dA packed for the packed-panel
+GEMM, and [dW_ih, dW_hh]^T = [x; h_prev]^T dA is one product over the panels (see
+``recurrent_cpu.packed_weight_grads``); on the GPU each is one cuBLAS GEMM.
 
 Gate orders and formulas are torch's (``torch.nn.RNN/LSTM/GRU``); ``nnkit.kernels.reference``
 (``reference_recurrent``) holds the naive per-step twins.
@@ -28,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._backend import array_module, is_gpu_array, matmul
+from .._backend import array_module, is_gpu_array
 from .._validation import FLOATS, check_array, check_choice
 
 __all__ = [
@@ -142,35 +145,41 @@ def _hidden_out(hidden_grads, y):
 
 
 class _Steps(NamedTuple):
-    """The time-loop kernels of one device (``nnkit._ext.recurrent_cpu`` or ``_cuda``)."""
+    """The forward time loops of one device (``nnkit._ext.recurrent_cpu`` or ``_cuda``), all
+    with the CPU kernels' signature."""
 
     rnn_forward: Callable
-    rnn_backward: Callable
     lstm_forward: Callable
-    lstm_backward: Callable
     gru_forward: Callable
-    gru_backward: Callable
+
+
+def _gpu_route(x) -> bool:
+    """Whether x's layer runs on the GPU kernels (CuPy arrays; tests send NumPy arrays down
+    this route under the CUDA simulator by replacing this function)."""
+    return is_gpu_array(x)
 
 
 def _steps(x) -> _Steps:
     """The kernels for x's device: Numba CPU for NumPy arrays, a host loop of Numba CUDA
     cell launches and cuBLAS GEMMs for CuPy arrays."""
-    return _gpu_steps() if is_gpu_array(x) else _cpu_steps()
+    if _gpu_route(x):
+        g = _gpu_kernels()
+        return _Steps(_projected(g.rnn_forward_gpu), _projected(g.lstm_forward_gpu),
+                      _projected(g.gru_forward_gpu))
+    c = _cpu_kernels()
+    return _Steps(c.rnn_forward_cpu, c.lstm_forward_cpu, c.gru_forward_cpu)
 
 
-def _cpu_steps() -> _Steps:
-    from .._ext import recurrent_cpu as c
+def _cpu_kernels():
+    from .._ext import recurrent_cpu
 
-    return _Steps(c.rnn_forward_cpu, c.rnn_backward_cpu, c.lstm_forward_cpu,
-                  c.lstm_backward_cpu, c.gru_forward_cpu, c.gru_backward_cpu)
+    return recurrent_cpu
 
 
-def _gpu_steps() -> _Steps:
-    from .._ext import recurrent_cuda as g
+def _gpu_kernels():
+    from .._ext import recurrent_cuda
 
-    return _Steps(_projected(g.rnn_forward_gpu), g.rnn_backward_gpu,
-                  _projected(g.lstm_forward_gpu), g.lstm_backward_gpu,
-                  _projected(g.gru_forward_gpu), g.gru_backward_gpu)
+    return recurrent_cuda
 
 
 def _projected(loop):
@@ -197,35 +206,52 @@ def _bias(xp, b_ih, b_hh, size, dtype):
     return b_ih if b_hh is None else b_ih + b_hh
 
 
-def _weight_grads(cache, dgx, dgh, h0):
-    """dx, dW_ih, dW_hh, db_ih, db_hh from the pre-activation gradients of all steps."""
+def _cpu_grad_buffers(cache, count):
+    """The CPU BPTT kernels' outputs: dx (T, B, D), then ``count`` packed dA buffers
+    (P, T B, NR) and ``count`` (B, G H) workspaces."""
+    from .._ext.gemm_cpu import PANEL_WIDTH
+
+    x = cache.x
+    T, B, _ = x.shape
+    GH = cache.weight_hh.shape[0]
+    nr = PANEL_WIDTH[x.dtype.name]
+    packed = [np.empty(((GH + nr - 1) // nr, T * B, nr), dtype=x.dtype) for _ in range(count)]
+    work = [np.empty((B, GH), dtype=x.dtype) for _ in range(count)]
+    return np.empty_like(x), packed, work
+
+
+def _cpu_weight_grads(cache, dx, gpx, gph):
+    """(dx, dW_ih, dW_hh, db_ih, db_hh) from dx and the packed dA of the CPU BPTT kernels:
+    [dW_ih, dW_hh]^T = [x; h_prev]^T dA, one product when dA_x is dA_h (RNN, LSTM)."""
+    from .._ext.recurrent_cpu import packed_weight_grads, transposed_inputs_cpu
+
     x, y = cache.x, cache.saved["y"]
+    T, B, D = x.shape
+    GH, H = cache.weight_hh.shape
+    at = np.empty((D + H, T * B), dtype=x.dtype)
+    transposed_inputs_cpu(x.reshape(T * B, D), y, cache.h0, cache.reverse, at)
+    if gph is gpx:
+        wt, sums_x = packed_weight_grads(at, gpx)
+        wt_x, wt_h, sums_h = wt[:D], wt[D:], sums_x
+    else:
+        wt_x, sums_x = packed_weight_grads(at[:D], gpx)
+        wt_h, sums_h = packed_weight_grads(at[D:], gph)
+    dw_ih = np.ascontiguousarray(wt_x[:, :GH].T)
+    dw_hh = np.ascontiguousarray(wt_h[:, :GH].T)
+    if not cache.has_bias:
+        return dx, dw_ih, dw_hh, None, None
+    return dx, dw_ih, dw_hh, sums_x[:GH].astype(x.dtype), sums_h[:GH].astype(x.dtype)
+
+
+def _gpu_weight_grads(cache, dgx, dgh):
+    """(dx, dW_ih, dW_hh, db_ih, db_hh) from the pre-activation gradients of all steps
+    (T, B, G H) on the GPU: one cuBLAS GEMM each."""
+    x, y, h0 = cache.x, cache.saved["y"], cache.h0
     T, B, D = x.shape
     GH, H = cache.weight_hh.shape
     # the step at t reads h_{t-1} = y[t-1] (y[t+1] in reverse), and h0 at the first step
     first, later, prev = (T - 1, slice(0, T - 1), slice(1, T)) if cache.reverse else (
         0, slice(1, T), slice(0, T - 1))
-    if is_gpu_array(x):
-        return _weight_grads_gpu(cache, dgx, dgh, h0, first, later, prev)
-    from .._ext.recurrent_cpu import weight_grads_cpu
-
-    dx = np.empty_like(x)
-    dw_ih, dw_hh = np.empty_like(cache.weight_ih), np.empty_like(cache.weight_hh)
-    db_ih, db_hh = np.empty(GH, dtype=x.dtype), np.empty(GH, dtype=x.dtype)
-    weight_grads_cpu(dgx.reshape(T * B, GH), x.reshape(T * B, D), cache.weight_ih,
-                     dgh.reshape(T * B, GH), dgh[later].reshape(-1, GH),
-                     y[prev].reshape(-1, H), dx.reshape(T * B, D), dw_ih, dw_hh, db_ih, db_hh)
-    dw_hh += matmul(dgh[first].T, h0)  # one BLAS thread: none left spinning (see _backend)
-    if not cache.has_bias:
-        return dx, dw_ih, dw_hh, None, None
-    return dx, dw_ih, dw_hh, db_ih, db_hh
-
-
-def _weight_grads_gpu(cache, dgx, dgh, h0, first, later, prev):
-    """``_weight_grads`` on the GPU: one cuBLAS GEMM each."""
-    x, y = cache.x, cache.saved["y"]
-    T, B, D = x.shape
-    GH, H = cache.weight_hh.shape
     dgx2 = dgx.reshape(T * B, GH)  # (T*B, G*H)
     dx = (dgx2 @ cache.weight_ih).reshape(T, B, D)
     dw_ih = dgx2.T @ x.reshape(T * B, D)
@@ -317,12 +343,19 @@ def rnn_backward(dy, dh_T, cache, hidden_grads=None):
     xp = array_module(y)
     dy = _check_grad(dy, "dy", y)
     dh_T = _check_grad(dh_T, "dh_T", cache.h0)
-    da = xp.empty_like(y)
     dh = xp.empty_like(cache.h0)
-    steps = _steps(y)
-    steps.rnn_backward(dy, dh_T, y, cache.weight_hh, cache.nonlinearity == "relu",
-                       cache.reverse, da, dh, _hidden_out(hidden_grads, y))
-    dx, dw_ih, dw_hh, db_ih, db_hh = _weight_grads(cache, da, da, cache.h0)
+    relu, hidden = cache.nonlinearity == "relu", _hidden_out(hidden_grads, y)
+    if _gpu_route(y):
+        da = xp.empty_like(y)
+        _gpu_kernels().rnn_backward_gpu(dy, dh_T, y, cache.weight_hh, relu, cache.reverse, da,
+                                        dh, hidden)
+        grads = _gpu_weight_grads(cache, da, da)
+    else:
+        dx, (gp,), (work,) = _cpu_grad_buffers(cache, 1)
+        _cpu_kernels().rnn_backward_cpu(dy, dh_T, y, cache.weight_hh, cache.weight_ih, relu,
+                                        cache.reverse, dx, gp, work, dh, hidden)
+        grads = _cpu_weight_grads(cache, dx, gp, gp)
+    dx, dw_ih, dw_hh, db_ih, db_hh = grads
     return dx, dh, dw_ih, dw_hh, db_ih, db_hh
 
 
@@ -372,11 +405,11 @@ def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, re
         y, c = xp.empty((T, B, H), dtype=x.dtype), xp.empty_like(h0)
     c_all = xp.empty((T, B, H), dtype=x.dtype)
     h = xp.empty_like(h0)
-    steps = _steps(x)
-    steps.lstm_forward(x, xp.ascontiguousarray(w_ih.T),
-                       _bias(xp, b_ih, b_hh, 4 * H, x.dtype), gates, h0, c0,
-                       xp.ascontiguousarray(w_hh.T), bool(reverse), y, c_all, h, c,
-                       xp.empty((B, 4 * H), dtype=x.dtype))
+    # the workspace: [x_t, h_{t-1}] rows on the CPU (one GEMM per step), h W_hh^T on the GPU
+    work = xp.empty((B, 4 * H) if _gpu_route(x) else (B, x.shape[2] + H), dtype=x.dtype)
+    _steps(x).lstm_forward(x, xp.ascontiguousarray(w_ih.T),
+                           _bias(xp, b_ih, b_hh, 4 * H, x.dtype), gates, h0, c0,
+                           xp.ascontiguousarray(w_hh.T), bool(reverse), y, c_all, h, c, work)
     cache = RecurrentCache("lstm", x, h0, c0, w_ih, w_hh, b_ih is not None, "", bool(reverse),
                            {"y": y, "gates": gates, "c": c_all})
     return y, h, c, cache
@@ -401,12 +434,20 @@ def lstm_backward(dy, dh_T, dc_T, cache, hidden_grads=None):
     dy = _check_grad(dy, "dy", y)
     dh_T = _check_grad(dh_T, "dh_T", cache.h0)
     dc_T = _check_grad(dc_T, "dc_T", cache.h0)
-    dgates = xp.empty_like(gates)
     dh, dc = xp.empty_like(cache.h0), xp.empty_like(cache.h0)
-    steps = _steps(y)
-    steps.lstm_backward(dy, dh_T, dc_T, cache.c0, gates, c_all, cache.weight_hh,
-                        cache.reverse, dgates, dh, dc, _hidden_out(hidden_grads, y))
-    dx, dw_ih, dw_hh, db_ih, db_hh = _weight_grads(cache, dgates, dgates, cache.h0)
+    hidden = _hidden_out(hidden_grads, y)
+    if _gpu_route(y):
+        dgates = xp.empty_like(gates)
+        _gpu_kernels().lstm_backward_gpu(dy, dh_T, dc_T, cache.c0, gates, c_all,
+                                         cache.weight_hh, cache.reverse, dgates, dh, dc, hidden)
+        grads = _gpu_weight_grads(cache, dgates, dgates)
+    else:
+        dx, (gp,), (work,) = _cpu_grad_buffers(cache, 1)
+        _cpu_kernels().lstm_backward_cpu(dy, dh_T, dc_T, cache.c0, gates, c_all,
+                                         cache.weight_hh, cache.weight_ih, cache.reverse, dx,
+                                         gp, work, dh, dc, hidden)
+        grads = _cpu_weight_grads(cache, dx, gp, gp)
+    dx, dw_ih, dw_hh, db_ih, db_hh = grads
     return dx, dh, dc, dw_ih, dw_hh, db_ih, db_hh
 
 
@@ -474,10 +515,18 @@ def gru_backward(dy, dh_T, cache, hidden_grads=None):
     xp = array_module(y)
     dy = _check_grad(dy, "dy", y)
     dh_T = _check_grad(dh_T, "dh_T", cache.h0)
-    dgx, dgh = xp.empty_like(gates), xp.empty_like(gates)
     dh = xp.empty_like(cache.h0)
-    steps = _steps(y)
-    steps.gru_backward(dy, dh_T, cache.h0, y, gates, hn, cache.weight_hh, cache.reverse,
-                       dgx, dgh, dh, xp.empty_like(dh), _hidden_out(hidden_grads, y))
-    dx, dw_ih, dw_hh, db_ih, db_hh = _weight_grads(cache, dgx, dgh, cache.h0)
+    hidden = _hidden_out(hidden_grads, y)
+    if _gpu_route(y):
+        dgx, dgh = xp.empty_like(gates), xp.empty_like(gates)
+        _gpu_kernels().gru_backward_gpu(dy, dh_T, cache.h0, y, gates, hn, cache.weight_hh,
+                                        cache.reverse, dgx, dgh, dh, xp.empty_like(dh), hidden)
+        grads = _gpu_weight_grads(cache, dgx, dgh)
+    else:
+        dx, (gpx, gph), (work_x, work_h) = _cpu_grad_buffers(cache, 2)
+        _cpu_kernels().gru_backward_cpu(dy, dh_T, cache.h0, y, gates, hn, cache.weight_hh,
+                                        cache.weight_ih, cache.reverse, dx, gpx, gph, work_x,
+                                        work_h, dh, np.empty_like(dh), hidden)
+        grads = _cpu_weight_grads(cache, dx, gpx, gph)
+    dx, dw_ih, dw_hh, db_ih, db_hh = grads
     return dx, dh, dw_ih, dw_hh, db_ih, db_hh
