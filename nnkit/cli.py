@@ -41,7 +41,7 @@ def info() -> dict:
         "numba threads": str(numba.get_num_threads()),
         "numba threading layer": _threading_layer(),
         "cython kernels": _cython_status(),
-        "recurrent step GEMM build": _step_gemm_isa(),
+        "C kernels build (step GEMM, scan rows)": _c_kernels_isa(),
         "CUDA available": "yes" if cuda_available() else "no",
         "cupy": _version("cupy"),
         "torch (optional, tests)": _version("torch"),
@@ -81,12 +81,13 @@ def _cython_status() -> str:
     return "built" if importlib.util.find_spec("nnkit._ext.softmax_cy") else "NOT BUILT"
 
 
-def _step_gemm_isa() -> str:
+def _c_kernels_isa() -> str:
+    """The instruction set the C kernels (gemm_packed.h, scan_rows.h) run with here."""
     try:
-        from ._ext import gemm_cpu
+        from ._ext import gemm_packed, scan_rows
     except ImportError:
         return "NOT BUILT"
-    return gemm_cpu.isa()
+    return f"{gemm_packed.isa()}, {scan_rows.isa()}"
 
 
 def _find_benchmarks() -> Path | None:

@@ -17,7 +17,7 @@ def test_info_reports_versions_threads_and_cuda(capsys):
     assert cli.main(["info"]) == 0
     out = capsys.readouterr().out
     for key in ("numpy", "numba threads", "numba threading layer", "CUDA available",
-                "cython kernels"):
+                "cython kernels", "C kernels build"):
         assert key in out
     assert "NOT BUILT" not in out, "the Cython extension must be compiled at install"
 

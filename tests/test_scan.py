@@ -1,6 +1,7 @@
 """The linear scan (kernels, F.linear_scan) against its sequential twin; gradients; bad input;
 the linear-recurrent layers (MinGRU, MinLSTM, LRU)."""
 
+import ctypes
 import math
 import sys
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 import nnkit as nk
 from nnkit._ext import scan_cpu
+from nnkit._ext import scan_rows as scan_rows_c
 from nnkit.functional_scan import linear_scan
 from nnkit.kernels import reference_scan as R
 from nnkit.kernels import scan as K
@@ -107,22 +109,62 @@ def test_feature_blocks_cover_every_feature(B, D):
         np.testing.assert_allclose(out, R.linear_scan(a, b, h0), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
-def test_parallel_build_equals_serial_build(dtype):
+def _shifted_empty(shape, dtype, shift):
+    """An empty C-contiguous array starting ``shift`` elements into its buffer."""
+    return np.empty(math.prod(shape) + shift, dtype)[shift:].reshape(shape)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_builds_and_streamed_stores_give_identical_results(dtype):
+    """Serial and parallel builds, plain and non-temporal stores, and misaligned outputs
+    (views one element in, so the streamed body starts after a head): bit-identical."""
     a, b, h0, dh = _problem(5, 8, 33, 40, dtype)
-    pairs = np.dtype(dtype).kind == "c"
-    launchers = ((scan_cpu.scan_rows_pairs, scan_cpu.scan_rows_backward_pairs) if pairs else
-                 (scan_cpu.scan_rows_real, scan_cpu.scan_rows_backward_real))
-    as_kernel_args = scan_cpu._as_pairs if pairs else (lambda *xs: xs)
     results = []
-    for build in ("serial", "parallel"):
-        h, da, db, dh0 = (np.empty_like(a), np.empty_like(a), np.empty_like(a),
-                          np.empty_like(h0))
-        getattr(launchers[0], build)(*as_kernel_args(a, b, h0, h), True, 16)
-        getattr(launchers[1], build)(*as_kernel_args(dh, a, h, h0, da, db, dh0), True, 16)
+    for build, nt, shift in [("serial", False, 0), ("parallel", False, 0),
+                             ("parallel", True, 0), ("serial", True, 1)]:
+        h, da, db, dh0 = (_shifted_empty(shape, dtype, shift)
+                          for shape in (a.shape, a.shape, a.shape, h0.shape))
+        getattr(scan_cpu.scan_rows_builds, build)(a, b, h0, h, True, 16, nt)
+        getattr(scan_cpu.scan_rows_backward_builds, build)(dh, a, h, h0, da, db, dh0, True,
+                                                           16, nt)
         results.append((h, da, db, dh0))
-    for serial, parallel in zip(*results, strict=True):
-        np.testing.assert_array_equal(serial, parallel)
+    want = R.linear_scan(a, b, h0, reverse=True)
+    assert_matches_reference(results[0][0], want, factor=_factor(33))
+    for got in results[1:]:
+        for first, other in zip(results[0], got, strict=True):
+            np.testing.assert_array_equal(other, first)
+
+
+@pytest.mark.parametrize("isa", sorted(scan_rows_c.variant_addresses()))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_c_build_is_the_recurrence(isa, dtype):
+    """Each instruction-set build of the C row kernels, called directly (one task covering
+    the whole (1, T, D) problem, blocks wider than the kernel's chunk of 512 scalars
+    included), forward and backward, both directions, streamed or not == the twin."""
+    name = {"float32": "f32", "float64": "f64", "complex64": "c64",
+            "complex128": "c128"}[np.dtype(dtype).name]
+    table = scan_rows_c.variant_addresses()[isa]
+    ptr, size = ctypes.c_void_p, ctypes.c_ssize_t
+    fwd = ctypes.CFUNCTYPE(None, *[ptr] * 4, size, size, size, ctypes.c_int,
+                           ctypes.c_int)(table[f"nnkit_scan_fwd_{name}"])
+    bwd = ctypes.CFUNCTYPE(None, *[ptr] * 7, size, size, size, ctypes.c_int,
+                           ctypes.c_int)(table[f"nnkit_scan_bwd_{name}"])
+    k = 2 if np.dtype(dtype).kind == "c" else 1
+    for T, D, reverse, nt in [(1, 1, False, 1), (9, 700, False, 0), (9, 700, True, 1),
+                              (4, 257, True, 0)]:
+        a, b, h0, dh = _problem(T + D, 1, T, D, dtype)
+        h, da, db, dh0 = (np.full_like(a, np.nan), np.full_like(a, np.nan),
+                          np.full_like(a, np.nan), np.full_like(h0, np.nan))
+        fwd(a.ctypes.data, b.ctypes.data, h0.ctypes.data, h.ctypes.data, T, k * D, k * D,
+            reverse, nt)
+        bwd(dh.ctypes.data, a.ctypes.data, h.ctypes.data, h0.ctypes.data, da.ctypes.data,
+            db.ctypes.data, dh0.ctypes.data, T, k * D, k * D, reverse, nt)
+        msg = f"{isa} {np.dtype(dtype).name} T={T} D={D} reverse={reverse} nt={nt}"
+        assert_matches_reference(h, R.linear_scan(a, b, h0, reverse=reverse),
+                                 factor=_factor(T), err_msg=msg)
+        for got, want in zip((da, db, dh0), R.linear_scan_backward(dh, a, h, h0, reverse),
+                             strict=True):
+            assert_matches_reference(got, want, factor=_factor(T), err_msg=msg)
 
 
 # ---- properties --------------------------------------------------------------------------

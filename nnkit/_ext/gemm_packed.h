@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "isa_targets.h"
+
 #define NNKIT_GEMM_NR_F32 32
 #define NNKIT_GEMM_NR_F64 16
 
@@ -59,48 +61,33 @@ typedef double nnkit_v8d __attribute__((vector_size(64), aligned(8)));
 GP_VARIANT(gemm_base_f32, , float, gemm_generic_f32)
 GP_VARIANT(gemm_base_f64, , double, gemm_generic_f64)
 
-#if defined(__x86_64__) || defined(__i386__)
-#define GP_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
-#define GP_AVX2 __attribute__((target("avx2,fma")))
-GP_VARIANT(gemm_avx512_f32, GP_AVX512, float, gemm_generic_f32)
-GP_VARIANT(gemm_avx512_f64, GP_AVX512, double, gemm_generic_f64)
-GP_VARIANT(gemm_avx2_f32, GP_AVX2, float, gemm_generic_f32)
-GP_VARIANT(gemm_avx2_f64, GP_AVX2, double, gemm_generic_f64)
-#define GP_PICK(NAME)                                                                  \
-    (__builtin_cpu_init(), __builtin_cpu_supports("avx512f")                           \
-         ? gemm_avx512_##NAME                                                          \
-         : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")            \
-                ? gemm_avx2_##NAME : gemm_base_##NAME))
-#else
-#define GP_PICK(NAME) gemm_base_##NAME
+#ifdef NNKIT_X86_64
+GP_VARIANT(gemm_avx512_f32, NNKIT_TARGET_AVX512, float, gemm_generic_f32)
+GP_VARIANT(gemm_avx512_f64, NNKIT_TARGET_AVX512, double, gemm_generic_f64)
+GP_VARIANT(gemm_avx2_f32, NNKIT_TARGET_AVX2, float, gemm_generic_f32)
+GP_VARIANT(gemm_avx2_f64, NNKIT_TARGET_AVX2, double, gemm_generic_f64)
 #endif
 
-static nnkit_gemm_f32_fn gemm_select_f32(void) { return GP_PICK(f32); }
-static nnkit_gemm_f64_fn gemm_select_f64(void) { return GP_PICK(f64); }
-
-/* every build this CPU can run, for the tests: 0 baseline, 1 AVX2+FMA, 2 AVX-512; NULL when
- * not built or not supported */
+/* the build of instruction-set level ``which`` (0 baseline, 1 AVX2+FMA, 2 AVX-512), NULL
+ * when not built or not supported by this CPU */
 static void *gemm_variant(int which, int f64)
 {
-    if (which == 0) return f64 ? (void *)gemm_base_f64 : (void *)gemm_base_f32;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (which == 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return f64 ? (void *)gemm_avx2_f64 : (void *)gemm_avx2_f32;
-    if (which == 2 && __builtin_cpu_supports("avx512f"))
-        return f64 ? (void *)gemm_avx512_f64 : (void *)gemm_avx512_f32;
+    if (which > nnkit_isa_level()) return NULL;
+#ifdef NNKIT_X86_64
+    if (which == 2) return f64 ? (void *)gemm_avx512_f64 : (void *)gemm_avx512_f32;
+    if (which == 1) return f64 ? (void *)gemm_avx2_f64 : (void *)gemm_avx2_f32;
 #endif
-    return NULL;
+    return f64 ? (void *)gemm_base_f64 : (void *)gemm_base_f32;
 }
-static const char *gemm_isa(void)
+static nnkit_gemm_f32_fn gemm_select_f32(void)
 {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return "avx512";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "avx2";
-#endif
-    return "baseline";
+    return (nnkit_gemm_f32_fn)gemm_variant(nnkit_isa_level(), 0);
 }
+static nnkit_gemm_f64_fn gemm_select_f64(void)
+{
+    return (nnkit_gemm_f64_fn)gemm_variant(nnkit_isa_level(), 1);
+}
+static const char *gemm_isa(void) { return nnkit_isa_name(nnkit_isa_level()); }
 
 #else /* no vector extensions: plain loops over the same packed layout */
 

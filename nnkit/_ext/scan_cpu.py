@@ -1,4 +1,4 @@
-"""Numba kernels for the diagonal linear recurrence h_t = a_t * h_{t-1} + b_t.
+"""CPU kernels for the diagonal linear recurrence h_t = a_t * h_{t-1} + b_t.
 
 Arrays are C-contiguous (B, T, D) (real or complex, one dtype); ``h0`` is (B, D). Nothing is
 validated here (``nnkit.kernels.scan`` does that); outputs are preallocated by the caller.
@@ -8,7 +8,10 @@ Two ways to be parallel, chosen by ``nnkit.kernels.scan``:
 - over sequences (``scan_rows``, ``scan_rows_backward``): the B x D recurrences are
   independent. A task is one batch row and a block of ``block`` consecutive features; it walks
   T sequentially with the feature loop innermost (contiguous, vectorised). Work-efficient:
-  a, b read once, h written once (the bandwidth bound).
+  a, b read once, h written once (the bandwidth bound). Each task is one call of a C kernel
+  (scan_rows.h, through ``row_forward``/``row_backward``) that keeps the carried state in L1,
+  streams large outputs past the caches and walks down through T in descending address
+  order; see that header for the measurements behind each choice.
 - chunked along T (``chunk_reduce``, ``chunk_carries``, ``chunk_apply``, on (S, T) views of
   S = B sequences when D = 1) when there are too few sequences to feed the threads
   (B = D = 1, T = 10^7). Reduce-then-scan: each chunk c reduces its
@@ -25,146 +28,123 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
+from llvmlite import binding
+from numba import prange, types
+from numba.extending import overload
 
+from . import scan_rows as _c
 from ._dispatch import serial_or_parallel
 
-__all__ = ["scan_rows", "scan_rows_backward", "scan_rows_real", "scan_rows_pairs",
-           "scan_rows_backward_real", "scan_rows_backward_pairs", "chunk_reduce",
+__all__ = ["scan_rows", "scan_rows_backward", "scan_rows_builds", "scan_rows_backward_builds",
+           "STREAM_MIN_BYTES", "chunk_reduce",
            "chunk_carries", "chunk_apply", "conj_shift", "log_scan_rows", "copy"]
 
 
-def _scan_rows(a, b, h0, out, reverse, block):
-    """out[i, t] = a[i, t] * out[i, t -+ 1] + b[i, t], tasks over (batch, feature block).
+# ---- over sequences: the C row kernels of scan_rows.h ---------------------------------------
 
-    The feature loop runs over 1-D views of one time step: indexing the 3-D arrays inside
-    it did not vectorise (measured at (16, 4096, 256) float32: 16.0 ms with 3-D indexing,
-    6.9 ms with the views, a copy of one array 6.1 ms).
-    """
+for _name, _address in _c.addresses().items():
+    binding.add_symbol(_name, _address)
+_FWD_SIGNATURE = types.void(*[types.voidptr] * 4, types.intp, types.intp, types.intp,
+                            types.intc, types.intc)
+_BWD_SIGNATURE = types.void(*[types.voidptr] * 7, types.intp, types.intp, types.intp,
+                            types.intc, types.intc)
+_TYPE_NAMES = {types.float32: "f32", types.float64: "f64", types.complex64: "c64",
+               types.complex128: "c128"}
+
+# Output arrays of at least this many bytes are written with non-temporal stores. Measured
+# (16, T, 256) float32, 2 threads, quiet machine, best of 15, ms, plain / streamed stores:
+#   MB per array      1            4            8            16           64
+#   forward       0.04 / 0.05  0.16 / 0.17  0.43 / 0.35  1.13 / 0.72  6.27 / 4.05
+#   backward      0.07 / 0.08  0.63 / 0.32  2.30 / 0.67  3.28 / 1.42  12.9 / 7.74
+STREAM_MIN_BYTES = 1 << 22
+
+
+def _c_kernel(way, dtype):
+    """(the C kernel of ``way`` for this Numba dtype, scalars per element)."""
+    signature = _FWD_SIGNATURE if way == "fwd" else _BWD_SIGNATURE
+    kernel = types.ExternalFunction(f"nnkit_scan_{way}_{_TYPE_NAMES[dtype]}", signature)
+    return kernel, 2 if isinstance(dtype, types.Complex) else 1
+
+
+def row_forward(a, b, h0, out, T, D, n, reverse, nt):
+    """The C forward kernel on one task: a, b, out at (i, 0, d0), h0 at (i, d0); T steps
+    D features apart, n features; inlined into the Numba kernels (the overload below)."""
+    raise NotImplementedError("called from Numba kernels only")
+
+
+@overload(row_forward, inline="always")
+def _row_forward(a, b, h0, out, T, D, n, reverse, nt):
+    kernel, k = _c_kernel("fwd", a.dtype)
+
+    def impl(a, b, h0, out, T, D, n, reverse, nt):
+        kernel(a.ctypes, b.ctypes, h0.ctypes, out.ctypes, T, k * D, k * n, reverse, nt)
+
+    return impl
+
+
+def row_backward(dh, a, h, h0, da, db, dh0, T, D, n, reverse, nt):
+    """The C backward kernel on one task (pointers as ``row_forward``)."""
+    raise NotImplementedError("called from Numba kernels only")
+
+
+@overload(row_backward, inline="always")
+def _row_backward(dh, a, h, h0, da, db, dh0, T, D, n, reverse, nt):
+    kernel, k = _c_kernel("bwd", a.dtype)
+
+    def impl(dh, a, h, h0, da, db, dh0, T, D, n, reverse, nt):
+        kernel(dh.ctypes, a.ctypes, h.ctypes, h0.ctypes, da.ctypes, db.ctypes, dh0.ctypes, T,
+               k * D, k * n, reverse, nt)
+
+    return impl
+
+
+def _scan_rows(a, b, h0, out, reverse, block, nt):
+    """out[i, t] = a[i, t] * out[i, t -+ 1] + b[i, t]: tasks of (batch row, ``block``
+    features), each one call of the C kernel (which walks T); T >= 1."""
     B, T, D = a.shape
     nblk = (D + block - 1) // block
-    step = -1 if reverse else 1
-    first = T - 1 if reverse else 0
     for task in prange(B * nblk):
         i = task // nblk
         d0 = (task % nblk) * block
-        d1 = min(D, d0 + block)
-        if T == 0:
-            continue
-        t = first
-        prev = h0[i, d0:d1]
-        for _ in range(T):
-            h, a_t, b_t = out[i, t, d0:d1], a[i, t, d0:d1], b[i, t, d0:d1]
-            for d in range(d1 - d0):
-                h[d] = a_t[d] * prev[d] + b_t[d]
-            prev = h
-            t += step
+        n = min(D, d0 + block) - d0
+        row_forward(a[i, 0, d0:], b[i, 0, d0:], h0[i, d0:], out[i, 0, d0:], T, D, n,
+                    reverse, nt)
 
 
-def _scan_rows_pairs(a, b, h0, out, reverse, block):
-    """``_scan_rows`` for complex arrays given as their float views (B, T, 2D): the complex
-    product spelled out on (re, im) pairs, which LLVM vectorises where it does not vectorise
-    Numba's complex type (complex64 at (16, 4096, 256): 34 ms -> 18 ms, a copy 11 ms).
-    ``block`` counts complex features."""
-    B, T, D2 = a.shape
-    D = D2 // 2
-    nblk = (D + block - 1) // block
-    step = -1 if reverse else 1
-    first = T - 1 if reverse else 0
-    for task in prange(B * nblk):
-        i = task // nblk
-        d0 = 2 * ((task % nblk) * block)
-        d1 = 2 * min(D, (task % nblk) * block + block)
-        if T == 0:
-            continue
-        t = first
-        prev = h0[i, d0:d1]
-        for _ in range(T):
-            h, a_t, b_t = out[i, t, d0:d1], a[i, t, d0:d1], b[i, t, d0:d1]
-            for k in range((d1 - d0) // 2):  # range(0, n, 2) did not vectorise
-                d = 2 * k
-                ar, ai, pr, pi = a_t[d], a_t[d + 1], prev[d], prev[d + 1]
-                h[d] = ar * pr - ai * pi + b_t[d]
-                h[d + 1] = ar * pi + ai * pr + b_t[d + 1]
-            prev = h
-            t += step
-
-
-def _scan_rows_backward(dh, a, h, h0, da, db, dh0, reverse, block):
-    """Reverse scan of the gradients (conjugate convention, g = dL/dRe + i dL/dIm).
-
-    g_t = dh_t + conj(a_{t+1}) g_{t+1} (forward direction; t-1 for ``reverse``) is written to
-    ``db``; da_t = g_t * conj(h_{t-1}) (h_{-1} = h0); dh0 = conj(a_first) * g_first.
-    """
+def _scan_rows_backward(dh, a, h, h0, da, db, dh0, reverse, block, nt):
+    """The gradient scan (conjugate convention, g = dL/dRe + i dL/dIm): g_t = dh_t +
+    conj(a_{t+1}) g_{t+1} (t - 1 for ``reverse``) into db, da_t = g_t conj(h_{t-1}) (h_{-1} =
+    h0), dh0 = conj(a_first) g_first; tasks as ``_scan_rows``; T >= 1."""
     B, T, D = a.shape
     nblk = (D + block - 1) // block
-    step = 1 if reverse else -1  # the direction of the gradient walk
-    last = 0 if reverse else T - 1  # where the gradient walk starts
     for task in prange(B * nblk):
         i = task // nblk
         d0 = (task % nblk) * block
-        d1 = min(D, d0 + block)
-        if T == 0:
-            for d in range(d0, d1):
-                dh0[i, d] = 0
-            continue
-        t = last
-        for d in range(d0, d1):
-            db[i, t, d] = dh[i, t, d]
-        for _ in range(1, T):
-            t += step
-            # one loop over 1-D views (indexing the 3-D arrays in it did not vectorise)
-            g_new, g_old = db[i, t, d0:d1], db[i, t - step, d0:d1]
-            a_old, dh_new = a[i, t - step, d0:d1], dh[i, t, d0:d1]
-            da_old, h_new = da[i, t - step, d0:d1], h[i, t, d0:d1]
-            for d in range(d1 - d0):
-                g = g_old[d]
-                g_new[d] = dh_new[d] + a_old[d].conjugate() * g
-                da_old[d] = g * h_new[d].conjugate()
-        for d in range(d0, d1):
-            da[i, t, d] = db[i, t, d] * h0[i, d].conjugate()
-            dh0[i, d] = a[i, t, d].conjugate() * db[i, t, d]
+        n = min(D, d0 + block) - d0
+        row_backward(dh[i, 0, d0:], a[i, 0, d0:], h[i, 0, d0:], h0[i, d0:], da[i, 0, d0:],
+                     db[i, 0, d0:], dh0[i, d0:], T, D, n, reverse, nt)
 
 
-def _scan_rows_backward_pairs(dh, a, h, h0, da, db, dh0, reverse, block):
-    """``_scan_rows_backward`` for complex arrays given as float views (B, T, 2D), (B, 2D):
-    conj(a) g = (ar gr + ai gi, ar gi - ai gr), g conj(h) = (gr hr + gi hi, gi hr - gr hi)."""
-    B, T, D2 = a.shape
-    D = D2 // 2
-    nblk = (D + block - 1) // block
-    step = 1 if reverse else -1
-    last = 0 if reverse else T - 1
-    for task in prange(B * nblk):
-        i = task // nblk
-        d0 = 2 * ((task % nblk) * block)
-        d1 = 2 * min(D, (task % nblk) * block + block)
-        if T == 0:
-            for d in range(d0, d1):
-                dh0[i, d] = 0
-            continue
-        t = last
-        for d in range(d0, d1):
-            db[i, t, d] = dh[i, t, d]
-        for _ in range(1, T):
-            t += step
-            g_new, g_old = db[i, t, d0:d1], db[i, t - step, d0:d1]
-            a_old, dh_new = a[i, t - step, d0:d1], dh[i, t, d0:d1]
-            da_old, h_new = da[i, t - step, d0:d1], h[i, t, d0:d1]
-            for k in range((d1 - d0) // 2):
-                d = 2 * k
-                ar, ai, gr, gi = a_old[d], a_old[d + 1], g_old[d], g_old[d + 1]
-                hr, hi = h_new[d], h_new[d + 1]
-                g_new[d] = dh_new[d] + (ar * gr + ai * gi)
-                g_new[d + 1] = dh_new[d + 1] + (ar * gi - ai * gr)
-                da_old[d] = gr * hr + gi * hi
-                da_old[d + 1] = gi * hr - gr * hi
-        g, h_0, a_t, da_t = db[i, t, d0:d1], h0[i, d0:d1], a[i, t, d0:d1], da[i, t, d0:d1]
-        for d in range(0, d1 - d0, 2):
-            gr, gi = g[d], g[d + 1]
-            da_t[d] = gr * h_0[d] + gi * h_0[d + 1]
-            da_t[d + 1] = gi * h_0[d] - gr * h_0[d + 1]
-            dh0[i, d0 + d] = a_t[d] * gr + a_t[d + 1] * gi
-            dh0[i, d0 + d + 1] = a_t[d] * gi - a_t[d + 1] * gr
+scan_rows_builds = serial_or_parallel(_scan_rows)
+scan_rows_backward_builds = serial_or_parallel(_scan_rows_backward)
+
+
+def scan_rows(a, b, h0, out, reverse, block, nt=None):
+    """``_scan_rows``; ``nt`` (default: by size, STREAM_MIN_BYTES) streams the output past
+    the caches."""
+    if a.shape[1] == 0:
+        return
+    nt = out.nbytes >= STREAM_MIN_BYTES if nt is None else nt
+    scan_rows_builds(a, b, h0, out, bool(reverse), block, bool(nt))
+
+
+def scan_rows_backward(dh, a, h, h0, da, db, dh0, reverse, block, nt=None):
+    """``_scan_rows_backward``; ``nt`` as in ``scan_rows``."""
+    if a.shape[1] == 0:
+        dh0[...] = 0
+        return
+    nt = da.nbytes >= STREAM_MIN_BYTES if nt is None else nt
+    scan_rows_backward_builds(dh, a, h, h0, da, db, dh0, bool(reverse), block, bool(nt))
 
 
 def _lane_table(bounds, S, q0, q1):
@@ -283,35 +263,12 @@ def _conj_shift(a, out, reverse):
 
 
 _lane_table = numba.njit(cache=True)(_lane_table)  # called by the chunk kernels
-scan_rows_real = serial_or_parallel(_scan_rows)
-scan_rows_pairs = serial_or_parallel(_scan_rows_pairs)
-scan_rows_backward_real = serial_or_parallel(_scan_rows_backward)
-scan_rows_backward_pairs = serial_or_parallel(_scan_rows_backward_pairs)
 chunk_reduce = serial_or_parallel(_chunk_reduce)
 chunk_apply = serial_or_parallel(_chunk_apply)
 conj_shift = serial_or_parallel(_conj_shift)
 log_scan_rows = serial_or_parallel(_log_scan_rows)
 copy = serial_or_parallel(_copy)
 chunk_carries = numba.njit(cache=True)(_chunk_carries)
-
-
-def _as_pairs(*arrays):
-    """Float views of complex arrays: the last axis holds (re, im) pairs."""
-    return tuple(x.view(x.real.dtype) for x in arrays)
-
-
-def scan_rows(a, b, h0, out, reverse, block):
-    """The forward scan over sequences (``_scan_rows``; complex arrays as (re, im) pairs)."""
-    if a.dtype.kind == "c":
-        return scan_rows_pairs(*_as_pairs(a, b, h0, out), reverse, block)
-    return scan_rows_real(a, b, h0, out, reverse, block)
-
-
-def scan_rows_backward(dh, a, h, h0, da, db, dh0, reverse, block):
-    """The gradient scan over sequences (``_scan_rows_backward``; complex as pairs)."""
-    if a.dtype.kind == "c":
-        return scan_rows_backward_pairs(*_as_pairs(dh, a, h, h0, da, db, dh0), reverse, block)
-    return scan_rows_backward_real(dh, a, h, h0, da, db, dh0, reverse, block)
 
 
 def num_threads() -> int:
