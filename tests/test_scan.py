@@ -135,6 +135,25 @@ def test_builds_and_streamed_stores_give_identical_results(dtype):
             np.testing.assert_array_equal(other, first)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_kernels_on_one_task_from_python(dtype):
+    """``row_forward``/``row_backward`` (one task: one batch row, features 1..3 of 5) called
+    from Python touch only their block and equal the twin there."""
+    a, b, h0, dh = _problem(9, 1, 6, 5, dtype)
+    h = np.zeros_like(a)
+    scan_cpu.row_forward(a[0, 0, 1:], b[0, 0, 1:], h0[0, 1:], h[0, 0, 1:], 6, 5, 3, False,
+                         False)
+    want = R.linear_scan(a, b, h0)
+    assert_matches_reference(h[..., 1:4], want[..., 1:4], factor=_factor(6))
+    assert not h[..., [0, 4]].any()
+    da, db, dh0 = np.zeros_like(a), np.zeros_like(a), np.zeros_like(h0)
+    scan_cpu.row_backward(dh[0, 0, 1:], a[0, 0, 1:], want[0, 0, 1:], h0[0, 1:], da[0, 0, 1:],
+                          db[0, 0, 1:], dh0[0, 1:], 6, 5, 3, False, True)
+    for got, ref in zip((da, db, dh0), R.linear_scan_backward(dh, a, want, h0), strict=True):
+        assert_matches_reference(got[..., 1:4], ref[..., 1:4], factor=_factor(6))
+        assert not got[..., [0, 4]].any()
+
+
 @pytest.mark.parametrize("isa", sorted(scan_rows_c.variant_addresses()))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_c_build_is_the_recurrence(isa, dtype):

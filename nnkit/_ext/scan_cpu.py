@@ -68,8 +68,9 @@ def _c_kernel(way, dtype):
 
 def row_forward(a, b, h0, out, T, D, n, reverse, nt):
     """The C forward kernel on one task: a, b, out at (i, 0, d0), h0 at (i, d0); T steps
-    D features apart, n features; inlined into the Numba kernels (the overload below)."""
-    raise NotImplementedError("called from Numba kernels only")
+    D features apart, n features; inlined into the Numba kernels (the overload below), and
+    callable from Python too."""
+    _row_forward_jit(a, b, h0, out, T, D, n, reverse, nt)
 
 
 @overload(row_forward, inline="always")
@@ -83,8 +84,9 @@ def _row_forward(a, b, h0, out, T, D, n, reverse, nt):
 
 
 def row_backward(dh, a, h, h0, da, db, dh0, T, D, n, reverse, nt):
-    """The C backward kernel on one task (pointers as ``row_forward``)."""
-    raise NotImplementedError("called from Numba kernels only")
+    """The C backward kernel on one task (pointers as ``row_forward``); callable from
+    Python too."""
+    _row_backward_jit(dh, a, h, h0, da, db, dh0, T, D, n, reverse, nt)
 
 
 @overload(row_backward, inline="always")
@@ -96,6 +98,16 @@ def _row_backward(dh, a, h, h0, da, db, dh0, T, D, n, reverse, nt):
                k * D, k * n, reverse, nt)
 
     return impl
+
+
+@numba.njit(cache=True)
+def _row_forward_jit(a, b, h0, out, T, D, n, reverse, nt):
+    row_forward(a, b, h0, out, T, D, n, reverse, nt)
+
+
+@numba.njit(cache=True)
+def _row_backward_jit(dh, a, h, h0, da, db, dh0, T, D, n, reverse, nt):
+    row_backward(dh, a, h, h0, da, db, dh0, T, D, n, reverse, nt)
 
 
 def _scan_rows(a, b, h0, out, reverse, block, nt):
