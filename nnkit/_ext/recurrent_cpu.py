@@ -606,8 +606,9 @@ MIN_PARALLEL_FLOPS = 1 << 22
 
 
 def packed_weight_grads(at, gp):
-    """(dW^T, db): dW^T (M, G) = at (M, N) @ dA (N, G) and db (G,) float64 the column sums
-    of dA, where gp (P, N, NR) holds dA packed (G <= P NR; the columns beyond are cut)."""
+    """(dW^T, db): dW^T (M, P NR) = at (M, N) @ dA and db (P NR,) float64 the column sums
+    of dA, where gp (P, N, NR) holds dA (N, G) packed; the columns from G on are the
+    panels' zero padding, for the caller to cut."""
     P, N, nr = gp.shape
     out = np.empty((P, at.shape[0], nr), dtype=at.dtype)
     sums = np.empty((P, nr))
