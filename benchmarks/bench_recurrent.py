@@ -6,9 +6,10 @@ direction, loss = output.sum(). Targets (issue 6): LSTM >= 1.0x torch, GRU >= 2x
 (the FLOPs of every matrix product over the measured time) next to numpy's matmul roof on
 one GEMM of the same total size.
 
-Each contender runs in its own worker process; the workers alternate (nnkit, torch, ...)
-within one run: in one process torch's OpenMP pool and OpenBLAS's spinning workers slow each
-other down (see bench_mlp.py).
+Each sample is the mean of BLOCK calls back to back (see ``BLOCK``). Each contender runs in
+its own worker process; the workers alternate (nnkit, torch, ...) within one run: in one
+process torch's OpenMP pool and OpenBLAS's spinning workers slow each other down (see
+bench_mlp.py).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_recurrent.py
 """
@@ -18,16 +19,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-from harness import report, torch_available  # noqa: E402
+from harness import block_times, report, torch_available  # noqa: E402
 
 SHAPES = [(128, 32, 64, 128), (512, 16, 128, 256)]
+# Calls timed back to back in blocks of BLOCK, as the steps of a training loop run. A call
+# timed alone after an idle pause pays for waking the second core: here a trivial two-thread
+# Numba launch took 3.8 ms after a 50 ms sleep (0.002 ms back to back), which doubled the
+# small LSTM forward (12.8 vs 5.9 ms) in the first version of this script.
+BLOCK = 5
 MODES = ("LSTM", "GRU", "RNN")
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
@@ -101,15 +106,7 @@ def _worker(impl, threads, mode, shape, repeats):
     fwd, fwd_bwd = make(mode, *shape)
     out = {}
     for name, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
-        for _ in range(2):
-            fn()
-        times = []
-        for _ in range(repeats):
-            time.sleep(0.05)
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        out[name] = times
+        out[name] = block_times(fn, repeats, BLOCK, warmup=2, pause=0.05)
     print(json.dumps(out))
 
 

@@ -132,6 +132,36 @@ def test_row_blocks_on_threads_give_identical_results(cell, reverse, monkeypatch
             np.testing.assert_array_equal(g, w, err_msg=f"{key}: output {i}")
 
 
+@pytest.mark.parametrize("mode", ["RNN", "LSTM", "GRU"])
+def test_pooled_buffers_change_nothing(mode, monkeypatch):
+    """The kernels' large buffers come from ``kernels._workspace``: with every buffer pooled
+    (threshold 0), a stacked bidirectional module gives the results of plain arrays, and a
+    second step reusing the pool leaves the first step's outputs and gradients intact."""
+    from nnkit.kernels import _workspace
+
+    rng = np.random.default_rng(3)
+    x_data = rng.standard_normal((6, 5, 4))
+
+    def step():
+        nk.manual_seed(0)
+        model = MODULES[mode](4, 3, num_layers=2, bidirectional=True, dtype=np.float64)
+        x = nk.tensor(x_data, requires_grad=True)
+        out = model(x)[0]
+        (out * out).sum().backward()
+        return [out.data, x.grad] + [p.grad for p in model.parameters()]
+
+    monkeypatch.setattr(_workspace, "MIN_POOLED_BYTES", 1 << 62)
+    want = step()
+    monkeypatch.setattr(_workspace, "MIN_POOLED_BYTES", 0)
+    first = step()
+    kept = [a.copy() for a in first]
+    second = step()
+    for i, (a, b, c, w) in enumerate(zip(first, kept, second, want, strict=True)):
+        np.testing.assert_array_equal(a, w, err_msg=f"{mode} array {i}")
+        np.testing.assert_array_equal(a, b, err_msg=f"{mode} array {i} overwritten")
+        np.testing.assert_array_equal(c, w, err_msg=f"{mode} array {i}, second step")
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_weight_gradients_from_packed_steps_equal_the_products(dtype, monkeypatch):
     """The CPU weight gradients: [x; h_prev]^T (transposed_inputs, both builds, reverse too)
@@ -161,6 +191,39 @@ def test_weight_gradients_from_packed_steps_equal_the_products(dtype, monkeypatc
             assert_matches_reference(wt[:, :GH], want_at @ dA, dtype, factor=4 * T * B,
                                      err_msg=f"product, {T, B, D, H, GH}")
             np.testing.assert_allclose(sums[:GH], dA.astype(np.float64).sum(0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype, bound", [(np.float32, 2.5), (np.float64, 3.0)])
+def test_gate_nonlinearities_are_within_a_few_ulps(dtype, bound):
+    """act_sigmoid / act_tanh compiled as the time loops are (``JIT_OPTIONS``, fused
+    multiply-adds allowed), against long-double references: within the ulps that
+    recurrent_cpu's docstring states, over the range where the results are normal numbers,
+    tiny arguments and the limits included; NaN propagates."""
+    import numba
+
+    from nnkit._ext import recurrent_cpu as rc
+
+    @numba.njit(**rc.JIT_OPTIONS)
+    def apply(x, sig, th):
+        for i in range(x.size):
+            sig[i] = rc.act_sigmoid(x[i])
+            th[i] = rc.act_tanh(x[i])
+
+    half = np.concatenate([np.linspace(0, 87, 400_001), np.geomspace(1e-30, 30, 100_001)])
+    x = np.concatenate([half, -half, [np.inf, -np.inf, np.nan]]).astype(dtype)
+    sig, th = np.empty_like(x), np.empty_like(x)
+    apply(x, sig, th)
+    exact = x[:-3].astype(np.longdouble)
+    want_sig, want_th = 1 / (1 + np.exp(-exact)), np.tanh(exact)
+    normal = want_sig > 4 * np.finfo(dtype).tiny
+    for got, want, name in ((sig[:-3][normal], want_sig[normal], "sigmoid"),
+                            (th[:-3], want_th, "tanh")):
+        ulps = np.abs(got - want) / np.spacing(np.abs(want).astype(dtype))
+        assert float(ulps.max()) <= bound, f"{name}: {float(ulps.max()):.2f} ulps"
+    # the limits: sigmoid(-inf) is the clamp's value, below the smallest normal number
+    assert sig[-3] == 1 and 0 < sig[-2] < np.finfo(dtype).tiny
+    assert th[-3] == 1 and th[-2] == -1
+    assert np.isnan(sig[-1]) and np.isnan(th[-1])
 
 
 def test_hidden_grads_are_the_total_state_gradients(rng):

@@ -79,7 +79,7 @@ def _layer_op(cell, x, h0, c0, params, nonlinearity, reverse, tag=None):
     if cell == "LSTM":
         y, _, c_T, cache = K.lstm_forward(*args, c0.data, *weights, reverse=reverse,
                                           stacked=True)
-        out = y.base  # (T + 1, B, H): y, then c_T
+        out = cache.saved["y_c"]  # (T + 1, B, H): y, then c_T
         parents = (x, h0, c0, *params)
     elif cell == "GRU":
         out, _, cache = K.gru_forward(*args, *weights, reverse=reverse)
