@@ -337,7 +337,7 @@ def _rnn_backward(dy, dh_T, y, w_hh, w_ih, relu, reverse, dx, gp, work, dh, hidd
                 else:
                     for j in range(H):
                         drow[j] = drow[j] * (1.0 - yrow[j] * yrow[j])
-                store_packed(drow, gp, t * B + b)
+            store_packed(work[b0:b1], gp, t * B + b0)
             step_gemm(work[b0:b1], wp, dh[b0:b1])  # (rows, H) @ (H, H)
             step_gemm(work[b0:b1], wp_ih, dx[t][b0:b1])  # (rows, H) @ (H, D)
 
@@ -437,7 +437,7 @@ def _lstm_backward(dy, dh_T, dc_T, c0, gates, c_all, w_hh, w_ih, reverse, dx, gp
             for b in range(b0, b1):
                 add_direct_grad(dh[b], dy[t, b], keep, hidden_grads, t, b)
                 lstm_cell_backward(gates[t, b], c_all[t, b], c_prev[b], dh[b], dc[b], work[b])
-                store_packed(work[b], gp, t * B + b)
+            store_packed(work[b0:b1], gp, t * B + b0)
             step_gemm(work[b0:b1], wp, dh[b0:b1])  # (rows, 4H) @ (4H, H)
             step_gemm(work[b0:b1], wp_ih, dx[t][b0:b1])  # (rows, 4H) @ (4H, D)
 
@@ -526,8 +526,8 @@ def _gru_backward(dy, dh_T, h0, y, gates, hn, w_hh, w_ih, reverse, dx, gpx, gph,
                 add_direct_grad(dh[b], dy[t, b], keep, hidden_grads, t, b)
                 gru_cell_backward(gates[t, b], h_prev[b], hn[t, b], dh[b], work_x[b],
                                   work_h[b])
-                store_packed(work_x[b], gpx, t * B + b)
-                store_packed(work_h[b], gph, t * B + b)
+            store_packed(work_x[b0:b1], gpx, t * B + b0)
+            store_packed(work_h[b0:b1], gph, t * B + b0)
             step_gemm(work_h[b0:b1], wp, dh_gated[b0:b1])  # (rows, 3H) @ (3H, H)
             step_gemm(work_x[b0:b1], wp_ih, dx[t][b0:b1])  # (rows, 3H) @ (3H, D)
             for b in range(b0, b1):
@@ -544,19 +544,26 @@ def _gru_backward(dy, dh_T, h0, y, gates, hn, w_hh, w_ih, reverse, dx, gpx, gph,
 # peak is ~116); the previous row blocks with one-thread BLAS each ran the small LSTM's
 # three gradient GEMMs at ~130 GFLOP/s on two threads (stop 14).
 
-def _store_packed(row, gp, n):
-    """Row n of the packed matrix gp (P, N, NR) = row (G,): gp[p, n, q] = row[p NR + q],
-    zeros beyond G."""
+def _store_packed(rows, gp, n0):
+    """Rows n0, n0 + 1, ... of the packed matrix gp (P, N, NR) = rows (m, G):
+    gp[p, n0 + i, q] = rows[i, p NR + q], zeros beyond G. Panel by panel, full panels with
+    a fixed-width copy: 2.9 ns per 32-float chunk against 17-27 ns row by row with a
+    variable width (float32, one thread), which cost the GRU's backward 3.2 of its 10 ms."""
+    m, G = rows.shape
     nr = gp.shape[2]
-    G = row.shape[0]
-    for p in range(gp.shape[0]):
-        dst = gp[p, n]
+    full = G // nr
+    for p in range(full):
         j0 = p * nr
-        width = min(nr, G - j0)
-        for q in range(width):
-            dst[q] = row[j0 + q]
-        for q in range(width, nr):
-            dst[q] = 0.0
+        for i in range(m):
+            dst, src = gp[p, n0 + i], rows[i, j0:j0 + nr]
+            for q in range(nr):
+                dst[q] = src[q]
+    if full < gp.shape[0]:  # the tail panel, zero-padded
+        j0 = full * nr
+        for i in range(m):
+            dst, src = gp[full, n0 + i], rows[i]
+            for q in range(nr):
+                dst[q] = src[j0 + q] if j0 + q < G else 0.0
 
 
 store_packed = numba.njit(cache=True, inline="always", error_model="numpy")(_store_packed)
