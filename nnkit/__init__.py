@@ -9,6 +9,7 @@ their naive twins in ``nk.kernels.reference``) <- ``nk.Tensor`` and autograd,
 __version__ = "0.1.0"
 
 from . import (
+    _malloc,
     analysis,
     approx,
     classic,
@@ -38,6 +39,8 @@ from .autograd import (
 )
 from .gradcheck import GradcheckError, gradcheck
 from .persistence import load, save
+
+_malloc.tune()  # keep freed memory for reuse (see nnkit/_malloc.py; NNKIT_MALLOC_TUNING=0)
 
 __all__ = [
     "__version__",

@@ -27,6 +27,7 @@ def info() -> dict:
 
     import nnkit
 
+    from . import _malloc
     from ._backend import cuda_available
 
     numba.njit(lambda: 0)()  # start numba so its threading layer is known
@@ -42,6 +43,7 @@ def info() -> dict:
         "numba threading layer": _threading_layer(),
         "cython kernels": _cython_status(),
         "C kernels build (step GEMM, scan rows)": _c_kernels_isa(),
+        "malloc tuning": _malloc.STATUS,
         "CUDA available": "yes" if cuda_available() else "no",
         "cupy": _version("cupy"),
         "torch (optional, tests)": _version("torch"),

@@ -132,36 +132,6 @@ def test_row_blocks_on_threads_give_identical_results(cell, reverse, monkeypatch
             np.testing.assert_array_equal(g, w, err_msg=f"{key}: output {i}")
 
 
-@pytest.mark.parametrize("mode", ["RNN", "LSTM", "GRU"])
-def test_pooled_buffers_change_nothing(mode, monkeypatch):
-    """The kernels' large buffers come from ``kernels._workspace``: with every buffer pooled
-    (threshold 0), a stacked bidirectional module gives the results of plain arrays, and a
-    second step reusing the pool leaves the first step's outputs and gradients intact."""
-    from nnkit.kernels import _workspace
-
-    rng = np.random.default_rng(3)
-    x_data = rng.standard_normal((6, 5, 4))
-
-    def step():
-        nk.manual_seed(0)
-        model = MODULES[mode](4, 3, num_layers=2, bidirectional=True, dtype=np.float64)
-        x = nk.tensor(x_data, requires_grad=True)
-        out = model(x)[0]
-        (out * out).sum().backward()
-        return [out.data, x.grad] + [p.grad for p in model.parameters()]
-
-    monkeypatch.setattr(_workspace, "MIN_POOLED_BYTES", 1 << 62)
-    want = step()
-    monkeypatch.setattr(_workspace, "MIN_POOLED_BYTES", 0)
-    first = step()
-    kept = [a.copy() for a in first]
-    second = step()
-    for i, (a, b, c, w) in enumerate(zip(first, kept, second, want, strict=True)):
-        np.testing.assert_array_equal(a, w, err_msg=f"{mode} array {i}")
-        np.testing.assert_array_equal(a, b, err_msg=f"{mode} array {i} overwritten")
-        np.testing.assert_array_equal(c, w, err_msg=f"{mode} array {i}, second step")
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_weight_gradients_from_packed_steps_equal_the_products(dtype, monkeypatch):
     """The CPU weight gradients: [x; h_prev]^T (transposed_inputs, both builds, reverse too)

@@ -33,7 +33,6 @@ import numpy as np
 
 from .._backend import array_module, is_gpu_array
 from .._validation import FLOATS, check_array, check_choice
-from . import _workspace as workspace
 
 __all__ = [
     "RecurrentCache",
@@ -200,12 +199,6 @@ def _projected(loop):
 
 # ---- shared GEMMs ------------------------------------------------------------------------
 
-def _empty(xp, shape, dtype):
-    """An uninitialised (T, B, ...) buffer: a pooled block on the host when it is large
-    (``_workspace``: fresh 32 MiB blocks cost ~3.5 ms of page faults per call)."""
-    return workspace.empty(shape, dtype) if xp is np else xp.empty(shape, dtype=dtype)
-
-
 def _bias(xp, b_ih, b_hh, size, dtype):
     """The bias the step adds to x_t W_ih^T: b_ih (+ b_hh when given), zeros without one."""
     if b_ih is None:
@@ -222,10 +215,9 @@ def _cpu_grad_buffers(cache, count):
     T, B, _ = x.shape
     GH = cache.weight_hh.shape[0]
     nr = PANEL_WIDTH[x.dtype.name]
-    packed = [workspace.empty(((GH + nr - 1) // nr, T * B, nr), x.dtype)
-              for _ in range(count)]
+    packed = [np.empty(((GH + nr - 1) // nr, T * B, nr), dtype=x.dtype) for _ in range(count)]
     work = [np.empty((B, GH), dtype=x.dtype) for _ in range(count)]
-    return workspace.empty(x.shape, x.dtype), packed, work
+    return np.empty_like(x), packed, work
 
 
 def _cpu_weight_grads(cache, dx, gpx, gph):
@@ -236,7 +228,7 @@ def _cpu_weight_grads(cache, dx, gpx, gph):
     x, y = cache.x, cache.saved["y"]
     T, B, D = x.shape
     GH, H = cache.weight_hh.shape
-    at = workspace.empty((D + H, T * B), x.dtype)
+    at = np.empty((D + H, T * B), dtype=x.dtype)
     transposed_inputs_cpu(x.reshape(T * B, D), y, cache.h0, cache.reverse, at)
     if gph is gpx:
         wt, sums_x = packed_weight_grads(at, gpx)
@@ -314,11 +306,11 @@ def rnn_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None,
     T, B, _ = x.shape
     H = w_hh.shape[0]
     xp = array_module(x)
-    y = _empty(xp, (T, B, H), x.dtype)
+    y = xp.empty((T, B, H), dtype=x.dtype)
     h = xp.empty((B, H), dtype=x.dtype)
     steps = _steps(x)
     steps.rnn_forward(x, xp.ascontiguousarray(w_ih.T), _bias(xp, b_ih, b_hh, H, x.dtype),
-                      _empty(xp, y.shape, x.dtype), h0, xp.ascontiguousarray(w_hh.T),
+                      xp.empty_like(y), h0, xp.ascontiguousarray(w_hh.T),
                       nonlinearity == "relu", bool(reverse), y, h)
     cache = RecurrentCache("rnn", x, h0, None, w_ih, w_hh, b_ih is not None, nonlinearity,
                            bool(reverse), {"y": y})
@@ -406,13 +398,13 @@ def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, re
     T, B, _ = x.shape
     H = w_hh.shape[1]
     xp = array_module(x)
-    gates = _empty(xp, (T, B, 4 * H), x.dtype)
+    gates = xp.empty((T, B, 4 * H), dtype=x.dtype)
     if stacked:
-        y_c = _empty(xp, (T + 1, B, H), x.dtype)
+        y_c = xp.empty((T + 1, B, H), dtype=x.dtype)
         y, c = y_c[:T], y_c[T]
     else:
-        y, c = _empty(xp, (T, B, H), x.dtype), xp.empty_like(h0)
-    c_all = _empty(xp, (T, B, H), x.dtype)
+        y, c = xp.empty((T, B, H), dtype=x.dtype), xp.empty_like(h0)
+    c_all = xp.empty((T, B, H), dtype=x.dtype)
     h = xp.empty_like(h0)
     # the workspace: [x_t, h_{t-1}] rows on the CPU (one GEMM per step), h W_hh^T on the GPU
     work = xp.empty((B, 4 * H) if _gpu_route(x) else (B, x.shape[2] + H), dtype=x.dtype)
@@ -496,9 +488,9 @@ def gru_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse
     T, B, _ = x.shape
     H = w_hh.shape[1]
     xp = array_module(x)
-    gates = _empty(xp, (T, B, 3 * H), x.dtype)
-    y = _empty(xp, (T, B, H), x.dtype)
-    hn = _empty(xp, (T, B, H), x.dtype)
+    gates = xp.empty((T, B, 3 * H), dtype=x.dtype)
+    y = xp.empty((T, B, H), dtype=x.dtype)
+    hn = xp.empty((T, B, H), dtype=x.dtype)
     h = xp.empty_like(h0)
     gh = xp.empty((B, 3 * H), dtype=x.dtype)
     steps = _steps(x)
