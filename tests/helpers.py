@@ -75,6 +75,48 @@ def _cases_on_device() -> bool:
     return os.environ.get("NNKIT_CUDA_CASES") == "device"
 
 
+def _count_simulator_swaps() -> None:
+    """Make the simulator's swap of a module's ``cuda`` global safe for many threads.
+
+    Numba's simulator runs each CUDA thread as a Python thread, and every call of a device
+    function swaps the fake CUDA module into the globals of the function's module for the
+    call (``swapped_cuda_module``). When that module is not the kernel's (layer norm's
+    kernels call softmax_cuda's ``_block_sum``), the threads' swaps overlap: a thread entering
+    while another's swap is active finds nothing to swap, the first one leaving puts the
+    real ``numba.cuda`` back, and the second fails with "module 'numba.cuda' has no
+    attribute 'syncthreads'" (seen in tests/test_cuda_sim.py's layer-norm case, now and
+    then). Counted swaps: the first thread in swaps, the last one out restores.
+    """
+    import threading
+    from contextlib import contextmanager
+
+    from numba import cuda
+    from numba.cuda.simulator import kernel
+
+    lock, active = threading.Lock(), {}
+
+    @contextmanager
+    def counted_swap(fn, fake_cuda_module):
+        glob = fn.__globals__
+        with lock:
+            entry = active.get(id(glob))
+            if entry is None:
+                real = {k: v for k, v in glob.items() if v is cuda}
+                glob.update(dict.fromkeys(real, fake_cuda_module))
+                entry = active[id(glob)] = [0, real]
+            entry[0] += 1
+        try:
+            yield
+        finally:
+            with lock:
+                entry[0] -= 1
+                if entry[0] == 0:
+                    glob.update(entry[1])
+                    del active[id(glob)]
+
+    kernel.swapped_cuda_module = counted_swap
+
+
 def run_simulator_cases(cases: dict, result_path) -> None:
     """Child side: run each zero-argument case; write {name: "ok" or traceback} as JSON."""
     import json
@@ -91,6 +133,8 @@ def run_simulator_cases(cases: dict, result_path) -> None:
         warnings.filterwarnings("ignore", message=".*(Grid size|Host array).*")
     elif not config.ENABLE_CUDASIM:
         raise SystemExit("NUMBA_ENABLE_CUDASIM=1 is not in effect in the child")
+    else:
+        _count_simulator_swaps()
     sys.setswitchinterval(1e-4)  # the simulator runs a Python thread per CUDA thread
     results = {}
     for name, case in cases.items():

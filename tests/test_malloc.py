@@ -36,8 +36,9 @@ print(json.dumps({"status": _malloc.STATUS, "mmapped": grew}))
 
 
 def _child(**env):
+    # without the settings this process may carry (Dask sets MALLOC_TRIM_THRESHOLD_)
     full = {k: v for k, v in os.environ.items()
-            if k not in ("NNKIT_MALLOC_TUNING", "GLIBC_TUNABLES")}
+            if k not in ("NNKIT_MALLOC_TUNING", "GLIBC_TUNABLES") and not k.startswith("MALLOC_")}
     full.update(env)
     out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
                          env=full, check=True)
