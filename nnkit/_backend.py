@@ -22,7 +22,12 @@ __all__ = ["is_gpu_array", "array_module", "cuda_available", "launch_views", "un
 # GEMMs of 0.5-54 Mflop between numba kernels) took 184 ms with both pools on 2 threads,
 # 82 ms with either on one thread, 67 ms with this guard; the guard costs the MLP step of
 # bench_mlp.py (GEMMs of 2-8 Mflop, few parallel kernels) ~15% (benchmarks/RESULTS.md).
-# Products above it (a BERT-mini FFN, 2 Gflop) keep both threads.
+# Larger products run on numba's threads too when ``_blocks`` can split them: in a BERT-mini
+# step (products of 0.5-10 Gflop between numba kernels) OpenBLAS's two threads, each spinning
+# ~0.1 s after its call, and numba's workers took cores from each other: the masked-only
+# step 1361 ms with its products on OpenBLAS's threads, 942 ms on numba's, although alone
+# OpenBLAS is the faster (175-187 vs 109-176 GFLOP/s at those shapes). Products above it
+# that ``_blocks`` cannot split keep both BLAS threads.
 SMALL_GEMM_FLOPS = 1 << 28
 
 
@@ -146,19 +151,18 @@ def _gemm_flops(a, b) -> int:
 
 
 def matmul(a, b):
-    """``a @ b``; a NumPy product under ``SMALL_GEMM_FLOPS`` runs on one BLAS thread, or,
-    when it is a 2-D float product of at least ``ROWS_PARALLEL_MIN_FLOPS``, on numba's
-    threads (``_blocks``): blocks of the rows of a C-contiguous ``a`` with nnkit's
+    """``a @ b``; a 2-D float NumPy product of at least ``ROWS_PARALLEL_MIN_FLOPS`` runs on
+    numba's threads (``_blocks``): blocks of the rows of a C-contiguous ``a`` with nnkit's
     packed-panel kernel, or blocks of the inner dimension of a transposed ``a`` (g^T x) with
     one-thread BLAS each (``nnkit._ext.gemm_cpu``). Both cores, and no BLAS worker left
-    spinning. Measured on a ViT training step (batch 128): 61-64 ms with every product on
-    one BLAS thread, 54-58 ms with the row blocks.
+    spinning. Other products under ``SMALL_GEMM_FLOPS`` run on one BLAS thread. Measured on
+    a ViT training step (batch 128): 61-64 ms with every product on one BLAS thread, 54-58
+    ms with the row blocks; a BERT-mini step: see ``SMALL_GEMM_FLOPS``.
 
     The switch costs ~1.5 us (threadpoolctl, restored afterwards); CuPy arrays and large
-    products go straight to ``@``.
+    products that cannot be split go straight to ``@``.
     """
-    if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim and b.ndim and \
-            _gemm_flops(a, b) < SMALL_GEMM_FLOPS:
+    if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim and b.ndim:
         parts, how = _blocks(a, b)
         if parts > 1:
             from ._ext import gemm_cpu
@@ -166,6 +170,8 @@ def matmul(a, b):
             if how == "rows":
                 return gemm_cpu.matmul_rows_parallel(a, b, parts)
             return gemm_cpu.matmul_inner_parallel(a, b, parts)
+        if _gemm_flops(a, b) >= SMALL_GEMM_FLOPS:
+            return a @ b
         lib = _numpy_blas()
         before = lib.num_threads if lib is not None else 1
         if before > 1:

@@ -115,6 +115,28 @@ def test_backend_matmul_keeps_blas_for_other_products():
     assert _backend._blocks(a[:, ::2], np.ones((32, 512), np.float32))[0] == 1  # strided a
 
 
+def test_backend_matmul_splits_large_products_too(monkeypatch):
+    """Products above SMALL_GEMM_FLOPS that ``_blocks`` can split also run on numba's
+    threads (with OpenBLAS's two threads between numba kernels a BERT step ran ~30%
+    slower); unsplittable ones go to ``@``."""
+    from nnkit import _backend
+
+    monkeypatch.setattr(_backend, "SMALL_GEMM_FLOPS", 1 << 20)
+    monkeypatch.setattr(_backend, "_blocks", lambda a, b: (2, "rows") if a.ndim == 2 else (
+        1, ""))
+    calls = []
+    real = gemm_cpu.matmul_rows_parallel
+    monkeypatch.setattr(gemm_cpu, "matmul_rows_parallel",
+                        lambda a, b, parts: calls.append(parts) or real(a, b, parts))
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((256, 128)), rng.standard_normal((128, 64))
+    np.testing.assert_allclose(_backend.matmul(a, b), a @ b, rtol=1e-12)
+    assert calls == [2]
+    batched = rng.standard_normal((3, 256, 128))
+    np.testing.assert_allclose(_backend.matmul(batched, b), batched @ b, rtol=1e-12)
+    assert calls == [2]
+
+
 def numba_threads():
     import numba
 
