@@ -4,8 +4,10 @@ A training step allocates and frees the same large temporaries every step. With 
 defaults each one above the (dynamic, at most 32 MiB) mmap threshold is a fresh ``mmap``
 and each free that leaves more than the trim threshold at the top of the heap gives the
 pages back, so the next step pays for them again in page faults. Measured here, 2 threads,
-a ViT training step at batch 128 (the issue 9 benchmark): 48-66 ms with the defaults,
-38-46 ms with these thresholds; BERT-mini, masked positions only: 1.38-1.50 s vs 1.32-1.39 s.
+worker processes alternating (benchmarks/bench_vit.py, bench_bert.py workers), medians: a
+ViT training step at batch 128 54.0 ms with glibc's defaults, 42.8 ms with these thresholds
+(12 blocks of 10 steps each; torch's step, in processes that import nnkit: 51.0 / 52.6 ms);
+BERT-mini, masked positions only, 1422 vs 1351 ms (6 steps each).
 
 ``tune()`` (run by ``import nnkit``) sets, through ``mallopt``:
 
