@@ -163,7 +163,12 @@ def test_weight_gradients_from_packed_steps_equal_the_products(dtype, monkeypatc
             np.testing.assert_allclose(sums[:GH], dA.astype(np.float64).sum(0), rtol=1e-12)
 
 
-@pytest.mark.parametrize("dtype, bound", [(np.float32, 2.5), (np.float64, 3.0)])
+@pytest.mark.parametrize("dtype, bound", [
+    (np.float32, 2.5),
+    pytest.param(np.float64, 3.0, marks=pytest.mark.skipif(
+        np.finfo(np.longdouble).nmant <= 52, reason="long double is double here: no "
+        "reference more precise than float64")),
+])
 def test_gate_nonlinearities_are_within_a_few_ulps(dtype, bound):
     """act_sigmoid / act_tanh compiled as the time loops are (``JIT_OPTIONS``, fused
     multiply-adds allowed), against long-double references: within the ulps that
