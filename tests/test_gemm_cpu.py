@@ -45,6 +45,21 @@ def test_pack_panels_layout(dtype, width):
     assert gemm_cpu.PANEL_WIDTH[np.dtype(dtype).name] == width
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pack_panels_of_views_and_stacks(dtype):
+    """A transposed view (W.T, column-major) and a strided slice pack as their copies do;
+    pack_stacked_panels(top, bottom) == pack_panels of the row stack."""
+    rng = np.random.default_rng(4)
+    w_ih, w_hh = rng.standard_normal((45, 7)).astype(dtype), rng.standard_normal((45, 19))
+    w_hh = w_hh.astype(dtype)
+    for b in (w_ih.T, w_hh.T, w_hh[::2].T, w_hh[:, ::3]):
+        np.testing.assert_array_equal(gemm_cpu.pack_panels(b),
+                                      gemm_cpu.pack_panels(np.ascontiguousarray(b)))
+    want = gemm_cpu.pack_panels(np.concatenate((w_ih.T, w_hh.T)))
+    for top, bottom in ((w_ih.T, w_hh.T), (np.ascontiguousarray(w_ih.T), w_hh.T)):
+        np.testing.assert_array_equal(gemm_cpu.pack_stacked_panels(top, bottom), want)
+
+
 @pytest.mark.parametrize("build", sorted(gemm_packed.variant_addresses()))
 def test_every_build_is_the_matrix_product(build):
     isa, dtype = build

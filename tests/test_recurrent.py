@@ -102,6 +102,31 @@ def test_kernels_match_twins(cell, nonlinearity, T, B, D, H, reverse, bias, dtyp
                                  err_msg=f"{cell} output {i}")
 
 
+@given(cell=st.sampled_from(["lstm", "gru"]), T=st.integers(1, 6), B=st.integers(1, 11),
+       D=st.integers(1, 4), H=st.integers(1, 37), reverse=st.booleans(),
+       dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2**16))
+def test_forward_without_cache_is_the_same_forward(cell, T, B, D, H, reverse, dtype, seed):
+    """keep_cache=False (one step's gates and cell state held, updated in place) gives
+    bit-identical outputs and no cache; LSTM's stacked output is [y; c_T]."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((T, B, D)).astype(dtype)
+    h0, c0 = (rng.standard_normal((B, H)).astype(dtype) for _ in range(2))
+    params = _weights(rng, cell, D, H, dtype)
+    if cell == "lstm":
+        want = K.lstm_forward(x, h0, c0, *params, reverse=reverse)
+        got = K.lstm_forward(x, h0, c0, *params, reverse=reverse, keep_cache=False)
+        stacked = K.lstm_forward(x, h0, c0, *params, reverse=reverse, stacked=True,
+                                 keep_cache=False)
+        assert stacked[0].shape == (T + 1, B, H) and stacked[3] is None
+        np.testing.assert_array_equal(stacked[0], np.concatenate((want[0], want[2][None])))
+    else:
+        want = K.gru_forward(x, h0, *params, reverse=reverse)
+        got = K.gru_forward(x, h0, *params, reverse=reverse, keep_cache=False)
+    assert got[-1] is None and want[-1] is not None
+    for g, w in zip(got[:-1], want[:-1], strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
 _KERNELS = [f"{cell}_{way}_cpu" for cell in GATES for way in ("forward", "backward")]
 
 
@@ -265,6 +290,17 @@ def test_stacked_modules_match_composed_twins(mode, T, B, F, H, layers, bidirect
     np.testing.assert_allclose(h_n.numpy(), h, rtol=1e-12, atol=1e-12)
     if mode == "LSTM":
         np.testing.assert_allclose(out[1][1].numpy(), c, rtol=1e-12, atol=1e-12)
+    with nk.no_grad():  # the kernels keep no cache: the same numbers
+        inference = model(x, (h0, c0)) if mode == "LSTM" else model(x, h0)
+    assert not inference[0].requires_grad
+    for got, want in zip(_flat(inference), _flat(out), strict=True):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def _flat(output):
+    """(out, h_n) or (out, (h_n, c_n)) -> a list of tensors."""
+    out, states = output
+    return [out, *(states if isinstance(states, tuple) else [states])]
 
 
 def test_reverse_direction_is_the_forward_one_on_the_flipped_sequence(rng):

@@ -12,7 +12,8 @@ for Numba: no Python and no GIL between steps, safe in ``prange`` threads, and c
 code finds it by name (registered with LLVM when this module is imported).
 
 Kernels validate nothing: ``a`` (M, K) and ``out`` (M, N) C-contiguous of one float dtype,
-``bp`` from ``pack_panels`` of a (K, N) matrix of that dtype.
+``bp`` from ``pack_panels`` of a (K, N) matrix of that dtype (any strides: the packing
+reads a transposed view W.T down its columns, so no transposed copy is needed).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from numba.extending import overload
 from . import gemm_packed as _c
 from ._dispatch import serial_step_blas
 
-__all__ = ["pack_panels", "step_gemm", "matmul_packed", "matmul_rows_parallel",
-           "matmul_inner_parallel", "isa", "PANEL_WIDTH"]
+__all__ = ["pack_panels", "pack_stacked_panels", "step_gemm", "matmul_packed",
+           "matmul_rows_parallel", "matmul_inner_parallel", "isa", "PANEL_WIDTH"]
 
 PANEL_WIDTH = dict(_c.PANEL_WIDTH)  # {"float32": 32, "float64": 16}
 for _name, _address in _c.addresses().items():
@@ -45,20 +46,49 @@ def isa() -> str:
     return _c.isa()
 
 
-@numba.njit(cache=True)
-def pack_panels(b):
-    """b (K, N) -> (ceil(N / NR), K, NR): panel p holds columns [p NR, p NR + NR), zeros
-    beyond N; NR = 32 for float32, 16 for float64."""
+@numba.njit(cache=True, inline="always")
+def _fill_panels(panels, b, k0):
+    """Rows [k0, k0 + K) of ``panels`` (see ``pack_panels``) from b (K, N), any strides: a
+    column-major b (the transposed view of a row-major weight, W.T) is read down its
+    contiguous columns."""
     K, N = b.shape
-    nr = _NR_F32 if b.itemsize == 4 else _NR_F64
-    panels = np.zeros(((N + nr - 1) // nr, K, nr), dtype=b.dtype)
+    nr = panels.shape[2]
+    column_major = b.strides[0] < b.strides[1]
     for p in range(panels.shape[0]):
         n0 = p * nr
         width = min(nr, N - n0)
-        for k in range(K):
-            row = b[k]
+        if column_major:
             for q in range(width):
-                panels[p, k, q] = row[n0 + q]
+                col = b[:, n0 + q]
+                for k in range(K):
+                    panels[p, k0 + k, q] = col[k]
+        else:
+            for k in range(K):
+                row = b[k]
+                for q in range(width):
+                    panels[p, k0 + k, q] = row[n0 + q]
+
+
+@numba.njit(cache=True)
+def pack_panels(b):
+    """b (K, N) -> (ceil(N / NR), K, NR): panel p holds columns [p NR, p NR + NR), zeros
+    beyond N; NR = 32 for float32, 16 for float64. b may be a transposed view (W.T)."""
+    K, N = b.shape
+    nr = _NR_F32 if b.itemsize == 4 else _NR_F64
+    panels = np.zeros(((N + nr - 1) // nr, K, nr), dtype=b.dtype)
+    _fill_panels(panels, b, 0)
+    return panels
+
+
+@numba.njit(cache=True)
+def pack_stacked_panels(top, bottom):
+    """``pack_panels`` of the row-stacked [top; bottom], top (K1, N) and bottom (K2, N),
+    without building the stack (e.g. [W_ih^T; W_hh^T] from the views W_ih.T, W_hh.T)."""
+    K1, N = top.shape
+    nr = _NR_F32 if top.itemsize == 4 else _NR_F64
+    panels = np.zeros(((N + nr - 1) // nr, K1 + bottom.shape[0], nr), dtype=top.dtype)
+    _fill_panels(panels, top, 0)
+    _fill_panels(panels, bottom, K1)
     return panels
 
 

@@ -29,7 +29,8 @@ What forward keeps for backward (the cache):
 - GRU: the activated gates r, z, n (T, B, 3H) and hn = h_{t-1} W_hn^T + b_hn (T, B, H).
 
 Kernels validate nothing: C-contiguous arrays of one float dtype, preallocated outputs.
-``w_ih_t``, ``w_hh_t`` are W_ih^T (D, G*H) and W_hh^T (H, G*H) made contiguous.
+``w_ih_t``, ``w_hh_t`` are W_ih^T (D, G*H) and W_hh^T (H, G*H), contiguous or the views
+W.T (the packing reads those down their columns: no transposed copies).
 ``nnkit.kernels.recurrent`` is the validated entry point. Each ``*_cpu`` entry point has a
 ``.serial`` and a ``.parallel`` build (tests hold them equal).
 
@@ -57,7 +58,7 @@ from numba import prange, types
 from numba.extending import intrinsic, overload
 
 from ._dispatch import serial_or_parallel
-from .gemm_cpu import pack_panels, step_gemm
+from .gemm_cpu import pack_panels, pack_stacked_panels, step_gemm
 
 __all__ = [
     "rnn_forward_cpu",
@@ -285,6 +286,16 @@ add_direct_grad = numba.njit(cache=True, inline="always",
                              error_model="numpy")(_add_direct_grad)
 
 
+def _copy_into(dst, src):
+    """dst[:] = src for 1-D arrays, as a plain loop (numba's slice assignment checks the two
+    for overlap on every call: 2-3% of the small LSTM forward for its 16-row x copies)."""
+    for j in range(src.shape[0]):
+        dst[j] = src[j]
+
+
+copy_into = numba.njit(cache=True, inline="always")(_copy_into)
+
+
 # ---- Elman RNN: h_t = phi(x_t W_ih^T + b + h_{t-1} W_hh^T) ------------------------------
 
 def _rnn_forward(x, w_ih_t, bias, x_proj, h0, w_hh_t, relu, reverse, y, h, chunks):
@@ -346,8 +357,8 @@ def _rnn_backward(dy, dh_T, y, w_hh, w_ih, relu, reverse, dx, gp, work, dh, hidd
 
 def _lstm_cell(g, bias, c_prev, c, y, h_next):
     """One row: g (4H) pre-activations (x_t W_ih^T + h_{t-1} W_hh^T), overwritten with the
-    activated gates; bias (4H); c_prev (H) -> c, y (H); h_next (H) receives y too (the
-    next step's GEMM input)."""
+    activated gates; bias (4H); c_prev (H) -> c, y (H) (c_prev may be c: element j is read
+    before it is written); h_next (H) receives y too (the next step's GEMM input)."""
     H = c.shape[0]
     gif, bif = g[:2 * H], bias[:2 * H]
     for j in range(2 * H):
@@ -398,25 +409,29 @@ def _lstm_forward(x, w_ih_t, bias, gates, h0, c0, w_hh_t, reverse, y, c_all, h, 
     activated gates; outputs y, c_all (T, B, H); h, c (B, H) end as h_T, c_T; xh (B, D + H)
     workspace: each step is one GEMM [x_t, h_{t-1}] @ [W_ih^T; W_hh^T] (K = D + H: one
     pass over the output tile instead of two, 3-5% of the forward on one thread,
-    10.4 -> 9.9-10.1 ms at (128, 32, 64, 128))."""
-    T, B, G = gates.shape
-    D = x.shape[2]
-    wp = pack_panels(np.concatenate((w_ih_t, w_hh_t)))
+    10.4 -> 9.9-10.1 ms at (128, 32, 64, 128)).
+
+    Without backward to feed, gates (1, B, 4H) and c_all (1, B, H) hold the current step
+    only (the cell updates c in place): no (T, B, 4H) buffer to allocate and stream."""
+    T, B, D = x.shape
+    keep = gates.shape[0] == T
+    wp = pack_stacked_panels(w_ih_t, w_hh_t)
     for k in prange(chunks):
         b0, b1 = chunk_rows(k, chunks, B)
         for b in range(b0, b1):
-            xh[b, D:] = h0[b]
+            copy_into(xh[b, D:], h0[b])
         for s in range(T):
             t = step_index(s, T, reverse)
+            u = t if keep else 0  # the step's slot in gates and c_all
             for b in range(b0, b1):
-                xh[b, :D] = x[t, b]
-            step_gemm(xh[b0:b1], wp, gates[t][b0:b1])  # (rows, 4H)
-            c_prev = prev(s == 0, c0, c_all, t + 1 if reverse else t - 1)
+                copy_into(xh[b, :D], x[t, b])
+            step_gemm(xh[b0:b1], wp, gates[u][b0:b1])  # (rows, 4H)
+            c_prev = prev(s == 0, c0, c_all, (t + 1 if reverse else t - 1) if keep else 0)
             for b in range(b0, b1):
-                lstm_cell(gates[t, b], bias, c_prev[b], c_all[t, b], y[t, b], xh[b, D:])
+                lstm_cell(gates[u, b], bias, c_prev[b], c_all[u, b], y[t, b], xh[b, D:])
     last = 0 if reverse else T - 1
     h[:, :] = y[last]
-    c[:, :] = c_all[last]
+    c[:, :] = c_all[last if keep else 0]
 
 
 def _lstm_backward(dy, dh_T, dc_T, c0, gates, c_all, w_hh, w_ih, reverse, dx, gp, work, dh,
@@ -492,18 +507,21 @@ gru_cell_backward = numba.njit(cache=True, inline="always",
 def _gru_forward(x, w_ih_t, b_ih, gates, h0, w_hh_t, b_hh, reverse, y, hn, h, gh, chunks):
     """x (T, B, D); w_ih_t (D, 3H); b_ih, b_hh (3H,); gates (T, B, 3H) receives the
     activated gates r, z, n; outputs y, hn (T, B, H); h (B, H) ends as h_T; gh (B, 3H)
-    workspace."""
-    T, B, G = gates.shape
+    workspace. Without backward to feed, gates (1, B, 3H) and hn (1, B, H) hold the current
+    step only."""
+    T, B = x.shape[0], x.shape[1]
+    keep = gates.shape[0] == T
     wp_ih, wp_hh = pack_panels(w_ih_t), pack_panels(w_hh_t)
     for k in prange(chunks):
         b0, b1 = chunk_rows(k, chunks, B)
         for s in range(T):
             t = step_index(s, T, reverse)
+            u = t if keep else 0  # the step's slot in gates and hn
             h_prev = prev(s == 0, h0, y, t + 1 if reverse else t - 1)
-            step_gemm(x[t][b0:b1], wp_ih, gates[t][b0:b1])  # (rows, 3H) from x_t
+            step_gemm(x[t][b0:b1], wp_ih, gates[u][b0:b1])  # (rows, 3H) from x_t
             step_gemm(h_prev[b0:b1], wp_hh, gh[b0:b1])  # from h_{t-1}
             for b in range(b0, b1):
-                gru_cell(gates[t, b], b_ih, gh[b], b_hh, h_prev[b], hn[t, b], y[t, b])
+                gru_cell(gates[u, b], b_ih, gh[b], b_hh, h_prev[b], hn[u, b], y[t, b])
     h[:, :] = y[0 if reverse else T - 1]
 
 

@@ -309,9 +309,8 @@ def rnn_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None,
     y = xp.empty((T, B, H), dtype=x.dtype)
     h = xp.empty((B, H), dtype=x.dtype)
     steps = _steps(x)
-    steps.rnn_forward(x, xp.ascontiguousarray(w_ih.T), _bias(xp, b_ih, b_hh, H, x.dtype),
-                      xp.empty_like(y), h0, xp.ascontiguousarray(w_hh.T),
-                      nonlinearity == "relu", bool(reverse), y, h)
+    steps.rnn_forward(x, w_ih.T, _bias(xp, b_ih, b_hh, H, x.dtype), xp.empty_like(y), h0,
+                      w_hh.T, nonlinearity == "relu", bool(reverse), y, h)
     cache = RecurrentCache("rnn", x, h0, None, w_ih, w_hh, b_ih is not None, nonlinearity,
                            bool(reverse), {"y": y})
     return y, h, cache
@@ -362,7 +361,7 @@ def rnn_backward(dy, dh_T, cache, hidden_grads=None):
 # ---- LSTM --------------------------------------------------------------------------------
 
 def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse=False,
-                 stacked=False):
+                 stacked=False, keep_cache=True):
     """LSTM over a sequence, gates (i, f, g, o) as torch::
 
         [i, f, g, o] = [sig, sig, tanh, sig](W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)
@@ -376,13 +375,17 @@ def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, re
     bias_ih, bias_hh : ndarray (4H,), or both None
     reverse : bool
     stacked : bool
-        Write y and c_T into one (T + 1, B, H) array (y = its first T slots, c_T the last:
-        views of it; the array itself is ``cache.saved["y_c"]``), for a caller that wants
-        them together without a copy.
+        Return, in place of y, one (T + 1, B, H) array holding y (its first T slots) and
+        c_T (the last; the c_T returned is a view of it), for a caller that wants them
+        together without a copy.
+    keep_cache : bool
+        False when no backward will follow (inference): the gates and cell states of every
+        step are not kept (on the CPU only one step's are held), and the cache is None.
 
     Returns
     -------
-    y : ndarray (T, B, H);  h_T, c_T : ndarray (B, H);  cache : RecurrentCache
+    y : ndarray (T, B, H) ((T + 1, B, H) with ``stacked``);  h_T, c_T : ndarray (B, H)
+    cache : RecurrentCache, or None without ``keep_cache``
 
     Examples
     --------
@@ -398,25 +401,26 @@ def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, re
     T, B, _ = x.shape
     H = w_hh.shape[1]
     xp = array_module(x)
-    gates = xp.empty((T, B, 4 * H), dtype=x.dtype)
+    gpu = _gpu_route(x)
+    slots = T if keep_cache or gpu else 1  # steps whose gates and c the CPU kernel keeps
+    gates = xp.empty((slots, B, 4 * H), dtype=x.dtype)
     if stacked:
         y_c = xp.empty((T + 1, B, H), dtype=x.dtype)
         y, c = y_c[:T], y_c[T]
     else:
         y, c = xp.empty((T, B, H), dtype=x.dtype), xp.empty_like(h0)
-    c_all = xp.empty((T, B, H), dtype=x.dtype)
+    c_all = xp.empty((slots, B, H), dtype=x.dtype)
     h = xp.empty_like(h0)
     # the workspace: [x_t, h_{t-1}] rows on the CPU (one GEMM per step), h W_hh^T on the GPU
-    work = xp.empty((B, 4 * H) if _gpu_route(x) else (B, x.shape[2] + H), dtype=x.dtype)
-    _steps(x).lstm_forward(x, xp.ascontiguousarray(w_ih.T),
-                           _bias(xp, b_ih, b_hh, 4 * H, x.dtype), gates, h0, c0,
-                           xp.ascontiguousarray(w_hh.T), bool(reverse), y, c_all, h, c, work)
-    saved = {"y": y, "gates": gates, "c": c_all}
-    if stacked:
-        saved["y_c"] = y_c
+    work = xp.empty((B, 4 * H) if gpu else (B, x.shape[2] + H), dtype=x.dtype)
+    _steps(x).lstm_forward(x, w_ih.T, _bias(xp, b_ih, b_hh, 4 * H, x.dtype), gates, h0, c0,
+                           w_hh.T, bool(reverse), y, c_all, h, c, work)
+    out = y_c if stacked else y
+    if not keep_cache:
+        return out, h, c, None
     cache = RecurrentCache("lstm", x, h0, c0, w_ih, w_hh, b_ih is not None, "", bool(reverse),
-                           saved)
-    return y, h, c, cache
+                           {"y": y, "gates": gates, "c": c_all})
+    return out, h, c, cache
 
 
 def lstm_backward(dy, dh_T, dc_T, cache, hidden_grads=None):
@@ -457,7 +461,8 @@ def lstm_backward(dy, dh_T, dc_T, cache, hidden_grads=None):
 
 # ---- GRU ---------------------------------------------------------------------------------
 
-def gru_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse=False):
+def gru_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse=False,
+                keep_cache=True):
     """GRU over a sequence, gates (r, z, n) as torch::
 
         r = sig(W_ir x + b_ir + W_hr h + b_hr),  z = sig(W_iz x + b_iz + W_hz h + b_hz)
@@ -470,10 +475,13 @@ def gru_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse
     weight_ih : ndarray (3H, D);  weight_hh : ndarray (3H, H)
     bias_ih, bias_hh : ndarray (3H,), or both None
     reverse : bool
+    keep_cache : bool
+        False when no backward will follow: as ``lstm_forward``'s (the gates and hn of
+        every step are not kept), and the cache is None.
 
     Returns
     -------
-    y : ndarray (T, B, H);  h_T : ndarray (B, H);  cache : RecurrentCache
+    y : ndarray (T, B, H);  h_T : ndarray (B, H);  cache : RecurrentCache or None
 
     Examples
     --------
@@ -488,15 +496,17 @@ def gru_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse
     T, B, _ = x.shape
     H = w_hh.shape[1]
     xp = array_module(x)
-    gates = xp.empty((T, B, 3 * H), dtype=x.dtype)
+    slots = T if keep_cache or _gpu_route(x) else 1  # steps whose gates the CPU keeps
+    gates = xp.empty((slots, B, 3 * H), dtype=x.dtype)
     y = xp.empty((T, B, H), dtype=x.dtype)
-    hn = xp.empty((T, B, H), dtype=x.dtype)
+    hn = xp.empty((slots, B, H), dtype=x.dtype)
     h = xp.empty_like(h0)
     gh = xp.empty((B, 3 * H), dtype=x.dtype)
     steps = _steps(x)
-    steps.gru_forward(x, xp.ascontiguousarray(w_ih.T), _bias(xp, b_ih, None, 3 * H, x.dtype),
-                      gates, h0, xp.ascontiguousarray(w_hh.T),
+    steps.gru_forward(x, w_ih.T, _bias(xp, b_ih, None, 3 * H, x.dtype), gates, h0, w_hh.T,
                       _bias(xp, b_hh, None, 3 * H, x.dtype), bool(reverse), y, hn, h, gh)
+    if not keep_cache:
+        return y, h, None
     cache = RecurrentCache("gru", x, h0, None, w_ih, w_hh, b_ih is not None, "", bool(reverse),
                            {"y": y, "gates": gates, "hn": hn})
     return y, h, cache

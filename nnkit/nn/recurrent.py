@@ -37,7 +37,7 @@ import numpy as np
 from .. import functional as F
 from .._backend import array_module
 from .._validation import check_choice, check_scalar
-from ..autograd import Tensor, as_tensor, concat, make_result, stack
+from ..autograd import Tensor, as_tensor, concat, is_grad_enabled, make_result, stack
 from ..kernels import recurrent as K
 from . import init
 from .module import Module, Parameter
@@ -67,6 +67,11 @@ def _data(t):
     return None if t is None else t.data
 
 
+def _records(parents):
+    """Whether autograd will record the op on ``parents`` (a backward may follow)."""
+    return is_grad_enabled() and any(p.requires_grad for p in parents)
+
+
 def _layer_op(cell, x, h0, c0, params, nonlinearity, reverse, tag=None):
     """One layer-direction as one autograd node (``tag`` names it for the recorder).
 
@@ -77,13 +82,14 @@ def _layer_op(cell, x, h0, c0, params, nonlinearity, reverse, tag=None):
     args = (x.data, h0.data)
     weights = (w_ih.data, w_hh.data, _data(b_ih), _data(b_hh))
     if cell == "LSTM":
-        y, _, c_T, cache = K.lstm_forward(*args, c0.data, *weights, reverse=reverse,
-                                          stacked=True)
-        out = cache.saved["y_c"]  # (T + 1, B, H): y, then c_T
         parents = (x, h0, c0, *params)
+        # out (T + 1, B, H): y, then c_T
+        out, _, _, cache = K.lstm_forward(*args, c0.data, *weights, reverse=reverse,
+                                          stacked=True, keep_cache=_records(parents))
     elif cell == "GRU":
-        out, _, cache = K.gru_forward(*args, *weights, reverse=reverse)
         parents = (x, h0, *params)
+        out, _, cache = K.gru_forward(*args, *weights, reverse=reverse,
+                                      keep_cache=_records(parents))
     else:
         out, _, cache = K.rnn_forward(*args, *weights, nonlinearity=nonlinearity,
                                       reverse=reverse)
