@@ -182,8 +182,9 @@ def test_weight_gradients_from_packed_steps_equal_the_products(dtype, monkeypatc
                 np.testing.assert_array_equal(at, want_at, err_msg=f"{build} {reverse}")
         for flops in (0, 1 << 62):  # the parallel build, then the serial one
             monkeypatch.setattr(recurrent_cpu, "MIN_PARALLEL_FLOPS", flops)
-            wt, sums = recurrent_cpu.packed_weight_grads(want_at.copy(), pack_panels(dA))
-            assert_matches_reference(wt[:, :GH], want_at @ dA, dtype, factor=4 * T * B,
+            dw, sums = recurrent_cpu.packed_weight_grads(want_at.copy(), pack_panels(dA))
+            assert dw.shape[1] == D + H and not dw[GH:].any()  # zero padding rows
+            assert_matches_reference(dw[:GH], (want_at @ dA).T, dtype, factor=4 * T * B,
                                      err_msg=f"product, {T, B, D, H, GH}")
             np.testing.assert_allclose(sums[:GH], dA.astype(np.float64).sum(0), rtol=1e-12)
 

@@ -231,13 +231,13 @@ def _cpu_weight_grads(cache, dx, gpx, gph):
     at = np.empty((D + H, T * B), dtype=x.dtype)
     transposed_inputs_cpu(x.reshape(T * B, D), y, cache.h0, cache.reverse, at)
     if gph is gpx:
-        wt, sums_x = packed_weight_grads(at, gpx)
-        wt_x, wt_h, sums_h = wt[:D], wt[D:], sums_x
+        dw, sums_x = packed_weight_grads(at, gpx)  # (P NR, D + H)
+        dw_x, dw_h, sums_h = dw[:, :D], dw[:, D:], sums_x
     else:
-        wt_x, sums_x = packed_weight_grads(at[:D], gpx)
-        wt_h, sums_h = packed_weight_grads(at[D:], gph)
-    dw_ih = np.ascontiguousarray(wt_x[:, :GH].T)
-    dw_hh = np.ascontiguousarray(wt_h[:, :GH].T)
+        dw_x, sums_x = packed_weight_grads(at[:D], gpx)
+        dw_h, sums_h = packed_weight_grads(at[D:], gph)
+    dw_ih = np.ascontiguousarray(dw_x[:GH])
+    dw_hh = np.ascontiguousarray(dw_h[:GH])
     if not cache.has_bias:
         return dx, dw_ih, dw_hh, None, None
     return dx, dw_ih, dw_hh, sums_x[:GH].astype(x.dtype), sums_h[:GH].astype(x.dtype)
