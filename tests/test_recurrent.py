@@ -159,9 +159,10 @@ def test_row_blocks_on_threads_give_identical_results(cell, reverse, monkeypatch
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_weight_gradients_from_packed_steps_equal_the_products(dtype, monkeypatch):
-    """The CPU weight gradients: [x; h_prev]^T (transposed_inputs, both builds, reverse too)
-    times dA given packed (panel tails, one panel, one row), serial and parallel builds ==
-    the plain products, the bias sums == dA's column sums."""
+    """The CPU weight gradients: [x; h_prev]^T (transposed_inputs, both builds, reverse too,
+    h_prev at any row offset) times dA given packed (panel tails, one panel, one row),
+    serial and parallel builds == the plain products; a row of ones gives dA's column
+    sums (the bias gradient)."""
     from nnkit._ext import recurrent_cpu
     from nnkit._ext.gemm_cpu import pack_panels
 
@@ -176,17 +177,21 @@ def test_weight_gradients_from_packed_steps_equal_the_products(dtype, monkeypatc
                 [h0[None], y[:-1]])
             want_at = np.concatenate([x.reshape(T * B, D), prev.reshape(T * B, H)], 1).T
             for build in ("serial", "parallel"):
-                at = np.empty((D + H, T * B), dtype)
+                at = np.full((D + H + 2, T * B), 7, dtype)
                 getattr(recurrent_cpu.transposed_inputs_cpu, build)(
-                    x.reshape(T * B, D), y, h0, reverse, at)
-                np.testing.assert_array_equal(at, want_at, err_msg=f"{build} {reverse}")
+                    x.reshape(T * B, D), y, h0, reverse, at, D + 1)
+                got = np.delete(at, [D, D + H + 1], axis=0)
+                np.testing.assert_array_equal(got, want_at, err_msg=f"{build} {reverse}")
+                assert (at[D] == 7).all() and (at[-1] == 7).all()  # other rows untouched
+        at = np.concatenate([want_at, np.ones((1, T * B), dtype)])
         for flops in (0, 1 << 62):  # the parallel build, then the serial one
             monkeypatch.setattr(recurrent_cpu, "MIN_PARALLEL_FLOPS", flops)
-            dw, sums = recurrent_cpu.packed_weight_grads(want_at.copy(), pack_panels(dA))
-            assert dw.shape[1] == D + H and not dw[GH:].any()  # zero padding rows
-            assert_matches_reference(dw[:GH], (want_at @ dA).T, dtype, factor=4 * T * B,
+            dw = recurrent_cpu.packed_weight_grads(at, pack_panels(dA))
+            assert dw.shape[1] == D + H + 1 and not dw[GH:].any()  # zero padding rows
+            assert_matches_reference(dw[:GH, :-1], (want_at @ dA).T, dtype, factor=4 * T * B,
                                      err_msg=f"product, {T, B, D, H, GH}")
-            np.testing.assert_allclose(sums[:GH], dA.astype(np.float64).sum(0), rtol=1e-12)
+            assert_matches_reference(dw[:GH, -1], dA.astype(np.float64).sum(0).astype(dtype),
+                                     dtype, factor=4 * T * B, err_msg="column sums")
 
 
 @pytest.mark.parametrize("dtype, bound", [

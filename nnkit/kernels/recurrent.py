@@ -222,25 +222,32 @@ def _cpu_grad_buffers(cache, count):
 
 def _cpu_weight_grads(cache, dx, gpx, gph):
     """(dx, dW_ih, dW_hh, db_ih, db_hh) from dx and the packed dA of the CPU BPTT kernels:
-    [dW_ih, dW_hh]^T = [x; h_prev]^T dA, one product when dA_x is dA_h (RNN, LSTM)."""
+    [dW_ih, db, dW_hh]^T = [x; 1; h_prev]^T dA, one product when dA_x is dA_h (RNN, LSTM),
+    else [dW_ih, db_ih]^T = [x; 1]^T dA_x and [dW_hh, db_hh]^T = [h_prev; 1]^T dA_h."""
     from .._ext.recurrent_cpu import packed_weight_grads, transposed_inputs_cpu
 
     x, y = cache.x, cache.saved["y"]
     T, B, D = x.shape
     GH, H = cache.weight_hh.shape
-    at = np.empty((D + H, T * B), dtype=x.dtype)
-    transposed_inputs_cpu(x.reshape(T * B, D), y, cache.h0, cache.reverse, at)
-    if gph is gpx:
-        dw, sums_x = packed_weight_grads(at, gpx)  # (P NR, D + H)
-        dw_x, dw_h, sums_h = dw[:, :D], dw[:, D:], sums_x
+    shared = gph is gpx  # one product over [x; 1; h_prev]
+    at = np.empty((D + 1 + H + (0 if shared else 1), T * B), dtype=x.dtype)
+    at[D] = 1
+    if not shared:
+        at[D + 1 + H] = 1
+    transposed_inputs_cpu(x.reshape(T * B, D), y, cache.h0, cache.reverse, at, D + 1)
+    if shared:
+        dw = packed_weight_grads(at, gpx)[:GH]  # (G H, D + 1 + H)
+        dw_x, dw_h = dw[:, :D + 1], dw[:, D + 1:]
+        db_x = db_h = dw[:, D]
     else:
-        dw_x, sums_x = packed_weight_grads(at[:D], gpx)
-        dw_h, sums_h = packed_weight_grads(at[D:], gph)
-    dw_ih = np.ascontiguousarray(dw_x[:GH])
-    dw_hh = np.ascontiguousarray(dw_h[:GH])
+        dw_x = packed_weight_grads(at[:D + 1], gpx)[:GH]  # (G H, D + 1)
+        dw_h = packed_weight_grads(at[D + 1:], gph)[:GH]  # (G H, H + 1)
+        db_x, db_h = dw_x[:, D], dw_h[:, H]
+    dw_ih = np.ascontiguousarray(dw_x[:, :D])
+    dw_hh = np.ascontiguousarray(dw_h[:, :H])
     if not cache.has_bias:
         return dx, dw_ih, dw_hh, None, None
-    return dx, dw_ih, dw_hh, sums_x[:GH].astype(x.dtype), sums_h[:GH].astype(x.dtype)
+    return dx, dw_ih, dw_hh, db_x.copy(), db_h.copy()
 
 
 def _gpu_weight_grads(cache, dgx, dgh):
