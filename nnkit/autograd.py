@@ -43,6 +43,7 @@ __all__ = [
     "as_tensor",
     "unbroadcast",
     "make_result",
+    "records",
 ]
 
 _mode = threading.local()
@@ -538,6 +539,13 @@ def _accumulate_leaf(t, g, own=False):
 
 
 # ----- op plumbing ------------------------------------------------------------------------
+def records(parents) -> bool:
+    """Whether ``make_result`` records an op on ``parents`` (so a backward may follow):
+    grad mode on and some parent requiring grad. Ops consult it to skip keeping what only
+    a backward reads."""
+    return is_grad_enabled() and any(p.requires_grad for p in parents)
+
+
 def make_result(data, parents, backward, name: str = "op") -> Tensor:
     """Wrap ``data`` as the output of an op on ``parents`` with gradient closure ``backward``.
 
@@ -548,7 +556,7 @@ def make_result(data, parents, backward, name: str = "op") -> Tensor:
     out = Tensor.__new__(Tensor)
     out.data = np.asarray(data) if isinstance(data, np.generic) else data  # 0-d stays an array
     out.grad = None
-    if is_grad_enabled() and any(p.requires_grad for p in parents):
+    if records(parents):
         out.requires_grad = True
         out._ctx = _Node(parents, backward, name)
     else:

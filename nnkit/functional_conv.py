@@ -8,7 +8,7 @@ does not require grad (a network's first layer), as torch does.
 
 from __future__ import annotations
 
-from .autograd import Tensor, as_tensor, is_grad_enabled, make_result
+from .autograd import Tensor, as_tensor, make_result, records
 from .kernels import conv as K
 
 __all__ = ["conv1d", "conv2d", "max_pool2d", "avg_pool2d"]
@@ -28,7 +28,7 @@ def _conv(forward, backward, x, weight, bias, stride, padding, dilation, groups,
     y, cache = forward(x.data, weight.data, None if b is None else b.data, stride, padding,
                        dilation, groups)
     parents = (x, weight) if b is None else (x, weight, b)
-    if not (is_grad_enabled() and any(p.requires_grad for p in parents)):
+    if not records(parents):
         K.release(cache)  # no backward will read the cols
         return make_result(y, parents, None, name)
 

@@ -183,7 +183,7 @@ def test_weight_gradients_from_packed_steps_equal_the_products(dtype, monkeypatc
                 got = np.delete(at, [D, D + H + 1], axis=0)
                 np.testing.assert_array_equal(got, want_at, err_msg=f"{build} {reverse}")
                 assert (at[D] == 7).all() and (at[-1] == 7).all()  # other rows untouched
-        at = np.concatenate([want_at, np.ones((1, T * B), dtype)])
+        at = np.concatenate([want_at, np.ones((1, T * B), dtype)])  # F-ordered, as it comes
         for flops in (0, 1 << 62):  # the parallel build, then the serial one
             monkeypatch.setattr(recurrent_cpu, "MIN_PARALLEL_FLOPS", flops)
             dw = recurrent_cpu.packed_weight_grads(at, pack_panels(dA))

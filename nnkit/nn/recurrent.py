@@ -37,7 +37,7 @@ import numpy as np
 from .. import functional as F
 from .._backend import array_module
 from .._validation import check_choice, check_scalar
-from ..autograd import Tensor, as_tensor, concat, is_grad_enabled, make_result, stack
+from ..autograd import Tensor, as_tensor, concat, make_result, records, stack
 from ..kernels import recurrent as K
 from . import init
 from .module import Module, Parameter
@@ -67,11 +67,6 @@ def _data(t):
     return None if t is None else t.data
 
 
-def _records(parents):
-    """Whether autograd will record the op on ``parents`` (a backward may follow)."""
-    return is_grad_enabled() and any(p.requires_grad for p in parents)
-
-
 def _layer_op(cell, x, h0, c0, params, nonlinearity, reverse, tag=None):
     """One layer-direction as one autograd node (``tag`` names it for the recorder).
 
@@ -85,11 +80,11 @@ def _layer_op(cell, x, h0, c0, params, nonlinearity, reverse, tag=None):
         parents = (x, h0, c0, *params)
         # out (T + 1, B, H): y, then c_T
         out, _, _, cache = K.lstm_forward(*args, c0.data, *weights, reverse=reverse,
-                                          stacked=True, keep_cache=_records(parents))
+                                          stacked=True, keep_cache=records(parents))
     elif cell == "GRU":
         parents = (x, h0, *params)
         out, _, cache = K.gru_forward(*args, *weights, reverse=reverse,
-                                      keep_cache=_records(parents))
+                                      keep_cache=records(parents))
     else:
         out, _, cache = K.rnn_forward(*args, *weights, nonlinearity=nonlinearity,
                                       reverse=reverse)
