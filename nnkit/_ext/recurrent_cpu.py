@@ -329,7 +329,8 @@ def _rnn_forward(x, w_ih_t, bias, x_proj, h0, w_hh_t, relu, reverse, y, h, chunk
             for b in range(b0, b1):
                 row, xrow = y[t, b], x_proj[t, b]
                 if relu:
-                    zero = one_like(row) - one_like(row)
+                    one = one_like(row)
+                    zero = one - one  # 0 in the row's dtype (a literal is int64 or float64)
                     for j in range(H):
                         v = row[j] + xrow[j] + bias[j]
                         row[j] = v if not (v <= 0) else zero * v  # NaN stays NaN
@@ -360,8 +361,9 @@ def _rnn_backward(dy, dh_T, y, w_hh, w_ih, relu, reverse, dx, gp, work, dh, hidd
                     hidden_grads[t, b, :] = drow
                 one = one_like(drow)
                 if relu:
+                    zero = one - one
                     for j in range(H):
-                        drow[j] = drow[j] if yrow[j] > 0 else (one - one) * drow[j]
+                        drow[j] = drow[j] if yrow[j] > 0 else zero * drow[j]
                 else:
                     for j in range(H):
                         drow[j] = drow[j] * (one - yrow[j] * yrow[j])
