@@ -117,6 +117,41 @@ def _count_simulator_swaps() -> None:
     kernel.swapped_cuda_module = counted_swap
 
 
+def _lock_simulator_shared_arrays() -> None:
+    """Make the simulator's ``cuda.shared.array`` give every thread of a block one array.
+
+    The simulator finds a block's shared array by the calling line (``FakeCUDAShared.array``):
+    it looks the line up and, when it is missing, allocates and stores a new array, with no
+    lock. Two threads that both find the line missing each allocate their own array, and
+    the block's threads no longer share it: a thread's writes are lost to the others and the
+    kernel's result is wrong now and then: a wrong dQ of the attention kernels in one CI run,
+    a wrong dK once in 7 rounds of four attention cases here, and no failure in 25 rounds
+    with the lock. Locked here: the lookup and the allocation are one step.
+    """
+    import sys
+    import threading
+
+    from numba.cuda.simulator import kernelapi
+
+    lock = threading.Lock()
+    unlocked = kernelapi.FakeCUDAShared.array
+
+    def locked_array(self, shape, dtype):
+        if shape == 0:  # dynamic shared memory: one buffer already
+            return unlocked(self, shape, dtype)
+        caller = sys._getframe(1)
+        line = (caller.f_code.co_filename, caller.f_lineno)
+        with lock:
+            array = self._allocations.get(line)
+            if array is None:
+                if isinstance(dtype, kernelapi.types.Type):
+                    dtype = kernelapi.numpy_support.as_dtype(dtype)
+                array = self._allocations[line] = kernelapi.np.empty(shape, dtype)
+        return array
+
+    kernelapi.FakeCUDAShared.array = locked_array
+
+
 def run_simulator_cases(cases: dict, result_path) -> None:
     """Child side: run each zero-argument case; write {name: "ok" or traceback} as JSON."""
     import json
@@ -135,6 +170,7 @@ def run_simulator_cases(cases: dict, result_path) -> None:
         raise SystemExit("NUMBA_ENABLE_CUDASIM=1 is not in effect in the child")
     else:
         _count_simulator_swaps()
+        _lock_simulator_shared_arrays()
     sys.setswitchinterval(1e-4)  # the simulator runs a Python thread per CUDA thread
     results = {}
     for name, case in cases.items():

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import run_simulator_cases, simulator_outcomes
+from numba import cuda, float64
 
 ROOT = Path(__file__).resolve().parent.parent
 DTYPES = (np.float32, np.float64)
@@ -206,7 +207,45 @@ def _device_arrays():
     assert_matches_reference(d_y.copy_to_host(), reference.layer_norm(x))
 
 
+def _rotate_through_shared(out):
+    """Kernel body: thread t writes t to a shared array and reads its neighbour's entry
+    (module-level, so the simulator swaps this module's ``cuda`` global for its fake)."""
+    buf = cuda.shared.array(16, float64)
+    t = cuda.threadIdx.x
+    buf[t] = t
+    cuda.syncthreads()
+    out[t] = buf[(t + 1) % 16]
+
+
+def _shared_arrays_are_shared():
+    """Every thread of a block reads the others' writes to a shared array, even when the
+    simulator is slow to allocate it (its unlocked lookup used to hand threads arrays of
+    their own now and then; ``helpers`` locks it). A slow allocation makes the race certain
+    without the lock."""
+    import time
+
+    from numba.cuda.simulator import kernelapi
+
+    class SlowNumpy:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def empty(shape, dtype):
+            time.sleep(0.01)
+            return np.full(shape, np.nan, dtype)
+
+    out = np.full(16, -1.0)
+    real, kernelapi.np = kernelapi.np, SlowNumpy()
+    try:
+        cuda.jit(_rotate_through_shared)[1, 16](out)
+    finally:
+        kernelapi.np = real
+    np.testing.assert_array_equal(out, (np.arange(16) + 1) % 16)
+
+
 CASES = {
+    "shared_arrays_are_shared": _shared_arrays_are_shared,
     "softmax_family_small_blocks": lambda: _softmax_family(True),
     "softmax_family_default_blocks": lambda: _softmax_family(False),
     "cross_entropy_small_blocks": lambda: _cross_entropy(True),
