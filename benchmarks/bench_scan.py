@@ -1,6 +1,7 @@
 """linear_scan forward and backward on (16, 4096, 256), float32 and complex64: time against the
 memory-bandwidth bound measured in the same run, a NumPy loop over T, and torch with the
-cumsum-of-log trick; and the single long sequence (1, 10^7, 1) by both CPU strategies.
+cumsum-of-log trick; and the single long sequence (1, 10^7, 1), float32 and complex64, by
+both CPU strategies.
 
 Targets (issue 7): >= 85% of the bandwidth bound; >= 20x the NumPy loop.
 
@@ -108,21 +109,29 @@ def _rows_for(dtype, quick):
     ]
 
 
+def _one_sequence(dtype, T, n_chunks):
+    from nnkit._ext import scan_cpu
+    from nnkit.kernels import scan as K
+
+    a, b = _problem((1, T, 1), dtype)
+    h0, out = np.zeros((1, 1), dtype), np.empty_like(a)
+    rows = _median(lambda: scan_cpu.scan_rows(a, b, h0, out, False, 1), 5)
+    chunks = _median(lambda: K._scan_chunked(a, b, h0, out, False, n_chunks), 5)
+    return {"work": f"fwd (1, {T}, 1) {np.dtype(dtype).name}", "ms": f"rows {rows * 1e3:.1f}",
+            "bound_ms": f"chunks {chunks * 1e3:.1f}", "%bound": "",
+            "numpy_loop/nnkit": f"rows/chunks {rows / chunks:.2f}",
+            "torch_cumsum_log/nnkit": "", "GB/s_copy": ""}
+
+
 def _single_sequence(quick):
-    """(1, T, 1): the rows kernel (one thread, latency-bound) vs the chunked scan."""
+    """(1, T, 1): the row kernel on one thread (vectorised along T for real dtypes, one
+    dependency chain for complex ones) vs the chunked scan on all threads."""
     from nnkit._ext import scan_cpu
     from nnkit.kernels import scan as K
 
     T = 10**6 if quick else 10**7
-    a, b = _problem((1, T, 1), np.float32)
-    h0, out = np.zeros((1, 1), np.float32), np.empty_like(a)
     n = K.CHUNK_LANES * scan_cpu.num_threads()
-    rows = _median(lambda: scan_cpu.scan_rows(a, b, h0, out, False, 1), 5)
-    chunks = _median(lambda: K._scan_chunked(a, b, h0, out, False, n), 5)
-    return [{"work": f"fwd (1, {T}, 1) float32", "ms": f"rows {rows * 1e3:.1f}",
-             "bound_ms": f"chunks {chunks * 1e3:.1f}", "%bound": "",
-             "numpy_loop/nnkit": f"rows/chunks {rows / chunks:.2f}",
-             "torch_cumsum_log/nnkit": "", "GB/s_copy": ""}]
+    return [_one_sequence(dtype, T, n) for dtype in (np.float32, np.complex64)]
 
 
 def _training_steps(quick):

@@ -2,6 +2,7 @@
 the linear-recurrent layers (MinGRU, MinLSTM, LRU)."""
 
 import ctypes
+import itertools
 import math
 import sys
 
@@ -86,11 +87,13 @@ def test_chunked_scan_matches_twin(B, T, n_chunks, lanes, dtype, reverse, seed):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_plan_switches_to_chunks_for_one_long_sequence(dtype, monkeypatch):
+def test_plan_switches_to_chunks_for_one_long_complex_sequence(dtype, monkeypatch):
+    """Complex single sequences take the chunks when there are threads enough; real ones
+    keep the row kernel (vectorised along T for one feature)."""
     monkeypatch.setattr(K, "CHUNK_MIN_T", 64)
     monkeypatch.setattr(K, "CHUNK_MIN_THREADS", 1)
-    assert K._plan(1, 100, 1)[0] == "chunks"
-    assert K._plan(3, 100, 4)[0] == "rows"
+    assert K._plan(1, 100, 1, dtype)[0] == ("chunks" if np.dtype(dtype).kind == "c" else "rows")
+    assert K._plan(3, 100, 4, dtype)[0] == "rows"
     a, b, h0, dh = _problem(3, 1, 100, 1, dtype)
     h = K.linear_scan_forward(a, b, h0)
     assert_matches_reference(h, R.linear_scan(a, b, h0), factor=_factor(100))
@@ -103,7 +106,7 @@ def test_plan_switches_to_chunks_for_one_long_sequence(dtype, monkeypatch):
 def test_feature_blocks_cover_every_feature(B, D):
     """Small B cuts D into blocks (tasks for every thread); the last block is partial."""
     a, b, h0, dh = _problem(4, B, 9, D, np.float64)
-    for block in (K._plan(B, 9, D)[1], 64, 7):
+    for block in (K._plan(B, 9, D, np.float64)[1], 64, 7):
         out = np.empty_like(a)
         scan_cpu.scan_rows(a, b, h0, out, False, block)
         np.testing.assert_allclose(out, R.linear_scan(a, b, h0), rtol=1e-12, atol=1e-12)
@@ -154,12 +157,8 @@ def test_row_kernels_on_one_task_from_python(dtype):
         assert not got[..., [0, 4]].any()
 
 
-@pytest.mark.parametrize("isa", sorted(scan_rows_c.variant_addresses()))
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_every_c_build_is_the_recurrence(isa, dtype):
-    """Each instruction-set build of the C row kernels, called directly (one task covering
-    the whole (1, T, D) problem, blocks wider than the kernel's chunk of 512 scalars
-    included), forward and backward, both directions, streamed or not == the twin."""
+def _c_kernels(isa, dtype):
+    """The forward and backward C row kernels of one instruction-set build, by ctypes."""
     name = {"float32": "f32", "float64": "f64", "complex64": "c64",
             "complex128": "c128"}[np.dtype(dtype).name]
     table = scan_rows_c.variant_addresses()[isa]
@@ -168,6 +167,16 @@ def test_every_c_build_is_the_recurrence(isa, dtype):
                            ctypes.c_int)(table[f"nnkit_scan_fwd_{name}"])
     bwd = ctypes.CFUNCTYPE(None, *[ptr] * 7, size, size, size, ctypes.c_int,
                            ctypes.c_int)(table[f"nnkit_scan_bwd_{name}"])
+    return fwd, bwd
+
+
+@pytest.mark.parametrize("isa", sorted(scan_rows_c.variant_addresses()))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_c_build_is_the_recurrence(isa, dtype):
+    """Each instruction-set build of the C row kernels, called directly (one task covering
+    the whole (1, T, D) problem, blocks wider than the kernel's chunk of 512 scalars
+    included), forward and backward, both directions, streamed or not == the twin."""
+    fwd, bwd = _c_kernels(isa, dtype)
     k = 2 if np.dtype(dtype).kind == "c" else 1
     for T, D, reverse, nt in [(1, 1, False, 1), (9, 700, False, 0), (9, 700, True, 1),
                               (4, 257, True, 0)]:
@@ -184,6 +193,56 @@ def test_every_c_build_is_the_recurrence(isa, dtype):
         for got, want in zip((da, db, dh0), R.linear_scan_backward(dh, a, h, h0, reverse),
                              strict=True):
             assert_matches_reference(got, want, factor=_factor(T), err_msg=msg)
+
+
+def _shifted_copy(x, shift):
+    """A C-contiguous copy of ``x`` starting ``shift`` elements into its buffer."""
+    out = _shifted_empty(x.shape, x.dtype, shift)
+    out[...] = x
+    return out
+
+
+@pytest.mark.parametrize("isa", sorted(scan_rows_c.variant_addresses()))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_one_feature_kernels_vectorised_along_t(isa, dtype):
+    """One real feature (stride = n = 1): the kernels vectorised along T, in every build,
+    == the twin: T around the vector widths (2-16) and the 512-step blocks, arrays starting
+    0, 3 or 13 elements into their buffers (the blocks end where the output is 64-byte
+    aligned), both directions, streamed or not."""
+    fwd, bwd = _c_kernels(isa, dtype)
+    for T in (1, 2, 3, 7, 16, 17, 33, 511, 512, 513, 1100, 2049):
+        a, b, h0, dh = _problem(T, 1, T, 1, dtype)
+        want_h = {rev: R.linear_scan(a, b, h0, reverse=rev) for rev in (False, True)}
+        want_g = {rev: R.linear_scan_backward(dh, a, want_h[rev], h0, rev)
+                  for rev in (False, True)}
+        for shift, reverse, nt in itertools.product((0, 3, 13), (False, True), (0, 1)):
+            a_, b_, dh_, h_ = (_shifted_copy(x, shift) for x in (a, b, dh, want_h[reverse]))
+            h = _shifted_empty(a.shape, dtype, (shift + 1) % 16)
+            da, db = (_shifted_empty(a.shape, dtype, (shift + k) % 16) for k in (2, 5))
+            dh0 = np.full_like(h0, np.nan)
+            fwd(a_.ctypes.data, b_.ctypes.data, h0.ctypes.data, h.ctypes.data, T, 1, 1,
+                reverse, nt)
+            bwd(dh_.ctypes.data, a_.ctypes.data, h_.ctypes.data, h0.ctypes.data, da.ctypes.data,
+                db.ctypes.data, dh0.ctypes.data, T, 1, 1, reverse, nt)
+            msg = f"{isa} T={T} shift={shift} reverse={reverse} nt={nt}"
+            assert_matches_reference(h, want_h[reverse], factor=256, err_msg=msg)
+            for got, want in zip((da, db, dh0), want_g[reverse], strict=True):
+                assert_matches_reference(got, want, factor=256, err_msg=msg)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_one_feature_nan_reaches_every_later_step(dtype, reverse):
+    """A NaN in b at step 37 of 100 (one feature, the vectorised kernel): every state after
+    it in the walk is NaN, every state before it equals the loop's."""
+    a, b, h0, _ = _problem(11, 2, 100, 1, dtype)
+    b[0, 37, 0] = np.nan
+    h = K.linear_scan_forward(a, b, h0, reverse)
+    later = np.arange(100) <= 37 if reverse else np.arange(100) >= 37
+    assert np.isnan(h[0, later, 0]).all()
+    want = R.linear_scan(a, b, h0, reverse)
+    assert_matches_reference(h[0, ~later], want[0, ~later], factor=256)
+    assert_matches_reference(h[1], want[1], factor=256)
 
 
 # ---- properties --------------------------------------------------------------------------

@@ -22,6 +22,9 @@
  * prefetcher lost them (one thread, (16, 4096, 256) float32: the reverse forward scan took
  * 23 ms against 5.8 ascending, the backward 31 ms against 9.2).
  *
+ * With one real feature (stride = n = 1) the kernels hand over to the scan vectorised
+ * along T of scan_time_body.h: a single chain of multiply-adds would wait ~4 ns a step.
+ *
  * One source, compiled for AVX-512, AVX2+FMA and the baseline (isa_targets.h). */
 
 #ifndef NNKIT_SCAN_ROWS_H
@@ -92,18 +95,59 @@ static inline void sr_fence(int nt)
 #define SR_NAME c128
 #include "scan_rows_body.h"
 
+/* One feature (stride = n = 1, real types): the scan vectorised along T of
+ * scan_time_body.h, one vector width per instruction set (GCC's vector extensions; other
+ * compilers keep the row kernels for it). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define SR_TIME 1
+#define SR_T float
+#define SR_I int32_t
+#define SR_V 4
+#define ST_NAME f32_v4
+#include "scan_time_body.h"
+#define SR_T float
+#define SR_I int32_t
+#define SR_V 8
+#define ST_NAME f32_v8
+#include "scan_time_body.h"
+#define SR_T float
+#define SR_I int32_t
+#define SR_V 16
+#define ST_NAME f32_v16
+#include "scan_time_body.h"
+#define SR_T double
+#define SR_I int64_t
+#define SR_V 2
+#define ST_NAME f64_v2
+#include "scan_time_body.h"
+#define SR_T double
+#define SR_I int64_t
+#define SR_V 4
+#define ST_NAME f64_v4
+#include "scan_time_body.h"
+#define SR_T double
+#define SR_I int64_t
+#define SR_V 8
+#define ST_NAME f64_v8
+#include "scan_time_body.h"
+#else
+#define SR_TIME 0
+#endif
+
 typedef void (*nnkit_scan_fwd_fn)(const void *, const void *, const void *, void *, ptrdiff_t,
                                   ptrdiff_t, ptrdiff_t, int, int);
 typedef void (*nnkit_scan_bwd_fn)(const void *, const void *, const void *, const void *,
                                   void *, void *, void *, ptrdiff_t, ptrdiff_t, ptrdiff_t,
                                   int, int);
 
-/* one build of every kernel per instruction set */
-#define SR_BUILD(ISA, TARGET, NAME)                                                        \
+/* one build of every kernel per instruction set; TIME: the suffix of the real type's
+ * time-vectorised kernels for this set (none for complex types) */
+#define SR_BUILD(ISA, TARGET, NAME, TIME)                                                  \
     TARGET static void sr_fwd_##NAME##_##ISA(const void *a, const void *b, const void *h0,  \
                                              void *h, ptrdiff_t T, ptrdiff_t stride,       \
                                              ptrdiff_t n, int reverse, int nt)             \
     {                                                                                      \
+        SR_IF_TIME(TIME, stride, n, st_fwd_##TIME(a, b, h0, h, T, reverse, nt); return;)    \
         sr_fwd_##NAME(a, b, h0, h, T, stride, n, reverse, nt);                             \
     }                                                                                      \
     TARGET static void sr_bwd_##NAME##_##ISA(const void *dh, const void *a, const void *h,  \
@@ -111,16 +155,35 @@ typedef void (*nnkit_scan_bwd_fn)(const void *, const void *, const void *, cons
                                              void *dh0, ptrdiff_t T, ptrdiff_t stride,     \
                                              ptrdiff_t n, int reverse, int nt)             \
     {                                                                                      \
+        SR_IF_TIME(TIME, stride, n,                                                        \
+                   st_bwd_##TIME(dh, a, h, h0, da, db, dh0, T, reverse, nt); return;)      \
         sr_bwd_##NAME(dh, a, h, h0, da, db, dh0, T, stride, n, reverse, nt);               \
     }
-#define SR_BUILD_ALL(ISA, TARGET)                                                          \
-    SR_BUILD(ISA, TARGET, f32) SR_BUILD(ISA, TARGET, f64) SR_BUILD(ISA, TARGET, c64)       \
-    SR_BUILD(ISA, TARGET, c128)
+/* BODY when the block is one feature of a real type and the time kernels exist */
+#define SR_TIME_none(stride, n, BODY)
+#if SR_TIME
+#define SR_IF_TIME(TIME, stride, n, BODY) SR_TIME_##TIME(stride, n, BODY)
+#define SR_ONE_FEATURE(stride, n, BODY)                                                    \
+    if ((stride) == 1 && (n) == 1) {                                                       \
+        BODY                                                                               \
+    }
+#define SR_TIME_f32_v4 SR_ONE_FEATURE
+#define SR_TIME_f32_v8 SR_ONE_FEATURE
+#define SR_TIME_f32_v16 SR_ONE_FEATURE
+#define SR_TIME_f64_v2 SR_ONE_FEATURE
+#define SR_TIME_f64_v4 SR_ONE_FEATURE
+#define SR_TIME_f64_v8 SR_ONE_FEATURE
+#else
+#define SR_IF_TIME(TIME, stride, n, BODY)
+#endif
+#define SR_BUILD_ALL(ISA, TARGET, F32, F64)                                                \
+    SR_BUILD(ISA, TARGET, f32, F32) SR_BUILD(ISA, TARGET, f64, F64)                        \
+    SR_BUILD(ISA, TARGET, c64, none) SR_BUILD(ISA, TARGET, c128, none)
 
-SR_BUILD_ALL(base, )
+SR_BUILD_ALL(base, , f32_v4, f64_v2)
 #ifdef NNKIT_X86_64
-SR_BUILD_ALL(avx2, NNKIT_TARGET_AVX2)
-SR_BUILD_ALL(avx512, NNKIT_TARGET_AVX512)
+SR_BUILD_ALL(avx2, NNKIT_TARGET_AVX2, f32_v8, f64_v4)
+SR_BUILD_ALL(avx512, NNKIT_TARGET_AVX512, f32_v16, f64_v8)
 #endif
 
 /* kernel k of build ``level`` (0 baseline, 1 AVX2, 2 AVX-512; NULL if not built):
