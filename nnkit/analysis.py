@@ -30,7 +30,7 @@ def _recurrent_layer(model):
 
 
 def hidden_gradient_norms(model, x, loss_fn):
-    """||dL/dz_t|| for every time step t of the last recurrent layer's hidden state.
+    """||dL/dh_t|| for every time step t of the last recurrent layer's hidden state h_t.
 
     Parameters
     ----------

@@ -11,15 +11,15 @@ Two ways to be parallel, chosen by ``nnkit.kernels.scan``:
   a, b read once, h written once (the bandwidth bound). Each task is one call of a C kernel
   (scan_rows.h, through ``row_forward``/``row_backward``) that keeps the carried state in L1,
   streams large outputs past the caches and walks down through T in descending address
-  order; see that header for the measurements behind each choice. With one real feature
+  order; see that header for the measurements behind each choice. With one feature
   (D = 1) the C kernel vectorises along T (scan_time_body.h).
 - chunked along T (``chunk_reduce``, ``chunk_carries``, ``chunk_apply``, on (S, T) views of
   S = B sequences when D = 1) when there are too few sequences to feed the threads
-  (B = D = 1, T = 10^7; complex dtypes only, see ``nnkit.kernels.scan``). Reduce-then-scan: each chunk c reduces its
-  pairs to one affine map h -> A_c h + H_c (in parallel, the last chunk skipped), a short serial
-  scan over the chunks gives each chunk's incoming state, and every chunk rescans from it
-  (in parallel). Five array passes instead of three, but the T-long dependency chain is cut
-  into chunks that run at once.
+  (B = D = 1, T = 10^7, on many threads; see ``nnkit.kernels.scan``). Reduce-then-scan:
+  each chunk c reduces its pairs to one affine map h -> A_c h + H_c (in parallel, the last
+  chunk skipped), a short serial scan over the chunks gives each chunk's incoming state, and
+  every chunk rescans from it (in parallel). Five array passes instead of three, but the
+  T-long dependency chain is cut into chunks that run at once.
 
 The reverse direction (h_t = a_t * h_{t+1} + b_t, t from T-1 down) walks the same arrays
 backwards. ``fastmath`` is off: NaN and inf propagate as in the sequential loop.

@@ -22,8 +22,9 @@
  * prefetcher lost them (one thread, (16, 4096, 256) float32: the reverse forward scan took
  * 23 ms against 5.8 ascending, the backward 31 ms against 9.2).
  *
- * With one real feature (stride = n = 1) the kernels hand over to the scan vectorised
- * along T of scan_time_body.h: a single chain of multiply-adds would wait ~4 ns a step.
+ * With one feature (stride = n = one element) the kernels hand over to the scan
+ * vectorised along T of scan_time_body.h: a single chain of multiply-adds would wait ~4 ns
+ * a step.
  *
  * One source, compiled for AVX-512, AVX2+FMA and the baseline (isa_targets.h). */
 
@@ -95,40 +96,82 @@ static inline void sr_fence(int nt)
 #define SR_NAME c128
 #include "scan_rows_body.h"
 
-/* One feature (stride = n = 1, real types): the scan vectorised along T of
- * scan_time_body.h, one vector width per instruction set (GCC's vector extensions; other
- * compilers keep the row kernels for it). */
+/* One feature (stride = n = 1 scalar, or 2 for complex types): the scan vectorised along
+ * T of scan_time_body.h, one vector width per instruction set (GCC's vector extensions;
+ * other compilers keep the row kernels for it). */
 #if defined(__GNUC__) && !defined(__clang__)
 #define SR_TIME 1
 #define SR_T float
 #define SR_I int32_t
+#define SR_K 1
 #define SR_V 4
 #define ST_NAME f32_v4
 #include "scan_time_body.h"
 #define SR_T float
 #define SR_I int32_t
+#define SR_K 1
 #define SR_V 8
 #define ST_NAME f32_v8
 #include "scan_time_body.h"
 #define SR_T float
 #define SR_I int32_t
+#define SR_K 1
 #define SR_V 16
 #define ST_NAME f32_v16
 #include "scan_time_body.h"
 #define SR_T double
 #define SR_I int64_t
+#define SR_K 1
 #define SR_V 2
 #define ST_NAME f64_v2
 #include "scan_time_body.h"
 #define SR_T double
 #define SR_I int64_t
+#define SR_K 1
 #define SR_V 4
 #define ST_NAME f64_v4
 #include "scan_time_body.h"
 #define SR_T double
 #define SR_I int64_t
+#define SR_K 1
 #define SR_V 8
 #define ST_NAME f64_v8
+#include "scan_time_body.h"
+#define SR_T float
+#define SR_I int32_t
+#define SR_K 2
+#define SR_V 4
+#define ST_NAME c64_v4
+#include "scan_time_body.h"
+#define SR_T float
+#define SR_I int32_t
+#define SR_K 2
+#define SR_V 8
+#define ST_NAME c64_v8
+#include "scan_time_body.h"
+#define SR_T float
+#define SR_I int32_t
+#define SR_K 2
+#define SR_V 16
+#define ST_NAME c64_v16
+#include "scan_time_body.h"
+#define SR_T double
+#define SR_I int64_t
+#define SR_K 2
+#define SR_V 2
+#define ST_NAME c128_v2
+#include "scan_time_body.h"
+#define SR_T double
+#define SR_I int64_t
+#define SR_K 2
+#define SR_V 4
+#define ST_NAME c128_v4
+#include "scan_time_body.h"
+#define SR_T double
+#define SR_I int64_t
+#define SR_K 2
+#define SR_V 8
+#define ST_NAME c128_v8
 #include "scan_time_body.h"
 #else
 #define SR_TIME 0
@@ -140,8 +183,8 @@ typedef void (*nnkit_scan_bwd_fn)(const void *, const void *, const void *, cons
                                   void *, void *, void *, ptrdiff_t, ptrdiff_t, ptrdiff_t,
                                   int, int);
 
-/* one build of every kernel per instruction set; TIME: the suffix of the real type's
- * time-vectorised kernels for this set (none for complex types) */
+/* one build of every kernel per instruction set; TIME: the suffix of the type's
+ * time-vectorised kernels for this set */
 #define SR_BUILD(ISA, TARGET, NAME, TIME)                                                  \
     TARGET static void sr_fwd_##NAME##_##ISA(const void *a, const void *b, const void *h0,  \
                                              void *h, ptrdiff_t T, ptrdiff_t stride,       \
@@ -159,31 +202,38 @@ typedef void (*nnkit_scan_bwd_fn)(const void *, const void *, const void *, cons
                    st_bwd_##TIME(dh, a, h, h0, da, db, dh0, T, reverse, nt); return;)      \
         sr_bwd_##NAME(dh, a, h, h0, da, db, dh0, T, stride, n, reverse, nt);               \
     }
-/* BODY when the block is one feature of a real type and the time kernels exist */
-#define SR_TIME_none(stride, n, BODY)
+/* BODY when the block is one feature (K scalars) and the time kernels exist */
 #if SR_TIME
 #define SR_IF_TIME(TIME, stride, n, BODY) SR_TIME_##TIME(stride, n, BODY)
-#define SR_ONE_FEATURE(stride, n, BODY)                                                    \
-    if ((stride) == 1 && (n) == 1) {                                                       \
+#define SR_ONE_FEATURE(K, stride, n, BODY)                                                 \
+    if ((stride) == (K) && (n) == (K)) {                                                   \
         BODY                                                                               \
     }
-#define SR_TIME_f32_v4 SR_ONE_FEATURE
-#define SR_TIME_f32_v8 SR_ONE_FEATURE
-#define SR_TIME_f32_v16 SR_ONE_FEATURE
-#define SR_TIME_f64_v2 SR_ONE_FEATURE
-#define SR_TIME_f64_v4 SR_ONE_FEATURE
-#define SR_TIME_f64_v8 SR_ONE_FEATURE
+#define SR_REAL(stride, n, BODY) SR_ONE_FEATURE(1, stride, n, BODY)
+#define SR_CPLX(stride, n, BODY) SR_ONE_FEATURE(2, stride, n, BODY)
+#define SR_TIME_f32_v4 SR_REAL
+#define SR_TIME_f32_v8 SR_REAL
+#define SR_TIME_f32_v16 SR_REAL
+#define SR_TIME_f64_v2 SR_REAL
+#define SR_TIME_f64_v4 SR_REAL
+#define SR_TIME_f64_v8 SR_REAL
+#define SR_TIME_c64_v4 SR_CPLX
+#define SR_TIME_c64_v8 SR_CPLX
+#define SR_TIME_c64_v16 SR_CPLX
+#define SR_TIME_c128_v2 SR_CPLX
+#define SR_TIME_c128_v4 SR_CPLX
+#define SR_TIME_c128_v8 SR_CPLX
 #else
 #define SR_IF_TIME(TIME, stride, n, BODY)
 #endif
-#define SR_BUILD_ALL(ISA, TARGET, F32, F64)                                                \
+#define SR_BUILD_ALL(ISA, TARGET, F32, F64, C64, C128)                                     \
     SR_BUILD(ISA, TARGET, f32, F32) SR_BUILD(ISA, TARGET, f64, F64)                        \
-    SR_BUILD(ISA, TARGET, c64, none) SR_BUILD(ISA, TARGET, c128, none)
+    SR_BUILD(ISA, TARGET, c64, C64) SR_BUILD(ISA, TARGET, c128, C128)
 
-SR_BUILD_ALL(base, , f32_v4, f64_v2)
+SR_BUILD_ALL(base, , f32_v4, f64_v2, c64_v4, c128_v2)
 #ifdef NNKIT_X86_64
-SR_BUILD_ALL(avx2, NNKIT_TARGET_AVX2, f32_v8, f64_v4)
-SR_BUILD_ALL(avx512, NNKIT_TARGET_AVX512, f32_v16, f64_v8)
+SR_BUILD_ALL(avx2, NNKIT_TARGET_AVX2, f32_v8, f64_v4, c64_v8, c128_v4)
+SR_BUILD_ALL(avx512, NNKIT_TARGET_AVX512, f32_v16, f64_v8, c64_v16, c128_v8)
 #endif
 
 /* kernel k of build ``level`` (0 baseline, 1 AVX2, 2 AVX-512; NULL if not built):

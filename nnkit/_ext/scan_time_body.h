@@ -1,13 +1,14 @@
-/* The scan of one real sequence contiguous in T (D = 1), vectorised along T, included by
- * scan_rows.h with SR_T (float or double), SR_I (the integer of the same size), SR_V (the
- * vector width in elements: 2, 4, 8 or 16) and ST_NAME (the suffix, e.g. f32_v16).
+/* The scan of one sequence contiguous in T (D = 1), vectorised along T, included by
+ * scan_rows.h with SR_T (float or double), SR_K (scalars per element: 1 real, 2 complex as
+ * (re, im) pairs), SR_I (the integer of SR_T's size), SR_V (the vector width in scalars:
+ * 2, 4, 8 or 16) and ST_NAME (the suffix, e.g. f32_v16).
  *
  * With one feature, the row kernels walk a single dependency chain: one multiply-add per
  * step, each waiting for the last (about 4 ns a step, 41 ms at T = 10^7). Here each vector
- * of SR_V consecutive steps is first composed in registers, independently of the state:
- * after log2(SR_V) Hillis-Steele levels, lane i holds the affine map of steps 0..i of the
+ * of SR_V / SR_K consecutive steps is first composed in registers, independently of the state:
+ * after log2(SR_V / SR_K) Hillis-Steele levels, lane i holds the affine map of steps 0..i of the
  * vector, h -> A_i h + H_i, with (A, H) o (A', H') = (A A', A H' + H) for the lanes s
- * apart. Only h = A * h_prev + H (one multiply-add and one lane broadcast per SR_V steps)
+ * apart (complex products of (re, im) pairs: two lane shuffles and a sign). Only h = A * h_prev + H (one multiply-add and one lane broadcast per vector)
  * waits for the previous vector, so the loop runs at the speed of memory.
  *
  * The maps are products of up to SR_V consecutive coefficients: results equal the
@@ -43,6 +44,8 @@ static inline ptrdiff_t st_cut_below(ptrdiff_t t, ptrdiff_t phase)
 #define ST_CAT(x, y) ST_CAT_(x, y)
 #define ST_VEC ST_CAT(st_vec_, ST_NAME)
 #define ST_MASK ST_CAT(st_mask_, ST_NAME)
+#define ST_ELEM ST_CAT(st_elem_, ST_NAME)
+#define ST_MULCONJ ST_CAT(st_mulconj_, ST_NAME)
 #define ST_BLOCK ST_CAT(st_block_, ST_NAME)
 #define ST_FWD ST_CAT(st_fwd_, ST_NAME)
 #define ST_BWD ST_CAT(st_bwd_, ST_NAME)
@@ -50,10 +53,7 @@ static inline ptrdiff_t st_cut_below(ptrdiff_t t, ptrdiff_t phase)
 typedef SR_T ST_VEC __attribute__((vector_size(SR_V * sizeof(SR_T))));
 typedef SR_I ST_MASK __attribute__((vector_size(SR_V * sizeof(SR_T))));
 
-/* shuffle masks: lane i takes lane i - s (up: i + s) of the first operand, or lane i of the
- * second (the identity map) where that is outside the vector */
-#define ST_UP(i, s) ((i) >= (s) ? (i) - (s) : SR_V + (i))
-#define ST_DOWN(i, s) ((i) + (s) < SR_V ? (i) + (s) : SR_V + (i))
+/* lane lists: F(i) for the SR_V scalar lanes i */
 #if SR_V == 2
 #define ST_LANES(F, s) {F(0, s), F(1, s)}
 #elif SR_V == 4
@@ -65,123 +65,210 @@ typedef SR_I ST_MASK __attribute__((vector_size(SR_V * sizeof(SR_T))));
     {F(0, s),  F(1, s),  F(2, s),  F(3, s),  F(4, s),  F(5, s),  F(6, s),  F(7, s),        \
      F(8, s),  F(9, s),  F(10, s), F(11, s), F(12, s), F(13, s), F(14, s), F(15, s)}
 #endif
+/* shuffle masks: lane i takes the lane s elements below (up: above) from the first operand,
+ * or lane i of the second (the identity map) where that is outside the vector */
+#define ST_UP(i, s) ((i) >= SR_K * (s) ? (i) - SR_K * (s) : SR_V + (i))
+#define ST_DOWN(i, s) ((i) + SR_K * (s) < SR_V ? (i) + SR_K * (s) : SR_V + (i))
+#define ST_LAST(i, s) (SR_V - SR_K + (i) % SR_K) /* broadcast the last element */
+#define ST_FIRST(i, s) ((i) % SR_K)              /* broadcast the first element */
+#define ST_ONE(i, s) ((i) % SR_K == 0)           /* 1 (complex 1 + 0i) */
+#define ST_RE(i, s) ((i) - (i) % SR_K)           /* complex: (re, re), (im, im), swapped, */
+#define ST_IM(i, s) ((i) - (i) % SR_K + 1)       /* and the signs of re * re - im * im */
+#define ST_SWAP(i, s) ((i) ^ 1)
+#define ST_SIGN(i, s) ((i) % 2 ? 1 : -1)
+#define ST_CONJ_SIGN(i, s) ((i) % 2 ? -1 : 1)
 
-/* one Hillis-Steele level, lanes s apart (F: ST_UP for ascending time, ST_DOWN for
- * descending); levels with s >= SR_V are compiled away */
+#if SR_K == 1
+#define ST_MUL(x, y) ((x) * (y))
+#else
+#define ST_MUL(x, y)                                                                       \
+    (__builtin_shuffle(x, re) * (y) + __builtin_shuffle(x, im) * __builtin_shuffle(y, swap) * sign)
+#endif
+
+/* one Hillis-Steele level, s elements apart (F: ST_UP for ascending time, ST_DOWN for
+ * descending); levels of s >= the vector's elements are compiled away */
 #define ST_LEVEL(F, s)                                                                     \
-    if ((s) < SR_V) {                                                                      \
+    if ((s) < SR_V / SR_K) {                                                               \
         const ST_MASK mask = ST_LANES(F, s);                                               \
         ST_VEC Hs = __builtin_shuffle(H, zero, mask), As = __builtin_shuffle(A, one, mask); \
-        H = A * Hs + H;                                                                    \
-        A = A * As;                                                                        \
+        H = ST_MUL(A, Hs) + H;                                                             \
+        A = ST_MUL(A, As);                                                                 \
     }
 #define ST_COMPOSE(F) ST_LEVEL(F, 1) ST_LEVEL(F, 2) ST_LEVEL(F, 4) ST_LEVEL(F, 8)
 
-/* out[j] = c[j] * state + x[j] for j in [0, m), the state the previous out (ascending j;
- * descending when ``down``, the state then the next out), starting from ``s``; returns the
- * last state */
-SR_INLINE SR_T ST_BLOCK(const SR_T *c, const SR_T *x, SR_T s, SR_T *out, ptrdiff_t m,
-                        int down)
+/* e = c s + x for one element (c conjugated when ``conj``) */
+SR_INLINE void ST_ELEM(const SR_T *c, const SR_T *s, const SR_T *x, SR_T *e, int conj)
 {
-    const ST_VEC one = (ST_VEC){0} + 1, zero = {0};
-    ST_VEC A, H;
-    ptrdiff_t j;
-    if (!down) {
-        for (j = 0; j + SR_V <= m; j += SR_V) {
-            memcpy(&A, c + j, sizeof A);
-            memcpy(&H, x + j, sizeof H);
-            ST_COMPOSE(ST_UP)
-            H = A * s + H;
-            memcpy(out + j, &H, sizeof H);
-            s = H[SR_V - 1];
-        }
-        for (; j < m; j++) out[j] = s = c[j] * s + x[j];
-    } else {
-        for (j = m - SR_V; j >= 0; j -= SR_V) {
-            memcpy(&A, c + j, sizeof A);
-            memcpy(&H, x + j, sizeof H);
-            ST_COMPOSE(ST_DOWN)
-            H = A * s + H;
-            memcpy(out + j, &H, sizeof H);
-            s = H[0];
-        }
-        for (j += SR_V - 1; j >= 0; j--) out[j] = s = c[j] * s + x[j];
-    }
-    return s;
+#if SR_K == 1
+    (void)conj;
+    e[0] = c[0] * s[0] + x[0];
+#else
+    SR_T cr = c[0], ci = conj ? -c[1] : c[1], sr = s[0], si = s[1];
+    e[0] = cr * sr - ci * si + x[0];
+    e[1] = cr * si + ci * sr + x[1];
+#endif
 }
 
-/* the forward kernel of scan_rows_body.h for stride = n = 1 */
+/* e = g conj(h) for one element */
+SR_INLINE void ST_MULCONJ(const SR_T *g, const SR_T *h, SR_T *e)
+{
+#if SR_K == 1
+    e[0] = g[0] * h[0];
+#else
+    SR_T gr = g[0], gi = g[1], hr = h[0], hi = h[1];
+    e[0] = gr * hr + gi * hi;
+    e[1] = gi * hr - gr * hi;
+#endif
+}
+
+/* out_j = c_j * state + x_j for the elements j in [0, m), the state the previous out
+ * (ascending j; descending when ``down``, the state then the next out), c conjugated when
+ * ``conj``; *state holds the incoming state in every element of a vector, and the last
+ * state comes back the same way (by pointer: vectors by value change the ABI) */
+SR_INLINE void ST_BLOCK(const SR_T *c, const SR_T *x, ST_VEC *state, SR_T *out, ptrdiff_t m,
+                        int down, int conj)
+{
+    const ST_VEC one = ST_LANES(ST_ONE, 0), zero = {0};
+    const ST_MASK last = ST_LANES(ST_LAST, 0), first = ST_LANES(ST_FIRST, 0);
+#if SR_K == 2
+    const ST_MASK re = ST_LANES(ST_RE, 0), im = ST_LANES(ST_IM, 0), swap = ST_LANES(ST_SWAP, 0);
+    const ST_VEC sign = ST_LANES(ST_SIGN, 0), conj_sign = ST_LANES(ST_CONJ_SIGN, 0);
+#endif
+    ST_VEC A, H, S = *state;
+    SR_T s[SR_K];
+    ptrdiff_t n = m * SR_K, j;
+    if (!down) {
+        for (j = 0; j + SR_V <= n; j += SR_V) {
+            memcpy(&A, c + j, sizeof A);
+            memcpy(&H, x + j, sizeof H);
+#if SR_K == 2
+            if (conj) A *= conj_sign;
+#endif
+            ST_COMPOSE(ST_UP)
+            H = ST_MUL(A, S) + H;
+            memcpy(out + j, &H, sizeof H);
+            S = __builtin_shuffle(H, last);
+        }
+        memcpy(s, &S, sizeof s);
+        for (; j < n; j += SR_K) {
+            ST_ELEM(c + j, s, x + j, out + j, conj);
+            memcpy(s, out + j, sizeof s);
+        }
+    } else {
+        for (j = n - SR_V; j >= 0; j -= SR_V) {
+            memcpy(&A, c + j, sizeof A);
+            memcpy(&H, x + j, sizeof H);
+#if SR_K == 2
+            if (conj) A *= conj_sign;
+#endif
+            ST_COMPOSE(ST_DOWN)
+            H = ST_MUL(A, S) + H;
+            memcpy(out + j, &H, sizeof H);
+            S = __builtin_shuffle(H, first);
+        }
+        memcpy(s, &S, sizeof s);
+        for (j += SR_V - SR_K; j >= 0; j -= SR_K) {
+            ST_ELEM(c + j, s, x + j, out + j, conj);
+            memcpy(s, out + j, sizeof s);
+        }
+    }
+    memcpy(&S, s, sizeof s);
+    *state = __builtin_shuffle(S, first);
+}
+
+/* the forward kernel of scan_rows_body.h for one feature (stride = n = SR_K scalars) */
 SR_INLINE void ST_FWD(const SR_T *a, const SR_T *b, const SR_T *h0, SR_T *h, ptrdiff_t T,
                       int reverse, int nt)
 {
-    SR_T buf[SR_CHUNK] SR_ALIGNED, s = *h0;
-    ptrdiff_t phase = st_phase(h, sizeof(SR_T));
+    const ST_MASK first = ST_LANES(ST_FIRST, 0);
+    SR_T buf[SR_CHUNK * SR_K] SR_ALIGNED;
+    ST_VEC S = {0};
+    memcpy(&S, h0, SR_K * sizeof(SR_T));
+    S = __builtin_shuffle(S, first);
+    ptrdiff_t phase = st_phase(h, SR_K * sizeof(SR_T));
     if (!reverse) {
         for (ptrdiff_t t0 = 0, t1; t0 < T; t0 = t1) {
             t1 = st_cut_above(t0, phase) < T ? st_cut_above(t0, phase) : T;
-            s = ST_BLOCK(a + t0, b + t0, s, buf, t1 - t0, 0);
-            sr_store(h + t0, buf, (size_t)(t1 - t0) * sizeof(SR_T), nt);
+            ST_BLOCK(a + t0 * SR_K, b + t0 * SR_K, &S, buf, t1 - t0, 0, 0);
+            sr_store(h + t0 * SR_K, buf, (size_t)((t1 - t0) * SR_K) * sizeof(SR_T), nt);
         }
     } else {
         for (ptrdiff_t t1 = T, t0; t1 > 0; t1 = t0) {
             t0 = st_cut_below(t1, phase);
-            s = ST_BLOCK(a + t0, b + t0, s, buf, t1 - t0, 1);
-            sr_store(h + t0, buf, (size_t)(t1 - t0) * sizeof(SR_T), nt);
+            ST_BLOCK(a + t0 * SR_K, b + t0 * SR_K, &S, buf, t1 - t0, 1, 0);
+            sr_store(h + t0 * SR_K, buf, (size_t)((t1 - t0) * SR_K) * sizeof(SR_T), nt);
         }
     }
     sr_fence(nt);
 }
 
-/* the backward kernel of scan_rows_body.h for stride = n = 1. Forward direction: g_{T-1} =
- * dh_{T-1}, then g_t = dh_t + a_{t+1} g_{t+1} down to t = 0 (a scan of the coefficients
- * a + 1), db = g, da_t = g_t h_{t-1} (h_{-1} = h0), dh0 = a_0 g_0; reverse mirrors it. */
+/* the backward kernel of scan_rows_body.h for one feature. Forward direction: g_{T-1} =
+ * dh_{T-1}, then g_t = dh_t + conj(a_{t+1}) g_{t+1} down to t = 0 (a scan of the
+ * coefficients a + 1, conjugated), db = g, da_t = g_t conj(h_{t-1}) (h_{-1} = h0), dh0 =
+ * conj(a_0) g_0; reverse mirrors it. Pointers and offsets count scalars (K per element). */
 SR_INLINE void ST_BWD(const SR_T *dh, const SR_T *a, const SR_T *h, const SR_T *h0,
                       SR_T *da, SR_T *db, SR_T *dh0, ptrdiff_t T, int reverse, int nt)
 {
-    SR_T g[SR_CHUNK] SR_ALIGNED, d[SR_CHUNK] SR_ALIGNED;
+    const ptrdiff_t K = SR_K;
+    SR_T g[SR_CHUNK * SR_K] SR_ALIGNED, d[SR_CHUNK * SR_K] SR_ALIGNED, s[SR_K];
     if (T == 0) {
-        *dh0 = 0;
+        memset(dh0, 0, sizeof s);
         return;
     }
-    ptrdiff_t first = reverse ? 0 : T - 1; /* where the walk starts: g = dh there */
-    SR_T s = dh[first];
-    db[first] = s;
-    da[first] = s * (T == 1 ? *h0 : h[reverse ? 1 : T - 2]);
-    ptrdiff_t phase = st_phase(db, sizeof(SR_T));
+    ptrdiff_t start = reverse ? 0 : T - 1; /* where the walk starts: g = dh there */
+    memcpy(db + start * K, dh + start * K, sizeof s);
+    ST_MULCONJ(dh + start * K, T == 1 ? h0 : h + (reverse ? 1 : T - 2) * K, da + start * K);
+    ST_VEC S = {0};
+    memcpy(&S, dh + start * K, sizeof s);
+    S = __builtin_shuffle(S, (ST_MASK)ST_LANES(ST_FIRST, 0));
+    ptrdiff_t phase = st_phase(db, sizeof s);
     if (!reverse) {
         for (ptrdiff_t t1 = T - 1, t0; t1 > 0; t1 = t0) {
             t0 = st_cut_below(t1, phase);
             ptrdiff_t m = t1 - t0;
-            s = ST_BLOCK(a + t0 + 1, dh + t0, s, g, m, 1);
-            for (ptrdiff_t j = m - 1; j >= 1; j--) d[j] = g[j] * h[t0 + j - 1]; /* descending: one stream */
-            d[0] = g[0] * (t0 == 0 ? *h0 : h[t0 - 1]);
-            sr_store(db + t0, g, (size_t)m * sizeof(SR_T), nt);
-            sr_store(da + t0, d, (size_t)m * sizeof(SR_T), nt);
+            ST_BLOCK(a + (t0 + 1) * K, dh + t0 * K, &S, g, m, 1, 1);
+            for (ptrdiff_t j = m - 1; j >= 1; j--) /* descending: one stream */
+                ST_MULCONJ(g + j * K, h + (t0 + j - 1) * K, d + j * K);
+            ST_MULCONJ(g, t0 == 0 ? h0 : h + (t0 - 1) * K, d);
+            sr_store(db + t0 * K, g, (size_t)(m * K) * sizeof(SR_T), nt);
+            sr_store(da + t0 * K, d, (size_t)(m * K) * sizeof(SR_T), nt);
         }
-        *dh0 = a[0] * s;
     } else {
         for (ptrdiff_t t0 = 1, t1; t0 < T; t0 = t1) {
             t1 = st_cut_above(t0, phase) < T ? st_cut_above(t0, phase) : T;
             ptrdiff_t m = t1 - t0;
-            s = ST_BLOCK(a + t0 - 1, dh + t0, s, g, m, 0);
-            for (ptrdiff_t j = 0; j + 1 < m; j++) d[j] = g[j] * h[t0 + j + 1];
-            d[m - 1] = g[m - 1] * (t1 == T ? *h0 : h[t1]);
-            sr_store(db + t0, g, (size_t)m * sizeof(SR_T), nt);
-            sr_store(da + t0, d, (size_t)m * sizeof(SR_T), nt);
+            ST_BLOCK(a + (t0 - 1) * K, dh + t0 * K, &S, g, m, 0, 1);
+            for (ptrdiff_t j = 0; j + 1 < m; j++)
+                ST_MULCONJ(g + j * K, h + (t0 + j + 1) * K, d + j * K);
+            ST_MULCONJ(g + (m - 1) * K, t1 == T ? h0 : h + t1 * K, d + (m - 1) * K);
+            sr_store(db + t0 * K, g, (size_t)(m * K) * sizeof(SR_T), nt);
+            sr_store(da + t0 * K, d, (size_t)(m * K) * sizeof(SR_T), nt);
         }
-        *dh0 = a[T - 1] * s;
     }
+    memcpy(s, &S, sizeof s); /* g at the walk's end */
+    ST_MULCONJ(s, a + (reverse ? T - 1 : 0) * K, dh0);
     sr_fence(nt);
 }
 
 #undef ST_COMPOSE
 #undef ST_LEVEL
-#undef ST_LANES
+#undef ST_MUL
+#undef ST_CONJ_SIGN
+#undef ST_SIGN
+#undef ST_SWAP
+#undef ST_IM
+#undef ST_RE
+#undef ST_ONE
+#undef ST_FIRST
+#undef ST_LAST
 #undef ST_DOWN
 #undef ST_UP
+#undef ST_LANES
 #undef ST_BWD
 #undef ST_FWD
 #undef ST_BLOCK
+#undef ST_MULCONJ
+#undef ST_ELEM
 #undef ST_MASK
 #undef ST_VEC
 #undef ST_CAT
@@ -189,4 +276,5 @@ SR_INLINE void ST_BWD(const SR_T *dh, const SR_T *a, const SR_T *h, const SR_T *
 #undef ST_NAME
 #undef SR_V
 #undef SR_I
+#undef SR_K
 #undef SR_T

@@ -17,38 +17,27 @@ CPU backends (``nnkit._ext.scan_cpu``), chosen by ``_plan``:
   path and the bandwidth-bound one. Feature blocks are whole rows (D) unless B is smaller than
   twice the thread count; then D is cut into blocks of at least ``MIN_BLOCK`` features (short
   blocks defeat the hardware prefetcher: block 32 of D = 256 ran 20x slower than block 256).
-  With one real feature (D = 1) a task is one sequence contiguous in T, and the C kernel
-  vectorises along T instead (``scan_time_body.h``: each vector of 4-16 steps is composed in
-  registers, and only one multiply-add per vector waits for the previous state), so a single
-  sequence streams at memory speed on one core: (1, 10^7, 1) float32 forward 41-44 ms -> 4.4
-  ms, backward 71-73 -> 7.4-8.9 ms (kernels alone, quiet 2-core machine, 2026-11-23). Its
-  products of consecutive coefficients reassociate the loop: equal to rounding, NaN reaches
-  every later step, but an infinite coefficient may give NaN where the loop gives +-inf.
+  With one feature (D = 1) a task is one sequence contiguous in T, and the C kernel
+  vectorises along T instead (``scan_time_body.h``: each vector of 2-16 steps is composed
+  in registers, and only one multiply-add per vector waits for the previous state), so a
+  single sequence streams at memory speed on one core. Kernels alone, quiet 2-core machine,
+  2026-11-23, (1, 10^7, 1) float32: forward 41-44 ms -> 4.4 ms, backward 71-73 -> 7.4-8.9
+  ms. Its products of consecutive coefficients reassociate the loop: equal to rounding,
+  NaN reaches every later step, but an infinite coefficient may give NaN where the loop
+  gives +-inf.
 - chunked along T: a reduce-then-scan over ``CHUNK_LANES`` x threads chunks, each task walking
   ``CHUNK_LANES`` chunks in lockstep (independent dependency chains overlap on one core), for
-  complex D = 1 problems with B < ``CHUNK_MAX_SEQUENCES`` and T >= ``CHUNK_MIN_T``, and only
-  with at least ``CHUNK_MIN_THREADS`` threads. Real D = 1 problems never take it: at
-  (1, 10^7, 1) float32 the vectorised row kernel on one thread ran 4.4-8.9 ms against 33-74
-  ms for the chunks on two (bench_scan.py prints both). Complex sequences still walk one
-  dependency chain in the row kernel. Measured before the vectorised kernel, on the shared
-  2-core machine (load average 2-4 from other jobs; medians of 5-7), float32, D = 1, rows
-  kernel vs chunked:
-
-      (B, T)          rows kernel   chunked
-      (1, 10^7)       50-97 ms      91-110 ms   (bench_scan.py, 2026-11-22: 61.6 vs 93.6)
-      (4, 10^6)       23-43 ms      32-39 ms
-      (8, 10^6)       47-61 ms      64-72 ms
-
-  The chunked scan moves 5 arrays instead of 3 and its lane bookkeeping costs ~9 ns a step,
-  so on 2 busy threads it never beat the single latency-bound chain (~6 ns a step). On a
-  quiet machine (stop 13, load < 1, medians of 11 interleaved) it does at T = 10^7: rows
-  48.8-49.5 ms vs chunked 33.1-40.7 ms (1.2-1.5x), and is a coin toss at T = 10^6 (0.64x
-  and 1.22x in two runs); complex64 (1, 10^7, 1) on 2026-11-23: rows 116 ms, chunks 187 ms.
-  A two-thread path that waits for a busy core loses more than it wins on a quiet one, so
-  on 2 threads the rows kernel is always chosen. ``CHUNK_MIN_THREADS`` = 4: four chains
-  at once for 5/3 of the traffic should overtake one chain; that threshold is an estimate,
-  not measured here. The chunked kernels are held to the sequential twin by the tests
-  whatever the switch says.
+  D = 1 problems with B < ``CHUNK_MAX_SEQUENCES`` and T >= ``CHUNK_MIN_T``, and only with at
+  least ``CHUNK_MIN_THREADS`` = 16 threads. Against the one-thread vectorised kernel the
+  chunks on two threads lose 5-8x at (1, 10^7, 1) (float32 15.4 vs 111 ms, complex64 47 vs
+  217 ms, float64 36 vs 176 ms, one run on a loaded machine; ``benchmarks/bench_scan.py``
+  prints the float32 and complex64 pair). They move 5 arrays instead of 3 and walk each chunk as a
+  scalar chain, so they need several times the threads just to draw level, and then the
+  memory bandwidth of more than one core to win: 16 is an estimate of where that starts,
+  not a measurement (this machine has 2 cores). Before the vectorised kernel (one chain,
+  ~5 ns a step) the chunks won at T = 10^7 on a quiet machine (rows 48.8-49.5 ms, chunks
+  33.1-40.7 ms) and lost on a busy one (61.6 vs 93.6 ms). The chunked kernels are held to
+  the sequential twin by the tests whatever the switch says.
 
 GPU arrays go to ``nnkit._ext.scan_cuda`` (imported lazily).
 
@@ -77,7 +66,7 @@ MIN_BLOCK = 64
 # Chunk along T only when fewer independent sequences than this and at least this many steps.
 CHUNK_MAX_SEQUENCES = 2
 CHUNK_MIN_T = 1 << 20
-CHUNK_MIN_THREADS = 4
+CHUNK_MIN_THREADS = 16
 CHUNK_LANES = 8  # chunks a task walks in lockstep
 
 
@@ -131,11 +120,11 @@ def _xp(x):
 
 # ---- plan ------------------------------------------------------------------------------
 
-def _plan(B, T, D, dtype):
-    """('chunks', n_chunks) or ('rows', feature block) for a (B, T, D) problem of ``dtype``."""
+def _plan(B, T, D):
+    """('chunks', n_chunks) or ('rows', feature block) for a (B, T, D) problem."""
     threads = scan_cpu.num_threads()
-    if (np.dtype(dtype).kind == "c" and threads >= CHUNK_MIN_THREADS and D == 1
-            and B < CHUNK_MAX_SEQUENCES and T >= CHUNK_MIN_T):
+    if (threads >= CHUNK_MIN_THREADS and D == 1 and B < CHUNK_MAX_SEQUENCES
+            and T >= CHUNK_MIN_T):
         return "chunks", threads * CHUNK_LANES
     if B >= 2 * threads or D <= MIN_BLOCK:
         return "rows", max(D, 1)
@@ -188,7 +177,7 @@ def linear_scan_forward(a, b, h0=None, reverse=False, out=None):
 
         return scan_cuda.linear_scan(a, b, h0, out, reverse)
     B, T, D = a.shape
-    mode, n = _plan(B, T, D, a.dtype)
+    mode, n = _plan(B, T, D)
     if mode == "chunks":
         return _scan_chunked(a, b, h0, out, reverse, n)
     scan_cpu.scan_rows(a, b, h0, out, reverse, n)
@@ -223,7 +212,7 @@ def linear_scan_backward(dh, a, h, h0=None, reverse=False, out=None):
         scan_cuda.linear_scan_backward(dh, a, h, h0, da, db, dh0, reverse)
         return da, db, dh0
     B, T, D = a.shape
-    mode, n = _plan(B, T, D, a.dtype)
+    mode, n = _plan(B, T, D)
     if mode == "chunks":
         return _backward_chunked(dh, a, h, h0, da, db, dh0, reverse, n)
     scan_cpu.scan_rows_backward(dh, a, h, h0, da, db, dh0, reverse, n)
@@ -270,7 +259,7 @@ def log_linear_scan_forward(log_a, log_b, log_h0=None):
     log_h0 = (np.full((B, D), -np.inf, log_a.dtype) if log_h0 is None
               else _check_h0(log_h0, log_a))
     out = np.empty_like(log_a)
-    mode, n = _plan(B, T, D, log_a.dtype)
+    mode, n = _plan(B, T, D)
     scan_cpu.log_scan_rows(log_a, log_b, log_h0, out, False, n if mode == "rows" else D)
     return out
 
