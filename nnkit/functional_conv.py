@@ -85,8 +85,9 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> T
                  dilation, groups, "conv1d")
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1) -> Tensor:
-    """Max over windows of (N, C, H, W), as ``torch.nn.functional.max_pool2d`` (floor mode).
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """Max over windows of (N, C, H, W), as ``torch.nn.functional.max_pool2d``.
 
     ``y[n, c, a, b] = max{xpad[n, c, a s + i d, b s + j d] | i, j in [0, r)}`` (-inf padding);
     the gradient goes to the first maximum of each window in row-major order, as torch.
@@ -95,26 +96,39 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1) -> Tensor:
     ----------
     x : Tensor (N, C, H, W); kernel_size : int or pair; stride : default kernel_size;
     padding : at most half the kernel; dilation : int or pair
+    ceil_mode : bool, round the output size up (the last window starts inside the input or
+        its left padding); return_indices : bool
+
+    Returns
+    -------
+    Tensor (N, C, Ho, Wo); with ``return_indices`` also an int64 Tensor (N, C, Ho, Wo) of
+    h W + w, each maximum's position in its (H, W) plane (no gradient)
+    """
+    x = _float_tensor(x, "x")
+    return_indices = K.check_flag(return_indices, "return_indices")
+    y, cache = K.max_pool2d_forward(x.data, kernel_size, stride, padding, dilation, ceil_mode)
+    out = make_result(y, (x,), lambda g: (K.max_pool2d_backward(g, cache),), "max_pool2d")
+    return (out, Tensor(cache.idx)) if return_indices else out
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None) -> Tensor:
+    """Mean over windows of (N, C, H, W), as ``torch.nn.functional.avg_pool2d``.
+
+    The divisor is ``divisor_override`` if given, else (``count_include_pad``, torch's
+    default) the window's size clipped to the padded input (kh kw but for ceil_mode's last
+    windows), else the number of in-bounds entries.
+
+    Parameters
+    ----------
+    x : Tensor (N, C, H, W); kernel_size, stride, padding : as ``max_pool2d``
+    ceil_mode, count_include_pad : bool; divisor_override : nonzero int or None
 
     Returns
     -------
     Tensor (N, C, Ho, Wo)
     """
     x = _float_tensor(x, "x")
-    y, cache = K.max_pool2d_forward(x.data, kernel_size, stride, padding, dilation)
-    return make_result(y, (x,), lambda g: (K.max_pool2d_backward(g, cache),), "max_pool2d")
-
-
-def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True) -> Tensor:
-    """Mean over windows of (N, C, H, W), as ``torch.nn.functional.avg_pool2d`` (floor mode).
-
-    The divisor is kh kw when ``count_include_pad`` (torch's default), else the number of
-    in-bounds entries of the window.
-
-    Returns
-    -------
-    Tensor (N, C, Ho, Wo)
-    """
-    x = _float_tensor(x, "x")
-    y, cache = K.avg_pool2d_forward(x.data, kernel_size, stride, padding, count_include_pad)
+    y, cache = K.avg_pool2d_forward(x.data, kernel_size, stride, padding, ceil_mode,
+                                    count_include_pad, divisor_override)
     return make_result(y, (x,), lambda g: (K.avg_pool2d_backward(g, cache),), "avg_pool2d")

@@ -142,22 +142,43 @@ def pool_cases(draw):
     # few distinct values: ties inside windows are the rule, not the exception
     x = np.array(draw(st.lists(st.sampled_from([-1.0, 0.0, 0.5, 2.0]), min_size=math.prod(shape),
                                max_size=math.prod(shape)))).reshape(shape).astype(dtype)
-    return x, (kh, kw), stride, padding, dilation, draw(st.booleans())
+    avg = dict(ceil_mode=draw(st.booleans()), count_include_pad=draw(st.booleans()),
+               divisor_override=draw(st.sampled_from([None, None, 1, 4, -3])))
+    return x, (kh, kw), stride, padding, dilation, avg
 
 
 @given(case=pool_cases(), seed=st.integers(0, 99))
+@example(case=(np.arange(20.0).reshape(1, 1, 4, 5), (3, 2), (2, 2), (1, 1), (1, 1),
+               dict(ceil_mode=True, count_include_pad=True, divisor_override=None)), seed=0)
 def test_pooling_matches_twin(case, seed):
-    x, kernel, stride, padding, dilation, include = case
-    y, cache = K.max_pool2d_forward(x, kernel, stride, padding, dilation)
-    np.testing.assert_array_equal(y, R.max_pool2d(x, kernel, stride, padding, dilation))
+    x, kernel, stride, padding, dilation, avg = case
+    ceil = avg["ceil_mode"]
+    y, cache = K.max_pool2d_forward(x, kernel, stride, padding, dilation, ceil)
+    ry, ridx = R.max_pool2d(x, kernel, stride, padding, dilation, ceil, return_indices=True)
+    np.testing.assert_array_equal(y, ry)
+    np.testing.assert_array_equal(cache.idx, ridx)
     dy = np.random.default_rng(seed).uniform(-1, 1, y.shape).astype(x.dtype)
     _assert_close(K.max_pool2d_backward(dy, cache),
-                  R.max_pool2d_backward(dy, x, kernel, stride, padding, dilation), 9, x.dtype)
-    y, cache = K.avg_pool2d_forward(x, kernel, stride, padding, include)
-    _assert_close(y, R.avg_pool2d(x, kernel, stride, padding, include), 9, x.dtype, "avg")
+                  R.max_pool2d_backward(dy, x, kernel, stride, padding, dilation, ceil), 9,
+                  x.dtype)
+    y, cache = K.avg_pool2d_forward(x, kernel, stride, padding, **avg)
+    _assert_close(y, R.avg_pool2d(x, kernel, stride, padding, **avg), 9, x.dtype, "avg")
     dy = np.random.default_rng(seed).uniform(-1, 1, y.shape).astype(x.dtype)
     _assert_close(K.avg_pool2d_backward(dy, cache),
-                  R.avg_pool2d_backward(dy, x, kernel, stride, padding, include), 9, x.dtype)
+                  R.avg_pool2d_backward(dy, x, kernel, stride, padding, **avg), 9, x.dtype)
+
+
+@pytest.mark.parametrize("size, k, s, p, d, floor_out, ceil_out", [
+    (5, 2, 2, 0, 1, 2, 3),  # ceil adds a clipped last window
+    (4, 2, 2, 0, 1, 2, 2),  # exact fit: nothing to add
+    (5, 3, 3, 1, 1, 2, 2),  # the extra window would start in the right padding: dropped
+    (8, 2, 3, 1, 2, 3, 3),  # likewise, with dilation
+    (6, 3, 2, 1, 1, 3, 4),
+    (3, 4, 2, 0, 1, 0, 1),  # a window larger than the input, only in ceil mode (as torch)
+])
+def test_pool_output_size_is_torchs_rule(size, k, s, p, d, floor_out, ceil_out):
+    assert K.pool_output_size(size, k, s, p, d, False) == floor_out
+    assert K.pool_output_size(size, k, s, p, d, True) == ceil_out
 
 
 def test_max_pool_nan_wins_as_torch():
@@ -192,6 +213,21 @@ def test_gradcheck_pooling(rng):
     nk.gradcheck(lambda x: FC.max_pool2d(x, 3, stride=2, padding=1), [x])
     nk.gradcheck(lambda x: FC.avg_pool2d(x, (2, 3), stride=1, padding=1), [x])
     nk.gradcheck(lambda x: FC.avg_pool2d(x, 3, padding=1, count_include_pad=False), [x])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: FC.max_pool2d(x, 2, ceil_mode=True),
+    lambda x: FC.max_pool2d(x, (3, 2), (2, 3), 1, (1, 2), True, True)[0],
+    lambda x: FC.avg_pool2d(x, 2, ceil_mode=True),
+    lambda x: FC.avg_pool2d(x, 3, 2, 1, True),  # count_include_pad with clipped windows
+    lambda x: FC.avg_pool2d(x, 3, 2, 1, True, False),
+    lambda x: FC.avg_pool2d(x, (2, 3), 1, (1, 0), False, True, 5),
+    lambda x: FC.avg_pool2d(x, 2, 3, 1, True, False, -2),
+], ids=["max-ceil", "max-ceil-dilated-indices", "avg-ceil", "avg-ceil-pad",
+        "avg-ceil-nopad", "avg-divisor", "avg-ceil-negative-divisor"])
+def test_gradcheck_pooling_new_modes(rng, fn):
+    x = rng.permutation(2 * 3 * 7 * 6).reshape(2, 3, 7, 6) / 11.0  # distinct: no ties
+    nk.gradcheck(fn, [x])
 
 
 def test_second_backward_recomputes_cols(rng):
@@ -267,6 +303,88 @@ def test_pooling_matches_torch_with_ties(rng, kw):
         np.testing.assert_allclose(xt.grad, tgx, rtol=1e-6, atol=1e-6)
 
 
+_POOL_SHAPES = [(2, 3, 7, 6), (1, 2, 5, 5), (1, 1, 4, 9)]
+_POOL_GEOMETRY = [  # kernel_size, stride, padding, dilation
+    (2, None, 0, 1), (3, 2, 1, 1), ((3, 2), (2, 3), (1, 0), 1), (2, 3, 1, 2),
+    (3, 1, 1, (2, 1)), ((2, 4), (3, 2), (1, 2), 1), (1, 2, 0, 1),
+]
+
+
+def _pool_vs_torch(torch, ours, theirs, x, args):
+    ty, (tgx,), dy = _torch_grads(torch, lambda t: theirs(t, *args), [x])
+    xt = nk.tensor(x, requires_grad=True)
+    y = ours(xt, *args)
+    y.backward(dy)
+    tol = dict(rtol=1e-5, atol=1e-6) if x.dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(y.numpy(), ty, **tol)
+    np.testing.assert_allclose(xt.grad, tgx, **tol)
+
+
+@pytest.mark.parametrize("shape", _POOL_SHAPES)
+@pytest.mark.parametrize("geometry", _POOL_GEOMETRY)
+@pytest.mark.parametrize("ceil_mode", [False, True])
+def test_max_pool2d_matches_torch_positionally(rng, shape, geometry, ceil_mode):
+    """torch's positional order (..., dilation, ceil_mode, return_indices): values, indices,
+    gradients."""
+    torch = import_torch()
+    x = rng.integers(0, 4, shape).astype(np.float64)  # ties
+    args = (*geometry, ceil_mode)
+    _pool_vs_torch(torch, FC.max_pool2d, torch.nn.functional.max_pool2d, x, args)
+    ty, ti = torch.nn.functional.max_pool2d(torch.tensor(x), *args, True)
+    xt = nk.tensor(x, requires_grad=True)
+    y, idx = FC.max_pool2d(xt, *args, True)
+    assert idx.dtype == np.int64 and not idx.requires_grad
+    np.testing.assert_array_equal(idx.numpy(), ti.numpy())
+    np.testing.assert_array_equal(y.numpy(), ty.numpy())
+    y.sum().backward()  # the values still carry the gradient
+    np.testing.assert_array_equal(xt.grad, np.bincount(
+        (idx.numpy() + x.shape[2] * x.shape[3] * np.arange(x.shape[0] * x.shape[1]).reshape(
+            x.shape[0], x.shape[1], 1, 1)).ravel(), minlength=x.size).reshape(x.shape))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", _POOL_SHAPES)
+@pytest.mark.parametrize("geometry", [g[:3] for g in _POOL_GEOMETRY])
+@pytest.mark.parametrize("ceil_mode", [False, True])
+@pytest.mark.parametrize("count_include_pad", [True, False])
+@pytest.mark.parametrize("divisor_override", [None, 3, -2])
+def test_avg_pool2d_matches_torch_positionally(rng, dtype, shape, geometry, ceil_mode,
+                                               count_include_pad, divisor_override):
+    """torch's positional order (..., padding, ceil_mode, count_include_pad,
+    divisor_override): values and gradients, clipped ceil-mode windows included."""
+    torch = import_torch()
+    x = rng.standard_normal(shape).astype(dtype)
+    _pool_vs_torch(torch, FC.avg_pool2d, torch.nn.functional.avg_pool2d, x,
+                   (*geometry, ceil_mode, count_include_pad, divisor_override))
+
+
+@pytest.mark.parametrize("make", [
+    lambda nn: nn.AvgPool2d(3, 1, 1, False),  # the audit's case: ceil_mode, not include_pad
+    lambda nn: nn.AvgPool2d(3, 2, 1, True, False),
+    lambda nn: nn.AvgPool2d((3, 2), (2, 2), (1, 1), True, True, 4),
+    lambda nn: nn.MaxPool2d(3, 2, 1, 1, False, True),
+    lambda nn: nn.MaxPool2d(2, 3, 1, 2, True, True),
+    lambda nn: nn.MaxPool2d((2, 3), None, 0, 1, True),
+])
+def test_pool_modules_take_torchs_positional_arguments(make):
+    torch = import_torch()
+    x = np.arange(2 * 35, dtype=np.float32).reshape(1, 2, 5, 7) % 11
+    ours, theirs = make(nk.nn)(x), make(torch.nn)(torch.tensor(x))
+    if isinstance(theirs, tuple):
+        np.testing.assert_array_equal(ours[1].numpy(), theirs[1].numpy())
+        ours, theirs = ours[0], theirs[0]
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_pool_modules_keep_torchs_attributes():
+    m = MaxPool2d(3, 2, 1, 2, True, True)
+    assert (m.kernel_size, m.stride, m.padding, m.dilation) == ((3, 3), (2, 2), (1, 1), (2, 2))
+    assert m.return_indices and m.ceil_mode and "ceil_mode=True" in repr(m)
+    a = AvgPool2d(2, None, 1, True, False, 3)
+    assert a.stride == (2, 2) and a.ceil_mode and not a.count_include_pad
+    assert a.divisor_override == 3 and list(a.state_dict()) == []
+
+
 def test_conv2d_module_matches_torch_after_state_dict_copy(rng):
     torch = import_torch()
     torch.manual_seed(0)
@@ -336,6 +454,19 @@ def test_parallel_builds_match_serial(rng):
     np.testing.assert_array_equal(s1, s2)
 
 
+def test_pool_parallel_builds_match_serial(rng):
+    x = rng.standard_normal((2, 3, 7, 6))
+    out = (2, 3) + tuple(K.pool_output_size(n, 3, 2, 1, 1, True) for n in (7, 6))  # ceil mode
+    for include, divisor in ((True, 0), (False, 0), (True, -3)):
+        a, b, da, db = np.empty(out), np.empty(out), np.empty_like(x), np.empty_like(x)
+        conv_cpu.avg_pool.serial(x, 3, 3, 2, 2, 1, 1, include, divisor, a)
+        conv_cpu.avg_pool.parallel(x, 3, 3, 2, 2, 1, 1, include, divisor, b)
+        np.testing.assert_array_equal(a, b)
+        conv_cpu.avg_pool_backward.serial(a, 3, 3, 2, 2, 1, 1, include, divisor, da)
+        conv_cpu.avg_pool_backward.parallel(a, 3, 3, 2, 2, 1, 1, include, divisor, db)
+        np.testing.assert_array_equal(da, db)
+
+
 def test_im2col_col2im_are_adjoint(rng):
     """<im2col(x), c> == <x, col2im(c)>: col2im is the transpose the backward needs."""
     x = rng.standard_normal((2, 3, 6, 5))
@@ -393,6 +524,49 @@ def test_bad_types_and_bias():
         Conv2d(3, 4, 3, groups=2)
 
 
+@pytest.mark.parametrize("call, error, match", [
+    (lambda x: FC.max_pool2d(x, 2, padding=2), ValueError, r"padding \(2, 2\) must be at most"),
+    (lambda x: FC.avg_pool2d(x, (3, 1), padding=(1, 1)), ValueError, "at most half"),
+    (lambda x: FC.max_pool2d(x, 2, ceil_mode=1), TypeError, "ceil_mode must be a bool"),
+    (lambda x: FC.max_pool2d(x, 2, return_indices="yes"), TypeError, "return_indices"),
+    (lambda x: FC.avg_pool2d(x, 2, count_include_pad=None), TypeError, "count_include_pad"),
+    (lambda x: FC.avg_pool2d(x, 2, divisor_override=0), ValueError, "divisor_override"),
+    (lambda x: FC.avg_pool2d(x, 2, divisor_override=2.5), TypeError, "divisor_override"),
+    (lambda x: FC.avg_pool2d(x, 2, divisor_override=True), TypeError, "divisor_override"),
+    (lambda x: FC.max_pool2d(x, 2, stride=0), ValueError, "stride"),
+    (lambda x: FC.max_pool2d(x, 2, dilation=0), ValueError, "dilation"),
+    (lambda x: FC.max_pool2d(x, (2, 2, 2)), TypeError, "kernel_size"),
+    (lambda x: FC.max_pool2d(x, 5), ValueError, r"output size \(0, 0\) is too small"),
+    (lambda x: FC.avg_pool2d(x, 3, 1, 0, True), ValueError, "too small"),
+    (lambda x: FC.max_pool2d(x[0], 2), ValueError, "4-D"),
+    (lambda x: FC.avg_pool2d(x.astype(np.int64), 2), TypeError, "float32 or float64"),
+    (lambda x: MaxPool2d(2, 2, 0, 1, 1), TypeError, "return_indices"),
+    (lambda x: MaxPool2d(3, 1, 2), ValueError, "at most half"),
+    (lambda x: AvgPool2d(2, 2, 0, "no"), TypeError, "ceil_mode"),
+    (lambda x: AvgPool2d(2, divisor_override=0), ValueError, "divisor_override"),
+])
+def test_pool_bad_arguments_raise_naming_them(call, error, match):
+    with pytest.raises(error, match=match):
+        call(np.zeros((1, 1, 2, 2), np.float32))
+
+
+def test_pool_ceil_mode_window_larger_than_input_as_torch():
+    """floor mode rejects a kernel larger than the input; ceil mode keeps one clipped window."""
+    x = np.arange(9.0).reshape(1, 1, 3, 3)
+    assert FC.max_pool2d(x, 4, 2, ceil_mode=True).numpy().item() == 8.0
+    assert FC.avg_pool2d(x, 4, 2, ceil_mode=True).numpy().item() == 4.0  # 36 / 9
+
+
+def test_max_pool_window_wholly_in_padding():
+    """Dilation can put a whole window in the padding: y = -inf (as torch), index -1 (torch
+    returns an out-of-plane position there) and no gradient."""
+    x = nk.tensor(np.arange(4.0).reshape(1, 1, 2, 2), requires_grad=True)
+    y, idx = FC.max_pool2d(x, 2, 1, 1, 3, return_indices=True)
+    assert y.numpy().item() == -np.inf and idx.numpy().item() == -1
+    y.backward(np.ones((1, 1, 1, 1)))
+    np.testing.assert_array_equal(x.grad, 0.0)
+
+
 _ANY = st.one_of(st.integers(-2, 4), st.tuples(st.integers(-1, 3), st.integers(-1, 3)),
                  st.sampled_from(["same", "valid", "full", None, 1.5, (1, 2, 3)]))
 
@@ -400,14 +574,15 @@ _ANY = st.one_of(st.integers(-2, 4), st.tuples(st.integers(-1, 3), st.integers(-
 @given(x_shape=st.lists(st.integers(0, 4), min_size=2, max_size=5),
        w_shape=st.lists(st.integers(0, 4), min_size=2, max_size=5),
        stride=_ANY, padding=_ANY, dilation=_ANY, groups=st.one_of(st.integers(-1, 3), _ANY),
-       pool=st.booleans())
+       pool=st.booleans(), ceil=st.sampled_from([False, True, 1]),
+       divisor=st.sampled_from([None, 0, 2, -1, 1.5]))
 def test_fuzz_boundary_raises_only_value_or_type_errors(x_shape, w_shape, stride, padding,
-                                                        dilation, groups, pool):
+                                                        dilation, groups, pool, ceil, divisor):
     x = np.zeros(x_shape, np.float32)
     try:
         if pool:
-            K.max_pool2d_forward(x, tuple(w_shape[:2]), stride, padding, dilation)
-            K.avg_pool2d_forward(x, tuple(w_shape[:2]), stride, padding)
+            K.max_pool2d_forward(x, tuple(w_shape[:2]), stride, padding, dilation, ceil)
+            K.avg_pool2d_forward(x, tuple(w_shape[:2]), stride, padding, ceil, True, divisor)
         else:
             y, cache = K.conv2d_forward(x, np.ones(w_shape, np.float32), None, stride, padding,
                                         dilation, groups)
@@ -460,28 +635,31 @@ def _sim_pool():
 
     conv_cuda.threads = 4
     rng = np.random.default_rng(6)
-    for kernel, stride, pad, dil in (((2, 2), (2, 2), (0, 0), (1, 1)),
-                                     ((3, 2), (1, 2), (1, 1), (1, 1)),
-                                     ((2, 3), (2, 1), (1, 0), (2, 1))):
+    for kernel, stride, pad, dil, ceil in (((2, 2), (2, 2), (0, 0), (1, 1), False),
+                                           ((3, 2), (1, 2), (1, 1), (1, 1), False),
+                                           ((2, 3), (2, 1), (1, 0), (2, 1), False),
+                                           ((2, 2), (2, 2), (0, 0), (1, 1), True),
+                                           ((3, 2), (2, 3), (1, 1), (1, 2), True)):
         x = rng.integers(0, 3, (2, 2, 5, 6)).astype(np.float64)  # ties
-        y_ref = R.max_pool2d(x, kernel, stride, pad, dil)
+        y_ref, idx_ref = R.max_pool2d(x, kernel, stride, pad, dil, ceil, return_indices=True)
         y, idx = np.empty_like(y_ref), np.empty(y_ref.shape, np.int64)
         conv_cuda.max_pool(x, kernel, stride, pad, dil, y, idx)
         np.testing.assert_array_equal(y, y_ref)
+        np.testing.assert_array_equal(idx, idx_ref)
         dy = rng.uniform(-1, 1, y.shape)
         dx = np.empty_like(x)
         conv_cuda.max_pool_backward(dy, idx, kernel, stride, pad, dil, dx)
-        np.testing.assert_allclose(dx, R.max_pool2d_backward(dy, x, kernel, stride, pad, dil),
-                                   atol=1e-12)
-        for include in (True, False):
-            y_ref = R.avg_pool2d(x, kernel, stride, pad, include)
+        np.testing.assert_allclose(dx, R.max_pool2d_backward(dy, x, kernel, stride, pad, dil,
+                                                             ceil), atol=1e-12)
+        for include, divisor in ((True, None), (False, None), (True, 5)):
+            args = (kernel, stride, pad, ceil, include, divisor)
+            y_ref = R.avg_pool2d(x, *args)
             y = np.empty_like(y_ref)
-            conv_cuda.avg_pool(x, kernel, stride, pad, include, y)
+            conv_cuda.avg_pool(x, kernel, stride, pad, include, divisor or 0, y)
             np.testing.assert_allclose(y, y_ref, atol=1e-12)
             dy = rng.uniform(-1, 1, y.shape)
-            conv_cuda.avg_pool_backward(dy, kernel, stride, pad, include, dx)
-            np.testing.assert_allclose(dx, R.avg_pool2d_backward(dy, x, kernel, stride, pad,
-                                                                 include), atol=1e-12)
+            conv_cuda.avg_pool_backward(dy, kernel, stride, pad, include, divisor or 0, dx)
+            np.testing.assert_allclose(dx, R.avg_pool2d_backward(dy, x, *args), atol=1e-12)
 
 
 _SIM_CASES = {"conv2d": _sim_conv, "pooling": _sim_pool}
@@ -516,7 +694,11 @@ def test_public_functions_on_gpu_match_cpu(rng, dtype):
                     strict=True):
         np.testing.assert_allclose(cupy.asnumpy(g), c, **tol)
     for fwd, bwd, args in ((K.max_pool2d_forward, K.max_pool2d_backward, (3, 2, 1)),
-                           (K.avg_pool2d_forward, K.avg_pool2d_backward, (2, 1, 1))):
+                           (K.max_pool2d_forward, K.max_pool2d_backward, (2, 3, 1, 2, True)),
+                           (K.avg_pool2d_forward, K.avg_pool2d_backward, (2, 1, 1)),
+                           (K.avg_pool2d_forward, K.avg_pool2d_backward, (3, 2, 1, True)),
+                           (K.avg_pool2d_forward, K.avg_pool2d_backward,
+                            (3, 2, 1, True, False, 4))):
         y, c = fwd(x, *args)
         gy, gc = fwd(cupy.asarray(x), *args)
         np.testing.assert_allclose(cupy.asnumpy(gy), y, **tol)

@@ -12,7 +12,10 @@ The convolution is lowered to GEMMs (the algorithm and its measurement are writt
 - ``transpose_sum``: dyt[k, n, p] = dy[n, k, p] and dbias[k] = sum_{n, p} dy[n, k, p];
 - pooling: ``max_pool`` (window argmax with torch's rule ``v > best or isnan(v)``, i.e. the
   first maximum in row-major order, the last NaN), ``max_pool_backward`` (scatter to the
-  argmax, one (n, c) plane per thread), ``avg_pool`` and ``avg_pool_backward``.
+  argmax, one (n, c) plane per thread), ``avg_pool`` and ``avg_pool_backward`` (torch's
+  divisor, ``avg_divisor``: divisor_override, or the window clipped to the padded input, or
+  its in-bounds count). ceil_mode enters through the output shape only: every kernel clips
+  its windows at the input's edge.
 
 Serial or parallel: each launcher runs its parallel build only when the array it fills or
 reads holds at least ``PARALLEL_MIN_ELEMENTS`` = 2^20 elements (4 MiB of float32), not the
@@ -38,7 +41,7 @@ import numpy as np
 from ._dispatch import serial_or_parallel
 
 __all__ = ["im2col", "col2im", "bias_transpose", "transpose_sum", "max_pool",
-           "max_pool_backward", "avg_pool", "avg_pool_backward"]
+           "max_pool_backward", "avg_pool", "avg_pool_backward", "avg_divisor"]
 
 
 def _valid_range(n_out, size, stride, offset):
@@ -190,32 +193,42 @@ def _max_pool_backward(dy, idx, dx):
                     dx[n, c, t // W, t % W] += dy[n, c, a, b]
 
 
-def _avg_pool(x, kh, kw, sh, sw, ph, pw, count_include_pad, y):
-    """y = sum of the window's in-bounds entries / (kh kw, or their count)."""
+def avg_divisor(h0, w0, kh, kw, H, W, ph, pw, count_include_pad, divisor):
+    """torch's divisor for the window whose top-left tap is (h0, w0) (may be in the padding):
+    ``divisor`` (divisor_override) if nonzero, else the window clipped to the padded input
+    (count_include_pad: kh kw except for ceil_mode's last windows), else its in-bounds count
+    (at least 1). Plain Python: jitted here and as a CUDA device function in conv_cuda."""
+    if divisor != 0:
+        return divisor
+    if count_include_pad:
+        return (min(h0 + kh, H + ph) - h0) * (min(w0 + kw, W + pw) - w0)
+    return max(1, max(0, min(h0 + kh, H) - max(h0, 0)) * max(0, min(w0 + kw, W) - max(w0, 0)))
+
+
+_avg_divisor_jit = numba.njit(cache=True, inline="always")(avg_divisor)
+
+
+def _avg_pool(x, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, y):
+    """y = sum of the window's in-bounds entries / ``avg_divisor``."""
     N, C, H, W = x.shape
     Ho, Wo = y.shape[2], y.shape[3]
     for nc in numba.prange(N * C):
         n = nc // C
         c = nc % C
         for a in range(Ho):
+            h0 = a * sh - ph
             for b in range(Wo):
+                w0 = b * sw - pw
                 s = 0.0
-                cnt = 0
-                for i in range(kh):
-                    h = a * sh - ph + i
-                    if h < 0 or h >= H:
-                        continue
-                    for j in range(kw):
-                        w = b * sw - pw + j
-                        if w >= 0 and w < W:
-                            s += x[n, c, h, w]
-                            cnt += 1
-                div = kh * kw if count_include_pad else max(cnt, 1)
-                y[n, c, a, b] = s / div
+                for h in range(max(h0, 0), min(h0 + kh, H)):
+                    for w in range(max(w0, 0), min(w0 + kw, W)):
+                        s += x[n, c, h, w]
+                y[n, c, a, b] = s / _avg_divisor_jit(h0, w0, kh, kw, H, W, ph, pw,
+                                                     count_include_pad, divisor)
 
 
-def _avg_pool_backward(dy, kh, kw, sh, sw, ph, pw, count_include_pad, dx):
-    """dx[n, c, h, w] = sum over the windows holding (h, w) of dy / divisor."""
+def _avg_pool_backward(dy, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, dx):
+    """dx[n, c, h, w] = sum over the windows holding (h, w) of dy / ``avg_divisor``."""
     N, C, H, W = dx.shape
     Ho, Wo = dy.shape[2], dy.shape[3]
     for nc in numba.prange(N * C):
@@ -226,15 +239,12 @@ def _avg_pool_backward(dy, kh, kw, sh, sw, ph, pw, count_include_pad, dx):
                 dx[n, c, h, w] = 0
         for a in range(Ho):
             h0 = a * sh - ph
-            hlo, hhi = max(h0, 0), min(h0 + kh, H)
             for b in range(Wo):
                 w0 = b * sw - pw
-                wlo, whi = max(w0, 0), min(w0 + kw, W)
-                cnt = (hhi - hlo) * (whi - wlo)
-                div = kh * kw if count_include_pad else max(cnt, 1)
-                g = dy[n, c, a, b] / div
-                for h in range(hlo, hhi):
-                    for w in range(wlo, whi):
+                g = dy[n, c, a, b] / _avg_divisor_jit(h0, w0, kh, kw, H, W, ph, pw,
+                                                      count_include_pad, divisor)
+                for h in range(max(h0, 0), min(h0 + kh, H)):
+                    for w in range(max(w0, 0), min(w0 + kw, W)):
                         dx[n, c, h, w] += g
 
 

@@ -10,7 +10,8 @@ and the results are deterministic; sums run in float64.
 - ``bias_grad``: thread per k;
 - pooling: ``max_pool`` (torch's argmax rule), ``max_pool_backward`` (thread per input
   element, gathering the windows whose argmax is that element), ``avg_pool`` and
-  ``avg_pool_backward``.
+  ``avg_pool_backward`` (torch's divisor: ``conv_cpu.avg_divisor`` as a device function).
+  ceil_mode enters through the output shape only: every kernel clips its windows.
 
 Launchers take CuPy arrays, Numba device arrays, or NumPy arrays under
 ``NUMBA_ENABLE_CUDASIM=1``; ``threads`` (per block) is a module variable the tests lower.
@@ -25,6 +26,7 @@ import math
 from numba import cuda, float64
 
 from .._backend import launch_views
+from .conv_cpu import avg_divisor
 
 __all__ = ["conv2d_forward", "conv2d_backward_input", "conv2d_backward_weight", "bias_grad",
            "max_pool", "max_pool_backward", "avg_pool", "avg_pool_backward"]
@@ -187,8 +189,11 @@ def _max_pool_bwd_kernel(dy, idx, kh, kw, sh, sw, ph, pw, dh, dw, dx):
     dx[n, c, h, xw] = s
 
 
+_avg_divisor = cuda.jit(device=True)(avg_divisor)
+
+
 @cuda.jit
-def _avg_pool_kernel(x, kh, kw, sh, sw, ph, pw, count_include_pad, y):
+def _avg_pool_kernel(x, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, y):
     t = cuda.grid(1)
     N, C, Ho, Wo = y.shape
     if t >= N * C * Ho * Wo:
@@ -198,22 +203,16 @@ def _avg_pool_kernel(x, kh, kw, sh, sw, ph, pw, count_include_pad, y):
     c = (t // (Wo * Ho)) % C
     n = t // (Wo * Ho * C)
     H, W = x.shape[2], x.shape[3]
+    h0, w0 = a * sh - ph, bb * sw - pw
     s = 0.0
-    cnt = 0
-    for i in range(kh):
-        h = a * sh - ph + i
-        if h < 0 or h >= H:
-            continue
-        for j in range(kw):
-            ww = bb * sw - pw + j
-            if ww >= 0 and ww < W:
-                s += float64(x[n, c, h, ww])
-                cnt += 1
-    y[n, c, a, bb] = s / (kh * kw if count_include_pad else max(cnt, 1))
+    for h in range(max(h0, 0), min(h0 + kh, H)):
+        for ww in range(max(w0, 0), min(w0 + kw, W)):
+            s += float64(x[n, c, h, ww])
+    y[n, c, a, bb] = s / _avg_divisor(h0, w0, kh, kw, H, W, ph, pw, count_include_pad, divisor)
 
 
 @cuda.jit
-def _avg_pool_bwd_kernel(dy, kh, kw, sh, sw, ph, pw, count_include_pad, dx):
+def _avg_pool_bwd_kernel(dy, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, dx):
     t = cuda.grid(1)
     N, C, H, W = dx.shape
     if t >= N * C * H * W:
@@ -234,10 +233,8 @@ def _avg_pool_bwd_kernel(dy, kh, kw, sh, sw, ph, pw, count_include_pad, dx):
             if ww < 0 or ww % sw != 0 or ww // sw >= Wo:
                 continue
             bb = ww // sw
-            div = kh * kw
-            if not count_include_pad:
-                h0, w0 = a * sh - ph, bb * sw - pw
-                div = (min(h0 + kh, H) - max(h0, 0)) * (min(w0 + kw, W) - max(w0, 0))
+            div = _avg_divisor(a * sh - ph, bb * sw - pw, kh, kw, H, W, ph, pw,
+                               count_include_pad, divisor)
             s += float64(dy[n, c, a, bb]) / div
     dx[n, c, h, xw] = s
 
@@ -294,17 +291,17 @@ def max_pool_backward(dy, idx, kernel, stride, padding, dilation, dx):
                                                         *dilation, dx)
 
 
-def avg_pool(x, kernel, stride, padding, count_include_pad, y):
-    """y = window mean (divisor kh kw, or the in-bounds count)."""
+def avg_pool(x, kernel, stride, padding, count_include_pad, divisor, y):
+    """y = window mean; divisor ``conv_cpu.avg_divisor`` (divisor_override if nonzero)."""
     if y.size:
         x, y = launch_views(x, y)
         _avg_pool_kernel[_blocks(y.size), threads](x, *kernel, *stride, *padding,
-                                                   count_include_pad, y)
+                                                   count_include_pad, divisor, y)
 
 
-def avg_pool_backward(dy, kernel, stride, padding, count_include_pad, dx):
+def avg_pool_backward(dy, kernel, stride, padding, count_include_pad, divisor, dx):
     """dx = sum over the windows holding (h, w) of dy / divisor."""
     if dx.size:
         dy, dx = launch_views(dy, dx)
         _avg_pool_bwd_kernel[_blocks(dx.size), threads](dy, *kernel, *stride, *padding,
-                                                        count_include_pad, dx)
+                                                        count_include_pad, divisor, dx)

@@ -98,6 +98,8 @@ __all__ = [
     "conv1d_forward",
     "conv1d_backward",
     "conv_output_size",
+    "pool_params",
+    "pool_output_size",
     "max_pool2d_forward",
     "max_pool2d_backward",
     "avg_pool2d_forward",
@@ -505,43 +507,90 @@ class PoolCache:
     dilation: tuple
     count_include_pad: bool
     out_hw: tuple
-    idx: object = None
+    idx: object = None  # max pooling: int64 (N, C, Ho, Wo), h W + w of each routed maximum
     gpu: bool = False
+    divisor: int = 0  # avg pooling's divisor_override, 0 for none
 
 
-def _pool_args(x, kernel_size, stride, padding, dilation, what):
+def check_flag(value, name):
+    """``value`` as a bool; a TypeError naming ``name`` unless it is a bool."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
+    return bool(value)
+
+
+def check_divisor(divisor_override):
+    """divisor_override as an int, 0 for None; torch's rule: a nonzero int."""
+    if divisor_override is None:
+        return 0
+    check_scalar(divisor_override, name="divisor_override", kind=numbers.Integral)
+    if divisor_override == 0:
+        raise ValueError("divisor_override must be a nonzero int or None (as torch), got 0")
+    return int(divisor_override)
+
+
+def pool_params(kernel_size, stride=None, padding=0, dilation=1):
+    """(kernel, stride, padding, dilation) as int pairs, validated as torch does.
+
+    stride None (or empty) means kernel_size; padding at most half the kernel per axis.
+    """
+    kernel = _int_tuple(kernel_size, "kernel_size", 2, 1)
+    empty = isinstance(stride, (tuple, list)) and len(stride) == 0
+    stride = kernel if stride is None or empty else _int_tuple(stride, "stride", 2, 1)
+    pad = _int_tuple(padding, "padding", 2, 0)
+    dilation = _int_tuple(dilation, "dilation", 2, 1)
+    if any(2 * p > k for p, k in zip(pad, kernel, strict=True)):
+        raise ValueError(f"padding {pad} must be at most half of kernel_size {kernel} "
+                         f"(as torch)")
+    return kernel, stride, pad, dilation
+
+
+def pool_output_size(size, kernel, stride, pad, dilation, ceil_mode):
+    """torch's pooling_output_shape: ``floor`` (or ``ceil``) of
+    ``(size + 2 pad - dilation (kernel - 1) - 1) / stride``, plus 1; in ceil mode a last
+    window that would start in the right padding is dropped."""
+    span = size + 2 * pad - dilation * (kernel - 1) - 1
+    out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+def _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, what):
     x = check_array(x, name="x", dtype=FLOATS)
     if x.ndim != 4:
         raise ValueError(f"x must be 4-D (N, C, H, W) for {what}, got shape {tuple(x.shape)}")
-    kernel = _int_tuple(kernel_size, "kernel_size", 2, 1)
-    stride = kernel if stride is None else _int_tuple(stride, "stride", 2, 1)
-    pad = _int_tuple(padding, "padding", 2, 0)
-    dilation = _int_tuple(dilation, "dilation", 2, 1)
-    for p, k in zip(pad, kernel, strict=True):
-        if 2 * p > k:
-            raise ValueError(f"padding {pad} must be at most half of kernel_size {kernel} "
-                             f"(as torch)")
-    _check_window_fits(x.shape, kernel, tuple((p, p) for p in pad), dilation, "pooling window")
-    out_hw = tuple(conv_output_size(s, k, st, p, p, d) for s, k, st, p, d
+    kernel, stride, pad, dilation = pool_params(kernel_size, stride, padding, dilation)
+    ceil_mode = check_flag(ceil_mode, "ceil_mode")
+    out_hw = tuple(pool_output_size(s, k, st, p, d, ceil_mode) for s, k, st, p, d
                    in zip(x.shape[2:], kernel, stride, pad, dilation, strict=True))
+    if min(out_hw) < 1:
+        raise ValueError(f"{what}: output size {out_hw} is too small: x has shape "
+                         f"{tuple(x.shape)}, kernel_size {kernel}, stride {stride}, padding "
+                         f"{pad}, dilation {dilation}, ceil_mode={ceil_mode}")
     return x, kernel, stride, pad, dilation, out_hw
 
 
-def max_pool2d_forward(x, kernel_size, stride=None, padding=0, dilation=1):
-    """Max pooling (torch's max_pool2d, floor mode), with the argmax cache.
+def max_pool2d_forward(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """Max pooling (torch's max_pool2d), with the argmax cache.
 
     ``y[n, c, a, b] = max{xpad[n, c, a s + i d, b s + j d] | i, j in [0, r)}``, padded with
-    -inf. The gradient goes to the first maximum in row-major window order (NaN wins).
+    -inf; ``ceil_mode`` only adds windows (clipped at the input's edge), see
+    ``pool_output_size``. The gradient goes to the first maximum in row-major window order
+    (NaN wins).
 
     Parameters
     ----------
     x : ndarray (N, C, H, W), float32 or float64
     kernel_size : int or (int, int); stride : default kernel_size;
-    padding : int or pair, at most half the kernel; dilation : int or pair
+    padding : int or pair, at most half the kernel; dilation : int or pair; ceil_mode : bool
 
     Returns
     -------
-    y : ndarray (N, C, Ho, Wo); cache : PoolCache
+    y : ndarray (N, C, Ho, Wo)
+    cache : PoolCache; ``cache.idx`` int64 (N, C, Ho, Wo) holds torch's ``return_indices``:
+        h W + w of each window's maximum in its (H, W) plane (-1 for a window lying wholly in
+        the padding, possible with dilation, where y is -inf)
 
     Examples
     --------
@@ -552,7 +601,7 @@ def max_pool2d_forward(x, kernel_size, stride=None, padding=0, dilation=1):
            [13., 15.]])
     """
     x, kernel, stride, pad, dilation, out_hw = _pool_args(x, kernel_size, stride, padding,
-                                                          dilation, "max_pool2d")
+                                                          dilation, ceil_mode, "max_pool2d")
     xp = array_module(x)
     y = xp.empty(x.shape[:2] + out_hw, dtype=x.dtype)
     idx = xp.empty(x.shape[:2] + out_hw, dtype=np.int64)
@@ -598,11 +647,20 @@ def max_pool2d_backward(dy, cache):
     return dx
 
 
-def avg_pool2d_forward(x, kernel_size, stride=None, padding=0, count_include_pad=True):
-    """Average pooling (torch's avg_pool2d, floor mode, no divisor_override).
+def avg_pool2d_forward(x, kernel_size, stride=None, padding=0, ceil_mode=False,
+                       count_include_pad=True, divisor_override=None):
+    """Average pooling (torch's avg_pool2d): arguments in torch's order.
 
-    ``y[n, c, a, b] = sum of the in-bounds window entries / D``, D = kh kw when
-    ``count_include_pad`` (torch's default), else the number of in-bounds entries.
+    ``y[n, c, a, b] = sum of the in-bounds window entries / D``, with torch's D:
+    ``divisor_override`` if given, else the window clipped to the padded input
+    (``count_include_pad``, torch's default: kh kw except for ceil_mode's last windows), else
+    the number of in-bounds entries.
+
+    Parameters
+    ----------
+    x : ndarray (N, C, H, W), float32 or float64
+    kernel_size, stride, padding : as ``max_pool2d_forward`` (no dilation)
+    ceil_mode, count_include_pad : bool; divisor_override : nonzero int or None
 
     Returns
     -------
@@ -617,22 +675,21 @@ def avg_pool2d_forward(x, kernel_size, stride=None, padding=0, count_include_pad
            [10.5, 12.5]])
     """
     x, kernel, stride, pad, dilation, out_hw = _pool_args(x, kernel_size, stride, padding, 1,
-                                                          "avg_pool2d")
-    if not isinstance(count_include_pad, (bool, np.bool_)):
-        raise TypeError(f"count_include_pad must be a bool, got {count_include_pad!r}")
+                                                          ceil_mode, "avg_pool2d")
+    include = check_flag(count_include_pad, "count_include_pad")
+    divisor = check_divisor(divisor_override)
     xp = array_module(x)
     y = xp.empty(x.shape[:2] + out_hw, dtype=x.dtype)
-    cache = PoolCache(tuple(x.shape), x.dtype, kernel, stride, pad, dilation,
-                      bool(count_include_pad), out_hw, None, is_gpu_array(x))
+    cache = PoolCache(tuple(x.shape), x.dtype, kernel, stride, pad, dilation, include, out_hw,
+                      None, is_gpu_array(x), divisor)
     if cache.gpu:
         from .._ext import conv_cuda
 
-        conv_cuda.avg_pool(xp.ascontiguousarray(x), kernel, stride, pad,
-                           cache.count_include_pad, y)
+        conv_cuda.avg_pool(xp.ascontiguousarray(x), kernel, stride, pad, include, divisor, y)
     else:
         from .._ext import conv_cpu
 
-        conv_cpu.avg_pool(x, *kernel, *stride, *pad, cache.count_include_pad, y)
+        conv_cpu.avg_pool(x, *kernel, *stride, *pad, include, divisor, y)
     return y, cache
 
 
@@ -645,10 +702,10 @@ def avg_pool2d_backward(dy, cache):
         from .._ext import conv_cuda
 
         conv_cuda.avg_pool_backward(xp.ascontiguousarray(dy), cache.kernel, cache.stride,
-                                    cache.padding, cache.count_include_pad, dx)
+                                    cache.padding, cache.count_include_pad, cache.divisor, dx)
     else:
         from .._ext import conv_cpu
 
         conv_cpu.avg_pool_backward(dy, *cache.kernel, *cache.stride, *cache.padding,
-                                   cache.count_include_pad, dx)
+                                   cache.count_include_pad, cache.divisor, dx)
     return dx

@@ -10,8 +10,10 @@ zero padding (top ``pt``, left ``pl``) and dilation ``d``::
 (torch's convention: a cross-correlation, i.e. the notes' convolution with a flipped kernel).
 Max pooling takes ``max{x[a s + i d, b s + j d] | i, j in [0, r)}`` over a window padded
 with -inf and routes the gradient to the first maximum in row-major window order (NaN wins,
-as torch); average pooling divides by the window size (``count_include_pad``) or by the
-number of in-bounds entries.
+as torch); average pooling divides by ``divisor_override``, or by the number of window cells
+inside the padded input (``count_include_pad``), or by the number of in-bounds entries.
+``ceil_mode`` rounds the window count up, dropping a last window that would start in the
+right padding (torch's rule); windows are clipped at the input's edge.
 
 Padding arguments: an int, a pair (ph, pw) (both sides), a 4-tuple (top, bottom, left,
 right), or 'valid' / 'same' (stride 1; the extra entry of an odd total goes bottom/right,
@@ -163,21 +165,29 @@ def conv1d_backward(dy, x, weight, stride=1, padding=0, dilation=1, groups=1):
     return dx[:, :, 0, :], dw[:, :, 0, :], db
 
 
-def _pool_geometry(x, kernel_size, stride, padding, dilation):
+def _pool_out(size, k, s, p, d, ceil_mode):
+    """Windows along one axis: floor (or ceil) of (size + 2p - d (k - 1) - 1) / s, plus 1;
+    in ceil mode a last window starting in the right padding (at >= size + p) is dropped."""
+    span = size + 2 * p - d * (k - 1) - 1
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    return out - 1 if ceil_mode and (out - 1) * s >= size + p else out
+
+
+def _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode):
     kh, kw = _pair(kernel_size)
     sh, sw = (kh, kw) if stride is None else _pair(stride)
     ph, pw = _pair(padding)
     dh, dw = _pair(dilation)
     N, C, H, W = x.shape
-    Ho = _out_size(H + 2 * ph, kh, sh, dh)
-    Wo = _out_size(W + 2 * pw, kw, sw, dw)
+    Ho = _pool_out(H, kh, sh, ph, dh, ceil_mode)
+    Wo = _pool_out(W, kw, sw, pw, dw, ceil_mode)
     return (N, C, H, W), (kh, kw), (sh, sw), (ph, pw), (dh, dw), (Ho, Wo)
 
 
-def _argmax_windows(x, kernel_size, stride, padding, dilation):
-    """Yield (n, c, a, b, h*, w*): the routed maximum of each window (h* = -1: all padding)."""
+def _argmax_windows(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """Yield (n, c, a, b, (h*, w*), max): each window's routed maximum ((-1, -1): all padding)."""
     (N, C, H, W), (kh, kw), (sh, sw), (ph, pw), (dh, dw), (Ho, Wo) = _pool_geometry(
-        x, kernel_size, stride, padding, dilation)
+        x, kernel_size, stride, padding, dilation, ceil_mode)
     for n in range(N):
         for c in range(C):
             for a in range(Ho):
@@ -193,30 +203,39 @@ def _argmax_windows(x, kernel_size, stride, padding, dilation):
                     yield n, c, a, b, arg, best
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1):
-    """y[n, c, a, b] = max{x[n, c, a s - p + i d, b s - p + j d] | i, j in [0, r)}."""
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """y[n, c, a, b] = max{x[n, c, a s - p + i d, b s - p + j d] | i, j in [0, r)}; with
+    ``return_indices`` also idx = h W + w of each routed maximum (int64, -1: all padding)."""
     x = np.asarray(x)
-    *_, (Ho, Wo) = _pool_geometry(x, kernel_size, stride, padding, dilation)
+    *_, (Ho, Wo) = _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
     y = np.empty((x.shape[0], x.shape[1], Ho, Wo), dtype=np.float64)
-    for n, c, a, b, _arg, best in _argmax_windows(x, kernel_size, stride, padding, dilation):
+    idx = np.empty(y.shape, dtype=np.int64)
+    for n, c, a, b, (h, w), best in _argmax_windows(x, kernel_size, stride, padding, dilation,
+                                                    ceil_mode):
         y[n, c, a, b] = best
-    return y.astype(x.dtype)
+        idx[n, c, a, b] = h * x.shape[3] + w if h >= 0 else -1
+    return (y.astype(x.dtype), idx) if return_indices else y.astype(x.dtype)
 
 
-def max_pool2d_backward(dy, x, kernel_size, stride=None, padding=0, dilation=1):
+def max_pool2d_backward(dy, x, kernel_size, stride=None, padding=0, dilation=1,
+                        ceil_mode=False):
     """dx: each window's dy goes to its first maximum (row-major), summed over windows."""
     x, dy = np.asarray(x), np.asarray(dy)
     dx = np.zeros(x.shape, dtype=np.float64)
-    for n, c, a, b, (h, w), _ in _argmax_windows(x, kernel_size, stride, padding, dilation):
+    for n, c, a, b, (h, w), _ in _argmax_windows(x, kernel_size, stride, padding, dilation,
+                                                 ceil_mode):
         if h >= 0:
             dx[n, c, h, w] += float(dy[n, c, a, b])
     return dx.astype(x.dtype)
 
 
-def _avg_windows(x, kernel_size, stride, padding, count_include_pad):
-    """Yield (n, c, a, b, in-bounds (h, w) list, divisor)."""
+def _avg_windows(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                 divisor_override):
+    """Yield (n, c, a, b, in-bounds (h, w) list, divisor): divisor_override, else the number
+    of window cells inside the padded input (count_include_pad) or inside the input."""
     (N, C, H, W), (kh, kw), (sh, sw), (ph, pw), _, (Ho, Wo) = _pool_geometry(
-        x, kernel_size, stride, padding, 1)
+        x, kernel_size, stride, padding, 1, ceil_mode)
     for n in range(N):
         for c in range(C):
             for a in range(Ho):
@@ -224,26 +243,30 @@ def _avg_windows(x, kernel_size, stride, padding, count_include_pad):
                     cells = [(a * sh - ph + i, b * sw - pw + j)
                              for i in range(kh) for j in range(kw)]
                     inside = [(h, w) for h, w in cells if 0 <= h < H and 0 <= w < W]
-                    yield n, c, a, b, inside, (kh * kw if count_include_pad else len(inside))
+                    padded = [(h, w) for h, w in cells if -ph <= h < H + ph and -pw <= w < W + pw]
+                    div = divisor_override or (len(padded) if count_include_pad else len(inside))
+                    yield n, c, a, b, inside, div
 
 
-def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
-    """y[n, c, a, b] = sum of the window's in-bounds entries / divisor."""
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """y[n, c, a, b] = sum of the window's in-bounds entries / divisor (torch's order)."""
     x = np.asarray(x)
-    *_, (Ho, Wo) = _pool_geometry(x, kernel_size, stride, padding, 1)
+    *_, (Ho, Wo) = _pool_geometry(x, kernel_size, stride, padding, 1, ceil_mode)
     y = np.empty((x.shape[0], x.shape[1], Ho, Wo), dtype=np.float64)
-    for n, c, a, b, inside, div in _avg_windows(x, kernel_size, stride, padding,
-                                                count_include_pad):
+    for n, c, a, b, inside, div in _avg_windows(x, kernel_size, stride, padding, ceil_mode,
+                                                count_include_pad, divisor_override):
         y[n, c, a, b] = sum(float(x[n, c, h, w]) for h, w in inside) / div
     return y.astype(x.dtype)
 
 
-def avg_pool2d_backward(dy, x, kernel_size, stride=None, padding=0, count_include_pad=True):
+def avg_pool2d_backward(dy, x, kernel_size, stride=None, padding=0, ceil_mode=False,
+                        count_include_pad=True, divisor_override=None):
     """dx[n, c, h, w] = sum over the windows holding (h, w) of dy / divisor."""
     x, dy = np.asarray(x), np.asarray(dy)
     dx = np.zeros(x.shape, dtype=np.float64)
-    for n, c, a, b, inside, div in _avg_windows(x, kernel_size, stride, padding,
-                                                count_include_pad):
+    for n, c, a, b, inside, div in _avg_windows(x, kernel_size, stride, padding, ceil_mode,
+                                                count_include_pad, divisor_override):
         for h, w in inside:
             dx[n, c, h, w] += float(dy[n, c, a, b]) / div
     return dx.astype(x.dtype)

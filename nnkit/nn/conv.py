@@ -16,6 +16,7 @@ import numpy as np
 from .. import functional_conv as FC
 from .._validation import check_scalar
 from ..autograd import as_tensor
+from ..kernels import conv as KC
 from . import init
 from .module import Module, Parameter
 
@@ -159,36 +160,50 @@ class Conv1d(_ConvNd):
 
 
 class MaxPool2d(Module):
-    """Max pooling over windows (``F.max_pool2d``); stride defaults to kernel_size."""
+    """Max pooling over windows (``F.max_pool2d``): (N, C, H, W) -> (N, C, Ho, Wo).
 
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
+    torch's arguments in torch's order; stride defaults to kernel_size, padding is at most
+    half the kernel. With ``return_indices`` the forward returns (y, indices), indices int64
+    (N, C, Ho, Wo) into each flattened (H, W) plane.
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
         super().__init__()
-        self.kernel_size = _tuple(kernel_size, 2, "kernel_size", 1)
-        self.stride = self.kernel_size if stride is None else _tuple(stride, 2, "stride", 1)
-        self.padding = _tuple(padding, 2, "padding", 0)
-        self.dilation = _tuple(dilation, 2, "dilation", 1)
+        self.kernel_size, self.stride, self.padding, self.dilation = KC.pool_params(
+            kernel_size, stride, padding, dilation)
+        self.return_indices = KC.check_flag(return_indices, "return_indices")
+        self.ceil_mode = KC.check_flag(ceil_mode, "ceil_mode")
 
     def forward(self, x):
-        return FC.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation)
+        return FC.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                             self.ceil_mode, self.return_indices)
 
     def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, "
-                f"padding={self.padding}, dilation={self.dilation}")
+                f"padding={self.padding}, dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
 
 class AvgPool2d(Module):
-    """Average pooling over windows (``F.avg_pool2d``); stride defaults to kernel_size."""
+    """Average pooling over windows (``F.avg_pool2d``): (N, C, H, W) -> (N, C, Ho, Wo).
 
-    def __init__(self, kernel_size, stride=None, padding=0, count_include_pad=True):
+    torch's arguments in torch's order; stride defaults to kernel_size; divisor_override, a
+    nonzero int, replaces every window's divisor.
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True, divisor_override=None):
         super().__init__()
-        self.kernel_size = _tuple(kernel_size, 2, "kernel_size", 1)
-        self.stride = self.kernel_size if stride is None else _tuple(stride, 2, "stride", 1)
-        self.padding = _tuple(padding, 2, "padding", 0)
-        self.count_include_pad = bool(count_include_pad)
+        self.kernel_size, self.stride, self.padding, _ = KC.pool_params(kernel_size, stride,
+                                                                        padding)
+        self.ceil_mode = KC.check_flag(ceil_mode, "ceil_mode")
+        self.count_include_pad = KC.check_flag(count_include_pad, "count_include_pad")
+        KC.check_divisor(divisor_override)
+        self.divisor_override = divisor_override
 
     def forward(self, x):
-        return FC.avg_pool2d(x, self.kernel_size, self.stride, self.padding,
-                             self.count_include_pad)
+        return FC.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                             self.count_include_pad, self.divisor_override)
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
