@@ -13,8 +13,18 @@ looks: ``{"model": m, "optimizer": opt, "rng": rng, "step": 100}``):
 
 - ``nn.Module``: class + constructor arguments (recorded when it was built) + ``state_dict``.
   ``Sequential``/``ModuleList`` are saved by their children, so modules appended later come
-  back too. A saved top-level module's tensors keep their ``state_dict`` names, so the file
-  of ``nk.save(model, path)`` is also a plain state dict for any safetensors reader.
+  back too. Sub-modules given as constructor arguments (``Residual(fn)``,
+  ``TransformerEncoder(layer, n)``) are saved by class and arguments only: their tensors are
+  those of the outer module's ``state_dict``. So the tensors of ``nk.save(model, path)`` are
+  named exactly by ``model.state_dict()`` keys, and the file is a plain state dict for any
+  safetensors reader (in a checkpoint, ``"model/0.weight"``: the place in the checkpoint, a
+  slash, the ``state_dict`` key).
+- Sharing is kept, as ``torch.save`` keeps it: a module that sits at several places (in one
+  model, ``Sequential(l, act, l)``, or in several objects of a checkpoint) comes back as one
+  module, and a ``Parameter`` assigned to two modules (weight tying) as one ``Parameter``.
+  A tensor is stored once, under its first ``state_dict`` name; each other name of it is
+  recorded in the safetensors metadata as ``{other name: stored name}``, as
+  ``safetensors.torch.save_model`` does.
 - estimators (scikit-learn style: constructor parameters + the fitted ``*_`` attributes; the
   Hopfield networks store their patterns again).
 - ``optim.Optimizer``: its ``state_dict``; rebuilt over the loaded model's parameters when
@@ -25,10 +35,14 @@ looks: ``{"model": m, "optimizer": opt, "rng": rng, "step": 100}``):
 
 Everything is encoded before the file is opened, and the write is atomic (temporary file +
 rename): an object that cannot be saved, or a crash mid-save, leaves the previous file intact.
+
+Format versions: 2 (this one); files of format 1 (tensors of constructor-argument modules
+stored under names like ``"0.args.0/weight"``, sharing not recorded) still load.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import json
@@ -41,24 +55,42 @@ import numpy as np
 from ._backend import to_host
 from ._safetensors import FileFormatError, read_file, write_file
 from .autograd import Tensor
-from .nn.module import Module, ModuleList, Sequential
+from .nn.module import Module, ModuleList, Parameter, Sequential
 from .optim import Optimizer
 
 __all__ = ["save", "load", "FileFormatError", "FORMAT_VERSION"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+_CONFIG_KEYS = ("nnkit", "nnkit_crc32")  # the metadata keys of the config
 
 
 # ----- encoding ------------------------------------------------------------------------------
 class _Encoder:
-    """Turns an object tree into JSON-able nodes and a dict of named tensors."""
+    """Turns an object tree into JSON-able nodes and a dict of named tensors.
+
+    A module is written once, as a full node (class, training flag, children or constructor
+    arguments); every later sighting is a reference ``{"ref": n}`` to the n-th full node
+    (numbered in the order they are completed, which is the order ``load`` builds them), or
+    ``{"ref": n, "path": [names]}`` for a sub-module that the n-th module made itself. A
+    module of the object tree (not a constructor argument) also carries its ``state``
+    (state_dict key -> tensor) and what of its sharing the rebuilt module must reproduce:
+    ``shared`` (module path -> the path where that module first appears) and ``tied``
+    (parameter key -> the first key of the same Parameter, where not implied by ``shared``).
+    """
 
     def __init__(self, obj):
         self.tensors = {}
         self.complex = []
+        self.aliases = {}  # tensor name -> the name it is stored under (stored once)
         self._names = {}  # id(array) -> tensor name (tied weights are stored once)
+        self._keep = []  # those arrays, held so that their ids stay theirs
         self._param_owner = {}  # id(Parameter) -> (module path, parameter name)
+        self._index = {}  # id(Module) -> number of its full node
+        self._inside = {}  # id(Module) -> (number of a full node, path of names below it)
+        self._open = set()  # ids of the modules whose node is being written
+        self._covered = set()  # ids of the modules whose tensors are already in the file
+        self._arguments = 0  # > 0 while encoding constructor arguments
         self._collect_modules(obj, "")
 
     def _collect_modules(self, obj, path):
@@ -73,18 +105,28 @@ class _Encoder:
                 self._collect_modules(v, _join(path, i))
 
     def tensor(self, name, value):
-        array = _host(value)
-        if id(array) in self._names:
-            return {"__tensor__": self._names[id(array)]}
+        source = value.data if isinstance(value, Tensor) else value
+        if id(source) in self._names:
+            stored = self._names[id(source)]
+            if name != stored:
+                self.aliases.setdefault(name, stored)
+            return {"__tensor__": stored}
+        array = to_host(source)
+        if array.dtype == object:
+            raise TypeError(f"cannot save '{name}': an array of Python objects")
         if array.dtype.kind == "c":
             self.complex.append(name)
             stored = np.ascontiguousarray(array).view(array.real.dtype).reshape(*array.shape, 2)
         else:
             stored = array
-        if array.dtype == object:
-            raise TypeError(f"cannot save '{name}': an array of Python objects")
+        if name in self.tensors:  # {"a.b": x, "a": {"b": y}}: both named 'a.b'
+            name = next(f"{name}#{i}" for i in range(2, len(self.tensors) + 3)
+                        if f"{name}#{i}" not in self.tensors)
+            if array.dtype.kind == "c":
+                self.complex[-1] = name
         self.tensors[name] = stored
-        self._names[id(array)] = name
+        self._names[id(source)] = name
+        self._keep.append(source)
         return {"__tensor__": name}
 
     def encode(self, obj, path=""):
@@ -100,7 +142,7 @@ class _Encoder:
         if isinstance(obj, (np.dtype, type)) and _is_dtype(obj):
             return {"__dtype__": np.dtype(obj).str}
         if isinstance(obj, Module):
-            return {"__module__": self.module(obj, path, with_state=True)}
+            return {"__module__": self.module(obj, path, with_state=not self._arguments)}
         if isinstance(obj, Optimizer):
             return {"__optimizer__": self.optimizer(obj, path)}
         if isinstance(obj, np.random.Generator):
@@ -124,19 +166,53 @@ class _Encoder:
                         "generator, array or plain value (nnkit never pickles)")
 
     def module(self, module, path, with_state):
+        key = id(module)
+        if key in self._open:
+            raise TypeError(f"cannot save {_where(path)}: the {type(module).__name__} is one "
+                            "of its own constructor arguments or children")
+        if key in self._index:
+            node = {"ref": self._index[key]}
+        elif key in self._inside:
+            number, names = self._inside[key]
+            node = {"ref": number, "path": names}
+        else:
+            node = None
+        # the state first, so that its tensors get their state_dict names
+        state = self.state(module, path) if with_state and key not in self._covered else None
+        if node is None:
+            node = self.structure(module, path)
+        if state is not None:
+            node.update(state)
+        return node
+
+    def structure(self, module, path):
+        """The full node of ``module``: class, training flag, children or arguments."""
+        self._open.add(id(module))
         node = {"class": _class_name(module), "training": bool(module.training)}
         if type(module) in (Sequential, ModuleList):
             node["children"] = [[name, self.module(child, _join(path, name), False)]
                                 for name, child in module.named_children()]
         else:
             args, kwargs = module.__dict__.get("_init_args", ((), {}))
+            self._arguments += 1
             node["args"] = [self.encode(a, _join(path, f"args.{i}")) for i, a in enumerate(args)]
             node["kwargs"] = {k: self.encode(v, _join(path, f"args.{k}"))
                               for k, v in kwargs.items()}
-        if with_state:
-            node["state"] = {key: self.tensor(_join(path, key, sep="/"), value)
-                             for key, value in module.state_dict().items()}
+            self._arguments -= 1
+        self._open.discard(id(module))
+        number = self._index[id(module)] = len(self._index)
+        for names, sub in _walk(module)[1:]:  # what it made itself: reachable from it
+            if id(sub) not in self._index and id(sub) not in self._inside:
+                self._inside[id(sub)] = (number, names)
         return node
+
+    def state(self, module, path):
+        """``state``, ``shared`` and ``tied`` of a module of the object tree."""
+        state = {key: self.tensor(_join(path, key, sep="/"), value)
+                 for key, value in module.state_dict().items()}
+        self._covered.update(id(m) for m in module.modules())
+        shared, tied = _sharing(module)
+        return {"state": state, "shared": shared, "tied": tied}
 
     def optimizer(self, opt, path):
         owners = [self._param_owner.get(id(p)) for g in opt.param_groups for p in g["params"]]
@@ -155,6 +231,44 @@ class _Encoder:
                 "fitted": {k: self.encode(v, _join(path, k)) for k, v in fitted.items()}}
 
 
+def _walk(root):
+    """[(names, module)] for ``root`` and each module below it, depth-first in registration
+    order (as ``named_modules``), each module once: at the first place it is reached."""
+    out, seen = [], set()
+    stack = [([], root)]
+    while stack:
+        names, module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        out.append((names, module))
+        stack.extend(reversed([([*names, k], m) for k, m in module._modules.items()
+                               if m is not None]))
+    return out
+
+
+def _sharing(root):
+    """What ``root``'s rebuilt copy must share: (shared, tied), see ``_Encoder``."""
+    shared, first = {}, {id(root): ""}
+    stack = [(k, m) for k, m in reversed(root._modules.items()) if m is not None]
+    while stack:
+        path, module = stack.pop()
+        if id(module) in first:
+            shared[path] = first[id(module)]  # and all below it: not walked again
+            continue
+        first[id(module)] = path
+        stack.extend(reversed([(f"{path}.{k}", m) for k, m in module._modules.items()
+                               if m is not None]))
+    tied, owner = {}, {}
+    for key, (module, name, kind) in root._state_slots().items():
+        if kind == "p":
+            first_key, slot = owner.setdefault(id(module._parameters[name]),
+                                               (key, (id(module), name)))
+            if slot != (id(module), name):  # not the same module reached twice
+                tied[key] = first_key
+    return shared, tied
+
+
 def _join(path, key, sep="."):
     """Where ``key`` sits under ``path``: 'model.args.0'; tensor names use sep='/'."""
     return f"{path}{sep}{key}" if path else str(key)
@@ -162,10 +276,6 @@ def _join(path, key, sep="."):
 
 def _where(path):
     return f"'{path}'" if path else "the object"
-
-
-def _host(value):
-    return to_host(value.data if isinstance(value, Tensor) else value)
 
 
 def _is_array(obj):
@@ -197,15 +307,18 @@ def _init_parameters(cls):
 
 # ----- decoding ------------------------------------------------------------------------------
 class _Decoder:
-    def __init__(self, path, tensors, classes):
+    def __init__(self, path, tensors, classes, version=FORMAT_VERSION):
         self.path = path
         self.tensors = tensors
         self.classes = classes
+        self.version = version
         self.modules = {}  # tree path -> loaded top-level module
+        self.built = []  # the modules of the full nodes, in file order: what "ref" names
+        self._arguments = 0  # > 0 while decoding constructor arguments
 
     def tensor(self, name):
-        if name not in self.tensors:
-            raise FileFormatError(f"'{self.path}': the config refers to tensor '{name}', "
+        if not isinstance(name, str) or name not in self.tensors:
+            raise FileFormatError(f"'{self.path}': the config refers to tensor {name!r}, "
                                   "which the file does not hold; the file is corrupted")
         return self.tensors[name]
 
@@ -233,7 +346,8 @@ class _Decoder:
             return self.generator(self.decode(body, path))
         if kind == "__module__":
             module = self.module(body, path)
-            self.modules[path] = module
+            if not self._arguments:
+                self.modules[path] = module
             return module
         if kind == "__estimator__":
             return self.estimator(body, path)
@@ -246,7 +360,7 @@ class _Decoder:
         if name in self.classes:
             cls = self.classes[name]
         else:
-            module_name, _, qualname = name.partition(":")
+            module_name, _, qualname = str(name).partition(":")
             if not (module_name == "nnkit" or module_name.startswith("nnkit.")):
                 raise TypeError(
                     f"'{self.path}' holds a {name.replace(':', '.')}, which is not part of "
@@ -259,25 +373,64 @@ class _Decoder:
                                   f"{base.__name__ if base else 'class'} in this nnkit")
         return cls
 
-    def module(self, node, path, state=True):
-        keys = {"class", "training"} | ({"children"} if "children" in node else
-                                        {"args", "kwargs"}) | ({"state"} if state else set())
+    def module(self, node, path):
+        """The module of a node: built, or the one a reference names; then its state."""
+        if not isinstance(node, dict):
+            raise FileFormatError(f"'{self.path}': the config of module '{path}' is "
+                                  f"{node!r:.100}; corrupted")
+        if "ref" in node:
+            keys = {"ref"} | ({"path"} if "path" in node else set())
+        else:
+            keys = {"class", "training"} | ({"children"} if "children" in node else
+                                            {"args", "kwargs"})
+        if "state" in node:
+            keys |= {"state"} | ({"shared", "tied"} if self.version >= 2 else set())
         if set(node) != keys:
             raise FileFormatError(f"'{self.path}': the config of module '{path}' has the keys "
                                   f"{sorted(node)}, expected {sorted(keys)}; corrupted")
-        cls = self.resolve(node["class"], Module)
-        if "children" in node:
-            children = {name: self.module(child, _join(path, name), state=False)
-                        for name, child in node["children"]}
-            module = (cls(children) if cls is Sequential else cls(list(children.values())))
-        else:
-            args = [self.decode(a) for a in node["args"]]
-            kwargs = {k: self.decode(v) for k, v in node["kwargs"].items()}
-            module = cls(*args, **kwargs)
-        if state:
+        module = self.reference(node, path) if "ref" in node else self.build(node, path)
+        if "state" in node:
+            _restore_sharing(module, node.get("shared", {}), node.get("tied", {}), self.path)
             saved = {key: self.decode(ref) for key, ref in node["state"].items()}
             _load_state(module, saved, self.path)
-        return module.train(node.get("training", True))
+        return module
+
+    def build(self, node, path):
+        cls = self.resolve(node["class"], Module)
+        self._arguments += 1
+        try:
+            if "children" in node:
+                children = {name: self.module(child, _join(path, name))
+                            for name, child in node["children"]}
+                module = (cls(children) if cls is Sequential else cls(list(children.values())))
+            else:
+                args = [self.decode(a, _join(path, f"args.{i}"))
+                        for i, a in enumerate(node["args"])]
+                kwargs = {k: self.decode(v, _join(path, f"args.{k}"))
+                          for k, v in node["kwargs"].items()}
+                module = cls(*args, **kwargs)
+        finally:
+            self._arguments -= 1
+        module.train(node["training"])
+        self.built.append(module)
+        return module
+
+    def reference(self, node, path):
+        number, names = node["ref"], node.get("path", [])
+        if not (type(number) is int and 0 <= number < len(self.built)) or \
+                not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            raise FileFormatError(f"'{self.path}': module '{path}' refers to module "
+                                  f"{number!r} {names!r:.100}, which is not in the file; "
+                                  "corrupted")
+        module = self.built[number]
+        for i, name in enumerate(names):
+            module = module._modules.get(name) if isinstance(module, Module) else None
+            if module is None:
+                raise ValueError(f"'{self.path}': module '{path}' is the sub-module "
+                                 f"'{'.'.join(names[:i + 1])}' of a "
+                                 f"{type(self.built[number]).__name__}, which the rebuilt "
+                                 "one does not have")
+        return module
 
     def estimator(self, node, path):
         cls = self.resolve(node["class"], None)
@@ -300,7 +453,11 @@ class _Decoder:
             if owner not in self.modules:
                 raise FileFormatError(f"'{self.path}': the optimizer refers to module "
                                       f"'{owner}', which was not loaded before it")
-            params.append(dict(self.modules[owner].named_parameters())[name])
+            named = dict(self.modules[owner].named_parameters())
+            if name not in named:
+                raise FileFormatError(f"'{self.path}': the optimizer refers to parameter "
+                                      f"'{name}' of module '{owner}', which it does not have")
+            params.append(named[name])
         groups, start = [], 0
         for group in state_dict["param_groups"]:
             n = len(group["params"])
@@ -320,6 +477,50 @@ class _Decoder:
         gen = np.random.Generator(getattr(np.random, name)())
         gen.bit_generator.state = state
         return gen
+
+
+def _restore_sharing(root, shared, tied, path):
+    """Make the rebuilt ``root`` share modules and Parameters as the saved one did.
+
+    ``shared``: module path -> the path where that module first appears; ``tied``: parameter
+    key -> the first key of the same Parameter (see ``_sharing``). Modules and Parameters
+    that the constructors shared but the saved model did not are copied apart.
+    """
+    if not (isinstance(shared, dict) and isinstance(tied, dict) and
+            all(isinstance(v, str) for v in (*shared, *shared.values(), *tied, *tied.values()))):
+        raise FileFormatError(f"'{path}': the sharing of a module is not recorded as "
+                              "{name: name}; corrupted")
+    by_path, seen = {"": root}, {id(root)}
+    stack = [(k, root, k) for k in reversed(root._modules) if root._modules[k] is not None]
+    while stack:
+        where, parent, name = stack.pop()
+        module = parent._modules[name]
+        if where in shared:
+            target = by_path.get(shared[where])
+            if target is None:
+                raise ValueError(f"'{path}': module '{where}' was saved as module "
+                                 f"'{shared[where]}', which the rebuilt "
+                                 f"{type(root).__name__} does not have")
+            parent._modules[name] = target
+            continue
+        if id(module) in seen:  # shared by a constructor, not in the saved model
+            module = parent._modules[name] = copy.deepcopy(module)
+        seen.add(id(module))
+        by_path[where] = module
+        stack.extend((f"{where}.{k}", module, k) for k in reversed(module._modules)
+                     if module._modules[k] is not None)
+    groups, chosen, claimed = {}, {}, {}
+    for key, (module, name, kind) in root._state_slots().items():
+        if kind != "p" or (id(module), name) in groups:
+            continue  # a buffer, or the same module reached again: its Parameter is shared
+        group = groups[(id(module), name)] = tied.get(key, key)
+        param = module._parameters[name]
+        if group not in chosen:
+            if id(param) in claimed:  # tied by a constructor, not in the saved model
+                param = Parameter(param.data.copy(), requires_grad=param.requires_grad)
+            chosen[group] = param
+            claimed[id(param)] = group
+        module._parameters[name] = chosen[group]
 
 
 def _load_state(module, saved, path):
@@ -374,8 +575,11 @@ def save(obj, path) -> None:
               "nnkit_version": _version(), "object": tree, "complex": encoder.complex,
               "tensors": {name: _fingerprint(a) for name, a in encoder.tensors.items()}}
     text = json.dumps(config, separators=(",", ":"), allow_nan=False)
-    write_file(path, encoder.tensors,
-               {"nnkit": text, "nnkit_crc32": str(zlib.crc32(text.encode("utf-8")))})
+    # the other names of tensors stored once, as safetensors.torch.save_model records them
+    metadata = {name: stored for name, stored in encoder.aliases.items()
+                if name not in encoder.tensors and name not in _CONFIG_KEYS}
+    metadata.update(nnkit=text, nnkit_crc32=str(zlib.crc32(text.encode("utf-8"))))
+    write_file(path, encoder.tensors, metadata)
 
 
 def load(path, *, classes=None):
@@ -420,17 +624,18 @@ def load(path, *, classes=None):
         pairs = tensors[name]
         tensors[name] = np.ascontiguousarray(pairs).view(
             np.result_type(pairs.dtype, np.complex64)).reshape(pairs.shape[:-1])
-    return _Decoder(path, tensors, _class_table(classes)).decode(config["object"])
+    decoder = _Decoder(path, tensors, _class_table(classes), config["format_version"])
+    return decoder.decode(config["object"])
 
 
 def _check_config(path, config, tensors):
     if not isinstance(config, dict) or config.get("format") != "nnkit":
         raise FileFormatError(f"'{path}': the 'nnkit' metadata is not an nnkit config")
     version = config.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if type(version) is not int or not 1 <= version <= FORMAT_VERSION:
         raise FileFormatError(f"'{path}' was written in nnkit format {version!r} (by nnkit "
                               f"{config.get('nnkit_version')}); this nnkit "
-                              f"({_version()}) reads formats up to {FORMAT_VERSION}")
+                              f"({_version()}) reads formats 1 to {FORMAT_VERSION}")
     described = config.get("tensors")
     if not isinstance(described, dict) or set(described) != set(tensors) or \
             not isinstance(config.get("complex"), list) or "object" not in config:

@@ -151,6 +151,239 @@ def test_complex_and_nested_values(tmp_path):
     np.testing.assert_array_equal(out[3][1]["x"], np.arange(3))
 
 
+# ----- shared modules and parameters, tensor names ------------------------------------------
+def _extra_metadata(path):
+    return {k: v for k, v in read_file(path)[1].items() if k not in ("nnkit", "nnkit_crc32")}
+
+
+def test_module_used_twice_comes_back_as_one(tmp_path):
+    layer = nn.Linear(2, 2)
+    model = nn.Sequential(layer, nn.ReLU(), layer)
+    path = tmp_path / "m.safetensors"
+    nk.save(model, path)
+    loaded = nk.load(path)
+    assert loaded[0] is loaded[2] and loaded[0] is not loaded[1]
+    assert len(list(loaded.parameters())) == len(list(model.parameters())) == 2
+    _same_state(model, loaded)
+    # stored once under the first state_dict name, the other names recorded (as safetensors)
+    assert list(read_file(path)[0]) == ["0.weight", "0.bias"]
+    assert _extra_metadata(path) == {"2.weight": "0.weight", "2.bias": "0.bias"}
+
+
+def _tied_lm():
+    """An embedding and an output projection sharing one Parameter (weight tying)."""
+    model = nn.Sequential(nn.Embedding(12, 8), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 12,
+                                                                                    bias=False))
+    model[3].weight = model[0].weight
+    return model
+
+
+def test_parameter_shared_by_two_modules_stays_shared(tmp_path):
+    model = _tied_lm()
+    assert len(list(model.parameters())) == 3
+    path = tmp_path / "m.safetensors"
+    nk.save(model, path)
+    loaded = nk.load(path)
+    assert loaded[3].weight is loaded[0].weight and loaded[3] is not loaded[0]
+    assert [n for n, _ in loaded.named_parameters()] == [n for n, _ in model.named_parameters()]
+    _same_state(model, loaded)
+    assert "3.weight" not in read_file(path)[0]
+    assert _extra_metadata(path) == {"3.weight": "0.weight"}
+    opt = nk.optim.SGD(loaded.parameters(), lr=0.5)
+    F.cross_entropy(loaded(np.array([1, 2, 3])), np.array([3, 2, 1])).backward()
+    opt.step()
+    assert loaded[3].weight is loaded[0].weight
+    np.testing.assert_array_equal(loaded.state_dict()["3.weight"], loaded[0].weight.data)
+
+
+class TiedNet(nn.Module):
+    """Ties in its constructor: out.weight is emb.weight, head is out."""
+
+    def __init__(self, n, d):
+        super().__init__()
+        self.emb = nn.Embedding(n, d)
+        self.out = nn.Linear(d, n, bias=False)
+        self.out.weight = self.emb.weight
+        self.head = self.out
+
+
+def test_sharing_undone_after_construction_stays_undone(tmp_path):
+    model = TiedNet(6, 3)
+    model.out.weight = nn.Parameter(model.emb.weight.data + 1)  # untied after construction
+    loaded = _round_trip(model, tmp_path, classes=[TiedNet])
+    assert loaded.out.weight is not loaded.emb.weight and loaded.head is loaded.out
+    _same_state(model, loaded)
+    model.head = nn.Linear(3, 6, bias=False)
+    loaded = _round_trip(model, tmp_path, classes=[TiedNet])
+    assert loaded.head is not loaded.out and loaded.out.weight is not loaded.emb.weight
+    assert len(list(loaded.parameters())) == 3
+    _same_state(model, loaded)
+    fresh = TiedNet(6, 3)  # and a model saved as constructed stays tied
+    loaded = _round_trip(fresh, tmp_path, classes=[TiedNet])
+    assert loaded.out.weight is loaded.emb.weight and loaded.head is loaded.out
+
+
+def test_module_shared_between_checkpoint_entries(tmp_path):
+    model = nk.models.BertForPreTraining(40, 16, 1, 2, 32, max_position=16)
+    layer = nn.TransformerEncoderLayer(8, 2, 16)
+    layer.linear1.weight.data[...] = 0.5  # its own state, not that of the encoder's copies
+    encoder = nn.TransformerEncoder(layer, 2)
+    out = _round_trip({"model": model, "embeddings": model.bert.embeddings, "again": model,
+                       "encoder": encoder, "layer": layer}, tmp_path)
+    assert out["again"] is out["model"]
+    assert out["embeddings"] is out["model"].bert.embeddings
+    _same_state(model, out["model"])
+    _same_state(encoder, out["encoder"])
+    _same_state(layer, out["layer"])
+
+
+def test_optimizer_of_tied_model_resumes_exactly(tmp_path):
+    """Tied module + tied Parameter + Adam: resume from a checkpoint as if never stopped."""
+    def build():
+        model = _tied_lm()
+        shared = nn.Linear(8, 8)
+        return nn.Sequential(model[0], shared, nn.Tanh(), shared, nn.Tanh(), model[3])
+
+    data = np.random.default_rng(3)
+    X = data.integers(0, 12, size=64)
+    y = data.integers(0, 12, size=64)
+    nk.manual_seed(0)
+    model = build()
+    assert model[5].weight is model[0].weight and model[1] is model[3]
+    opt = nk.optim.Adam(model.parameters(), lr=1e-2)
+    batches = np.random.default_rng(9)
+    _train(model, opt, X, y, 3, batches)
+    path = tmp_path / "ckpt.safetensors"
+    nk.save({"model": model, "optimizer": opt, "batches": batches}, path)
+    _train(model, opt, X, y, 4, batches)  # the run that never stopped
+
+    ckpt = nk.load(path)
+    loaded, lopt = ckpt["model"], ckpt["optimizer"]
+    assert loaded[5].weight is loaded[0].weight and loaded[1] is loaded[3]
+    assert lopt.param_groups[0]["params"] == list(loaded.parameters())
+    assert len(lopt.param_groups[0]["params"]) == len(list(model.parameters())) == 3
+    _train(loaded, lopt, X, y, 4, ckpt["batches"])
+    _same_state(model, loaded)
+    assert loaded[5].weight is loaded[0].weight and loaded[1] is loaded[3]
+
+
+NAMED = {
+    "residual": (lambda: nn.Residual(nn.Sequential(nn.Linear(4, 3), nn.Sigmoid()),
+                                     projection=nn.Linear(4, 3, bias=False)),
+                 lambda: (np.random.default_rng(1).normal(size=(2, 4)).astype(np.float32),)),
+    "transformer-encoder": (
+        lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 2,
+                                      norm=nn.LayerNorm(8)),
+        lambda: (np.random.default_rng(1).normal(size=(2, 5, 8)).astype(np.float32),)),
+    "nested-sequential": (
+        lambda: nn.Sequential(nn.Linear(8, 8),
+                              nn.Sequential(nn.Residual(nn.Linear(8, 8)), nn.GELU()),
+                              nn.TransformerEncoder(nn.TransformerEncoderLayer(
+                                  8, 2, 16, batch_first=True), 1)),
+        lambda: (np.random.default_rng(1).normal(size=(2, 5, 8)).astype(np.float32),)),
+}
+
+
+@pytest.mark.parametrize("name", list(NAMED))
+def test_tensor_names_are_the_state_dict_keys(name, tmp_path):
+    make, inputs = NAMED[name]
+    nk.manual_seed(0)
+    model = make()
+    path = tmp_path / "m.safetensors"
+    nk.save(model, path)
+    tensors = read_file(path)[0]
+    assert list(tensors) == list(model.state_dict())
+    assert _extra_metadata(path) == {}
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(tensors[k], v)
+    nk.manual_seed(1)
+    loaded = nk.load(path)
+    _same_state(model, loaded)
+    _outputs_equal(model, loaded, *inputs())
+    safetensors = pytest.importorskip("safetensors.numpy")
+    assert set(safetensors.load_file(str(path))) == set(model.state_dict())
+
+
+def test_checkpoint_tensor_names_and_name_clashes(tmp_path):
+    model = nn.Sequential(nn.Residual(nn.Linear(3, 3)), nn.ReLU())
+    out = _round_trip({"model": model, "a.b": np.arange(2), "a": {"b": np.arange(3)}}, tmp_path)
+    assert list(read_file(tmp_path / "obj.safetensors")[0]) == [
+        "model/0.fn.weight", "model/0.fn.bias", "a.b", "a.b#2"]
+    np.testing.assert_array_equal(out["a.b"], np.arange(2))
+    np.testing.assert_array_equal(out["a"]["b"], np.arange(3))
+    _same_state(model, out["model"])
+
+
+def _format_1_checkpoint(path):
+    """{'model', 'optimizer', 'step'} written as nnkit format 1 wrote it (the layout of the
+    nnkit before format 2, built here by hand): the Linear given to Residual has its own
+    tensors 'model.0.args.0/weight', which the model's state refers to."""
+    nk.manual_seed(0)
+    model = nn.Sequential(nn.Residual(nn.Linear(3, 3)), nn.ReLU(), nn.Linear(3, 2))
+    opt = nk.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(np.ones((2, 3), np.float32)).sum().backward()
+    opt.step()
+    names = {"0.fn.weight": "model.0.args.0/weight", "0.fn.bias": "model.0.args.0/bias",
+             "2.weight": "model/2.weight", "2.bias": "model/2.bias"}
+    tensors = {names[k]: np.array(v) for k, v in model.state_dict().items()}
+    for i, p in enumerate(model.parameters()):
+        tensors[f"optimizer.state.{i}.momentum_buffer"] = np.array(
+            opt.state[p]["momentum_buffer"])
+
+    def linear(n_in, n_out, state=None):
+        node = {"class": "nnkit.nn.layers:Linear", "training": True, "args": [n_in, n_out],
+                "kwargs": {}}
+        return {**node, "state": state} if state else node
+
+    ref = {k: {"__tensor__": v} for k, v in names.items()}
+    hyper = [["lr", 0.1], ["momentum", 0.9], ["dampening", 0], ["weight_decay", 0],
+             ["nesterov", False], ["maximize", False]]
+    residual = {"class": "nnkit.nn.layers:Residual", "training": True, "kwargs": {},
+                "args": [{"__module__": linear(3, 3, {"weight": ref["0.fn.weight"],
+                                                      "bias": ref["0.fn.bias"]})}]}
+    sequential = {"class": "nnkit.nn.module:Sequential", "training": True, "state": ref,
+                  "children": [["0", residual], ["1", {"class": "nnkit.nn.layers:ReLU",
+                                                       "training": True, "args": [],
+                                                       "kwargs": {}}],
+                               ["2", linear(3, 2)]]}
+    momentum = {"__dict__": [[i, {"__dict__": [["momentum_buffer", {
+        "__tensor__": f"optimizer.state.{i}.momentum_buffer"}]]}] for i in range(4)]}
+    optimizer = {"class": "nnkit.optim:SGD", "defaults": {"__dict__": hyper},
+                 "state_dict": {"__dict__": [["state", momentum], ["param_groups", [
+                     {"__dict__": [*hyper, ["params", [0, 1, 2, 3]]]}]]]},
+                 "params": [["model", k] for k in names]}
+    config = {"format": "nnkit", "format_version": 1, "nnkit_version": nk.__version__,
+              "object": {"__dict__": [["model", {"__module__": sequential}],
+                                      ["optimizer", {"__optimizer__": optimizer}],
+                                      ["step", 1]]},
+              "complex": [],
+              "tensors": {n: [a.dtype.str, list(a.shape), zlib.crc32(a.reshape(-1).view(np.uint8))]
+                          for n, a in tensors.items()}}
+    text = json.dumps(config)
+    write_file(path, tensors, {"nnkit": text, "nnkit_crc32": str(zlib.crc32(text.encode()))})
+    return model, opt
+
+
+def test_format_1_files_still_load(tmp_path):
+    path = tmp_path / "v1.safetensors"
+    model, opt = _format_1_checkpoint(path)
+    assert "model.0.args.0/weight" in read_file(path)[0]
+    ckpt = nk.load(path)
+    assert ckpt["step"] == 1 and isinstance(ckpt["model"][0], nn.Residual)
+    _same_state(model, ckpt["model"])
+    assert ckpt["optimizer"].param_groups[0]["params"] == list(ckpt["model"].parameters())
+    x = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    for m, o in ((model, opt), (ckpt["model"], ckpt["optimizer"])):
+        for _ in range(3):
+            o.zero_grad()
+            (m(x) ** 2).sum().backward()
+            o.step()
+    _same_state(model, ckpt["model"])
+    nk.save(ckpt, path)  # written again: format 2, state_dict names
+    assert list(read_file(path)[0])[:2] == ["model/0.fn.weight", "model/0.fn.bias"]
+    _same_state(model, nk.load(path)["model"])
+
+
 # ----- estimators ---------------------------------------------------------------------------
 def test_estimators_round_trip(tmp_path):
     rng = np.random.default_rng(0)
@@ -318,6 +551,9 @@ def test_newer_format_and_foreign_metadata_are_refused(tmp_path):
     nk.save(nn.Linear(3, 4), path)
     _rewrite_config(path, lambda config, t: config.update(format_version=99))
     with pytest.raises(FileFormatError, match="format 99"):
+        nk.load(path)
+    _rewrite_config(path, lambda config, t: config.update(format_version=0))
+    with pytest.raises(FileFormatError, match="format 0 .* reads formats 1 to 2"):
         nk.load(path)
     write_file(path, {"a": np.zeros(2)},
                {"nnkit": "{not json", "nnkit_crc32": str(zlib.crc32(b"{not json"))})
