@@ -24,6 +24,8 @@ __all__ = [
     "check_same_shape",
     "check_scalar",
     "check_choice",
+    "check_real",
+    "check_input_dtype",
     "dtype_names",
 ]
 
@@ -167,3 +169,32 @@ def check_choice(value, *, name: str, choices) -> str:
         options = ", ".join(repr(c) for c in choices)
         raise ValueError(f"{name} must be one of {options}; got {value!r}")
     return value
+
+
+def check_real(x, *, name: str, op: str):
+    """Raise ``TypeError`` when ``x`` (an array or Tensor) is complex; return it unchanged.
+
+    For ops whose math needs real numbers (an ordering, a probability, a real loss); the
+    message names the op and the argument, e.g. "relu: x must be real (float32/float64),
+    got complex128".
+    """
+    if np.dtype(x.dtype).kind == "c":
+        raise TypeError(f"{op}: {name} must be real (float32/float64), got {x.dtype}")
+    return x
+
+
+def check_input_dtype(x, expected, *, name: str, owner: str):
+    """Raise ``TypeError`` unless the input ``x`` has the dtype of ``owner``'s parameters.
+
+    The message names the user's argument and both ways out: cast the input, or (for a
+    floating-point input) the module with ``.double()`` / ``.float()``.
+    """
+    expected = np.dtype(expected)
+    if np.dtype(x.dtype) == expected:
+        return x
+    fix = f"cast {name} with {name}.astype(np.{expected.name})"
+    module_cast = {"float32": ".float()", "float64": ".double()"}.get(np.dtype(x.dtype).name)
+    if module_cast is not None:
+        fix += f", or the {owner} module with {module_cast} (or .to(np.{x.dtype}))"
+    raise TypeError(f"{name} has dtype {x.dtype} but {owner}'s parameters are {expected}; "
+                    f"{fix}")

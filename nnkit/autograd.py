@@ -29,6 +29,7 @@ import numpy as np
 from scipy import special
 
 from ._backend import array_module, matmul, unbroadcast
+from ._validation import check_real
 
 __all__ = [
     "Tensor",
@@ -299,16 +300,16 @@ class Tensor:
 
     # comparisons give plain boolean arrays: they have no gradient
     def __lt__(self, other):
-        return self.data < _data(other)
+        return _ordered(self, "<") < _ordered(other, "<")
 
     def __le__(self, other):
-        return self.data <= _data(other)
+        return _ordered(self, "<=") <= _ordered(other, "<=")
 
     def __gt__(self, other):
-        return self.data > _data(other)
+        return _ordered(self, ">") > _ordered(other, ">")
 
     def __ge__(self, other):
-        return self.data >= _data(other)
+        return _ordered(self, ">=") >= _ordered(other, ">=")
 
     # ----- elementwise ------------------------------------------------------------------
     def exp(self):
@@ -333,17 +334,18 @@ class Tensor:
         return make_result(y, (self,), lambda g: (g * _conj(1 - y * y),), "tanh")
 
     def sigmoid(self):
+        check_real(self, name="input", op="sigmoid")
         y = special.expit(self.data) if isinstance(self.data, np.ndarray) else _gpu_expit(self.data)
         return make_result(y, (self,), lambda g: (g * y * (1 - y),), "sigmoid")
 
     def relu(self):
-        x = self.data
+        x = check_real(self, name="input", op="relu").data
         mask = x > 0
         return make_result(x * mask, (self,), lambda g: (g * mask,), "relu")
 
     def clip(self, min=None, max=None):
         """Clamp to [min, max]; the gradient flows where the value was not clamped."""
-        x = self.data
+        x = check_real(self, name="input", op="clip").data
         xp = array_module(x)
         y = xp.clip(x, min, max)
         inside = y == x
@@ -381,7 +383,7 @@ class Tensor:
         return self._extreme(axis, keepdims, "min")
 
     def _extreme(self, axis, keepdims, kind):
-        x = self.data
+        x = check_real(self, name="input", op=kind).data
         if x.size == 0:
             raise ValueError(f"{kind}() of an empty tensor of shape {self.shape} is undefined")
         yk = x.max(axis=axis, keepdims=True) if kind == "max" else x.min(axis=axis, keepdims=True)
@@ -579,6 +581,16 @@ def as_tensor(value, like: Tensor | None = None) -> Tensor:
 
 def _data(value):
     return value.data if isinstance(value, Tensor) else value
+
+
+def _ordered(value, op):
+    """The data of a comparison's operand; complex numbers have no order (TypeError)."""
+    data = _data(value)
+    if isinstance(data, complex) or getattr(data, "dtype", np.dtype(float)).kind == "c":
+        kind = getattr(data, "dtype", "complex")
+        raise TypeError(f"comparison ({op}): operands must be real, got {kind}; complex "
+                        "numbers have no order")
+    return data
 
 
 def _on_device_of(value, like):
@@ -799,6 +811,8 @@ def maximum(x, y) -> Tensor:
     """Elementwise maximum; at ties the gradient goes to ``x``."""
     like = x if isinstance(x, Tensor) else y if isinstance(y, Tensor) else None
     xt, yt = _on_device_of(x, like), _on_device_of(y, like)
+    check_real(xt, name="x", op="maximum")
+    check_real(yt, name="y", op="maximum")
     return where(xt.data >= yt.data, xt, yt)
 
 

@@ -17,8 +17,8 @@ from scipy import special
 from . import kernels
 from ._backend import array_module, is_gpu_array, matmul
 from ._random import device_uniform, get_rng
-from ._validation import check_array, check_choice, check_scalar
-from .autograd import Tensor, as_tensor, make_result, unbroadcast
+from ._validation import check_array, check_choice, check_real, check_scalar
+from .autograd import Tensor, _conj, as_tensor, make_result, unbroadcast
 
 __all__ = [
     "linear",
@@ -54,6 +54,20 @@ def _float_tensor(x, name: str) -> Tensor:
     return t
 
 
+def _real_tensor(x, name: str, op: str) -> Tensor:
+    """``x`` as a real floating-point Tensor, for ``op``s undefined on complex numbers."""
+    return check_real(_float_tensor(x, name), name=name, op=op)
+
+
+def _same_kind(t: Tensor, name: str, weight: Tensor) -> None:
+    """linear's operands are all real or all complex (torch refuses to mix them)."""
+    if (t.dtype.kind == "c") != (weight.dtype.kind == "c"):
+        raise TypeError(
+            f"linear: {name} has dtype {t.dtype} but weight has dtype {weight.dtype}; they "
+            f"must be both real or both complex (cast {name} or weight with .astype)"
+        )
+
+
 def _reduce(loss: Tensor, reduction: str) -> Tensor:
     if reduction == "mean":
         return loss.mean()
@@ -71,11 +85,15 @@ def linear(x, weight, bias=None) -> Tensor:
     weight : Tensor (out_features, in_features)
     bias : Tensor (out_features,) or None
 
+    All real or all complex, as torch (a mix is a TypeError). Complex gradients follow
+    the conjugate convention: dx = g conj(W), dW = g^T conj(x), as ``x @ weight.T``.
+
     Returns
     -------
     Tensor (..., out_features)
     """
     x, weight = _float_tensor(x, "x"), _float_tensor(weight, "weight")
+    _same_kind(x, "x", weight)
     if weight.ndim != 2:
         raise ValueError(f"weight must be 2-D (out_features, in_features), got {weight.shape}")
     if x.ndim == 0 or x.shape[-1] != weight.shape[1]:
@@ -83,21 +101,23 @@ def linear(x, weight, bias=None) -> Tensor:
             f"x has shape {x.shape} but weight has shape {weight.shape}: the last axis of x "
             f"must have in_features={weight.shape[1]} entries"
         )
-    xd, wd = x.data, weight.data
-    x2 = xd.reshape(-1, xd.shape[-1])  # (M, in): one BLAS call for any leading shape
-    y = matmul(x2, wd.T).reshape(xd.shape[:-1] + (wd.shape[0],))
     parents = (x, weight)
     if bias is not None:
         bias = _float_tensor(bias, "bias")
+        _same_kind(bias, "bias", weight)
         if bias.shape != (weight.shape[0],):
             raise ValueError(f"bias must have shape ({weight.shape[0]},), got {bias.shape}")
-        y += bias.data
         parents = (x, weight, bias)
+    xd, wd = x.data, weight.data
+    x2 = xd.reshape(-1, xd.shape[-1])  # (M, in): one BLAS call for any leading shape
+    y = matmul(x2, wd.T).reshape(xd.shape[:-1] + (wd.shape[0],))
+    if bias is not None:
+        y += bias.data
 
     def backward(g):
         g2 = g.reshape(-1, g.shape[-1])  # (M, out)
-        gx = matmul(g2, wd).reshape(xd.shape) if x.requires_grad else None  # none for data
-        gw = matmul(g2.T, x2)  # (out, in)
+        gx = matmul(g2, _conj(wd)).reshape(xd.shape) if x.requires_grad else None  # none for data
+        gw = matmul(g2.T, _conj(x2))  # (out, in)
         if len(parents) == 3:
             return gx, gw, g2.sum(axis=0)
         return gx, gw
@@ -107,7 +127,7 @@ def linear(x, weight, bias=None) -> Tensor:
 
 def sigmoid(x) -> Tensor:
     """1 / (1 + exp(-x)), computed without overflow."""
-    return _float_tensor(x, "x").sigmoid()
+    return _real_tensor(x, "x", "sigmoid").sigmoid()
 
 
 def tanh(x) -> Tensor:
@@ -116,7 +136,7 @@ def tanh(x) -> Tensor:
 
 def relu(x) -> Tensor:
     """max(x, 0); the gradient at 0 is 0, as torch."""
-    return _float_tensor(x, "x").relu()
+    return _real_tensor(x, "x", "relu").relu()
 
 
 def gelu(x, approximate: str = "none") -> Tensor:
@@ -125,7 +145,7 @@ def gelu(x, approximate: str = "none") -> Tensor:
     approximate='tanh': 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as torch.
     """
     check_choice(approximate, name="approximate", choices=("none", "tanh"))
-    x = _float_tensor(x, "x")
+    x = _real_tensor(x, "x", "gelu")
     xd_in = x.data
     xp = array_module(xd_in)
     if approximate == "none" and xp is np:  # the fused kernels (one pass each way)
@@ -167,7 +187,7 @@ def _erf(x):
 
 def softmax(x, axis: int = -1) -> Tensor:
     """exp(x - max) / sum exp(x - max) along ``axis`` (fused kernel, forward and backward)."""
-    x = _float_tensor(x, "x")
+    x = _real_tensor(x, "x", "softmax")
     y = kernels.softmax_forward(x.data, axis=axis)
     return make_result(y, (x,), lambda g: (kernels.softmax_backward(g, y, axis=axis),),
                        "softmax")
@@ -175,7 +195,7 @@ def softmax(x, axis: int = -1) -> Tensor:
 
 def log_softmax(x, axis: int = -1) -> Tensor:
     """x - logsumexp(x) along ``axis`` (fused kernel, forward and backward)."""
-    x = _float_tensor(x, "x")
+    x = _real_tensor(x, "x", "log_softmax")
     y = kernels.log_softmax_forward(x.data, axis=axis)
     return make_result(y, (x,), lambda g: (kernels.log_softmax_backward(g, y, axis=axis),),
                        "log_softmax")
@@ -210,7 +230,7 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     check_choice(reduction, name="reduction", choices=_REDUCTIONS)
     check_scalar(ignore_index, name="ignore_index", kind=numbers.Integral, low=-(2**63),
                  high=2**63 - 1)
-    logits = _float_tensor(logits, "logits")
+    logits = _real_tensor(logits, "logits", "cross_entropy")
     if logits.ndim != 2:
         raise ValueError(f"logits must be 2-D (N, C), got shape {logits.shape}")
     target = _check_target(target, logits.shape[0])
@@ -268,8 +288,8 @@ def _cross_entropy_mean_gpu(logits: Tensor, target, ignore_index: int) -> Tensor
 def mse_loss(pred, target, reduction: str = "mean") -> Tensor:
     """Mean (or sum, or elementwise) squared error; shapes must match or broadcast."""
     check_choice(reduction, name="reduction", choices=_REDUCTIONS)
-    pred = _float_tensor(pred, "pred")
-    target = as_tensor(target, like=pred)
+    pred = _real_tensor(pred, "pred", "mse_loss")
+    target = check_real(as_tensor(target, like=pred), name="target", op="mse_loss")
     try:
         np.broadcast_shapes(pred.shape, target.shape)
     except ValueError:
@@ -290,7 +310,11 @@ def binary_cross_entropy_with_logits(logits, target, weight=None, pos_weight=Non
     ``sigmoid(x) (p y + 1 - y) - p y`` times the weight.
     """
     check_choice(reduction, name="reduction", choices=_REDUCTIONS)
-    x = _float_tensor(logits, "logits")
+    op = "binary_cross_entropy_with_logits"
+    x = _real_tensor(logits, "logits", op)
+    for name, value in (("target", target), ("weight", weight), ("pos_weight", pos_weight)):
+        if value is not None:
+            check_real(as_tensor(value), name=name, op=op)
     xd = x.data
     xp = array_module(xd)
     y = xp.asarray(target.data if isinstance(target, Tensor) else target, dtype=x.dtype)
@@ -320,9 +344,9 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -
     x : Tensor (..., *normalized_shape)
     weight, bias : Tensor of shape ``normalized_shape`` or None
     """
-    x = _float_tensor(x, "x")
-    w = _float_tensor(weight, "weight") if weight is not None else None
-    b = _float_tensor(bias, "bias") if bias is not None else None
+    x = _real_tensor(x, "x", "layer_norm")
+    w = _real_tensor(weight, "weight", "layer_norm") if weight is not None else None
+    b = _real_tensor(bias, "bias", "layer_norm") if bias is not None else None
     y, mean, rstd = kernels.layer_norm_forward(
         x.data, normalized_shape, None if w is None else w.data, None if b is None else b.data,
         eps,
@@ -349,7 +373,7 @@ def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
     ``nk.manual_seed``, and the same mask on either device.
     """
     check_scalar(p, name="p", low=0.0, high=1.0)
-    x = _float_tensor(x, "x")
+    x = _real_tensor(x, "x", "dropout")
     if not training or p == 0.0:
         return x
     xp = array_module(x.data)

@@ -30,7 +30,7 @@ import numbers
 import numpy as np
 
 from .._backend import array_module
-from .._validation import check_choice, check_scalar
+from .._validation import check_choice, check_input_dtype, check_scalar
 from ..autograd import Tensor, as_tensor, concat, no_grad, stack
 from ..nn import init
 from ..nn.layers import Dropout, LayerNorm, Linear, _dtype
@@ -185,6 +185,7 @@ class ViT(Module):
         C, (H, W) = self.in_channels, self.image_size
         if x.dtype.kind != "f":
             raise TypeError(f"images must be floating-point, got dtype {x.dtype}")
+        check_input_dtype(x, self.patch_embed.weight.dtype, name="images", owner="ViT")
         if x.ndim == 2:
             if x.shape[1] != C * H * W:
                 raise ValueError(

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import functional as F
 from .._backend import array_module
-from .._validation import check_choice, check_scalar
+from .._validation import check_choice, check_input_dtype, check_scalar
 from ..autograd import Tensor, as_tensor
 from . import init
 from .module import Module, Parameter
@@ -157,6 +157,9 @@ class LayerNorm(Module):
             self.register_parameter("bias", None)
 
     def forward(self, x):
+        x = as_tensor(x)
+        if self.weight is not None and x.dtype.kind == "f":
+            check_input_dtype(x, self.weight.dtype, name="x", owner="LayerNorm")
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:

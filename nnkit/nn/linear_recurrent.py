@@ -22,7 +22,7 @@ import numpy as np
 
 from .._backend import array_module
 from .._random import get_rng
-from .._validation import check_scalar
+from .._validation import check_real, check_scalar
 from ..autograd import Tensor, as_tensor, make_result, where
 from ..functional_scan import linear_scan, log_linear_scan
 from .layers import Linear, _check_size, _dtype
@@ -60,12 +60,24 @@ def _real(z: Tensor) -> Tensor:
 
 
 def _batch_first(x, batch_first, input_size, name):
-    x = as_tensor(x)
+    """x checked (real, 3-D, F = input_size, T >= 1, as ``nn.LSTM``) as (B, T, F)."""
+    x = check_real(as_tensor(x), name="x", op=name)
+    layout = "(B, T, F)" if batch_first else "(T, B, F)"
     if x.ndim != 3 or x.shape[-1] != input_size:
-        layout = "(B, T, F)" if batch_first else "(T, B, F)"
         raise ValueError(f"x has shape {x.shape} but {name} was built with "
                          f"input_size={input_size}; expected {layout} with F = {input_size}")
+    if x.shape[1 if batch_first else 0] == 0:
+        raise ValueError(f"x has shape {x.shape}: an empty sequence (T = 0); expected shape "
+                         f"{layout} with T >= 1")
     return x if batch_first else x.transpose(1, 0, 2)  # (B, T, F)
+
+
+def _step_input(x_t, input_size, name):
+    """x_t checked (real, (B, input_size)) for ``step``."""
+    x_t = check_real(as_tensor(x_t), name="x_t", op=name)
+    if x_t.ndim != 2 or x_t.shape[-1] != input_size:
+        raise ValueError(f"x_t must have shape (B, {input_size}), got {x_t.shape}")
+    return x_t
 
 
 def _state(h, B, H, dtype, name="h0"):
@@ -125,9 +137,7 @@ class _MinRNN(Module):
 
     def step(self, x_t, h):
         """One step of the recurrence: x_t (B, F), h (B, H) -> (y_t, h_new), y_t = h_new."""
-        x_t = as_tensor(x_t)
-        if x_t.ndim != 2 or x_t.shape[-1] != self.input_size:
-            raise ValueError(f"x_t must have shape (B, {self.input_size}), got {x_t.shape}")
+        x_t = _step_input(x_t, self.input_size, f"{type(self).__name__}.step")
         h = _state(h, x_t.shape[0], self.hidden_size, x_t.dtype, "h")
         maps = self._maps(x_t)
         if self.log_space:
@@ -295,9 +305,7 @@ class LRU(Module):
 
     def step(self, x_t, h):
         """x_t (B, F), h (B, P) complex or None (zeros) -> (y_t (B, F), h_new (B, P))."""
-        x_t = as_tensor(x_t)
-        if x_t.ndim != 2 or x_t.shape[-1] != self.input_size:
-            raise ValueError(f"x_t must have shape (B, {self.input_size}), got {x_t.shape}")
+        x_t = _step_input(x_t, self.input_size, "LRU.step")
         b = self._input(x_t)
         h = _state(h, x_t.shape[0], self.state_size, b.dtype, "h")
         h_new = b if h is None else self._lambda() * h + b

@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import functional as F
 from .._backend import array_module
-from .._validation import check_choice, check_scalar
+from .._validation import check_choice, check_input_dtype, check_scalar
 from ..autograd import Tensor, as_tensor, concat, make_result, records, stack
 from ..kernels import recurrent as K
 from . import init
@@ -159,10 +159,7 @@ class _RNNBase(Module):
     def _check_x(self, x):
         x = as_tensor(x)
         name = type(self).__name__
-        dtype = self.weight_ih_l0.dtype
-        if x.dtype != dtype:
-            raise TypeError(f"x has dtype {x.dtype} but {name}'s parameters are {dtype}; cast "
-                            f"x with x.astype(np.{dtype}) or the model with .double()/.float()")
+        check_input_dtype(x, self.weight_ih_l0.dtype, name="x", owner=name)
         layout = "(B, T, input_size)" if self.batch_first else "(T, B, input_size)"
         if x.ndim not in (2, 3):
             raise ValueError(f"x has shape {x.shape} but {name} expects a 3-D input of shape "

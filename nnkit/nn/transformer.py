@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import functional as F
 from .._backend import array_module
-from .._validation import check_scalar
+from .._validation import check_input_dtype, check_scalar
 from ..autograd import Tensor, as_tensor
 from . import init
 from .attention import MultiheadAttention
@@ -77,13 +77,21 @@ def _check_sizes(d_model, nhead, dim_feedforward) -> None:
                          "attention head gets d_model // nhead features")
 
 
-def _check_model_input(x, name: str, d_model: int) -> Tensor:
-    x = as_tensor(x)
-    if x.ndim not in (2, 3) or x.shape[-1] != d_model:
-        raise ValueError(f"{name} has shape {x.shape} but the layer was built with "
-                         f"d_model={d_model}; expected (T, N, {d_model}), (N, T, {d_model}) "
-                         f"with batch_first, or (T, {d_model}) unbatched")
-    return x
+def _check_model_inputs(layer: Module, **inputs) -> list[Tensor]:
+    """The layer's inputs (name=value) as Tensors of shape (T, N, E), (N, T, E) or (T, E),
+    E = ``layer.d_model`` (every shape first), then of the dtype of its parameters."""
+    d_model = layer.d_model
+    tensors = [as_tensor(x) for x in inputs.values()]
+    for name, x in zip(inputs, tensors, strict=True):
+        if x.ndim not in (2, 3) or x.shape[-1] != d_model:
+            raise ValueError(f"{name} has shape {x.shape} but the layer was built with "
+                             f"d_model={d_model}; expected (T, N, {d_model}), (N, T, "
+                             f"{d_model}) with batch_first, or (T, {d_model}) unbatched")
+    for name, x in zip(inputs, tensors, strict=True):
+        if x.dtype.kind == "f":  # other dtypes: the ops' own messages
+            check_input_dtype(x, layer.linear1.weight.dtype, name=name,
+                              owner=type(layer).__name__)
+    return tensors
 
 
 def _seq_len(x: Tensor, batch_first: bool) -> int:
@@ -168,7 +176,7 @@ class TransformerEncoderLayer(Module):
         ``src_mask`` (T, T) or (N * nhead, T, T), ``src_key_padding_mask`` (N, T): see
         ``MultiheadAttention``; ``is_causal`` is a hint that ``src_mask`` is causal.
         """
-        x = _check_model_input(src, "src", self.d_model)
+        (x,) = _check_model_inputs(self, src=src)
         if self.norm_first:
             x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
             return x + self._ff_block(self.norm2(x))
@@ -234,8 +242,7 @@ class TransformerDecoderLayer(Module):
         ``tgt_mask`` (T, T), ``memory_mask`` (T, S) (or per head, (N * nhead, ., .)),
         ``tgt_key_padding_mask`` (N, T), ``memory_key_padding_mask`` (N, S).
         """
-        x = _check_model_input(tgt, "tgt", self.d_model)
-        memory = _check_model_input(memory, "memory", self.d_model)
+        x, memory = _check_model_inputs(self, tgt=tgt, memory=memory)
         if self.norm_first:
             x = x + self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask,
                                    tgt_is_causal)

@@ -1,0 +1,230 @@
+"""Complex inputs and the messages of wrong inputs.
+
+``F.linear`` with complex operands follows the conjugate convention (gradcheck, torch);
+ops whose math needs real numbers (orderings, probabilities, real losses) refuse complex
+input with a TypeError naming the op, the argument and its dtype; the linear recurrent
+layers refuse complex and empty sequences; a float64 input to a float32 module names the
+user's argument and the two ways out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nnkit as nk
+import nnkit.functional as F
+from nnkit.models.vit import ViT
+from nnkit.nn.linear_recurrent import LRU, MinGRU, MinLSTM
+from tests.helpers import import_torch
+
+
+def _complex(rng, shape):
+    return rng.normal(size=shape) + 1j * rng.normal(size=shape)
+
+
+# ----- F.linear with complex operands ----------------------------------------------------------
+def test_linear_complex_gradient_matches_matmul_example():
+    x0, w0 = np.array([[1 + 2j, 0.5 - 1j]]), np.array([[0.3 + 0.1j, -1 + 0.5j]])
+    x, w = nk.tensor(x0, requires_grad=True), nk.tensor(w0, requires_grad=True)
+    F.linear(x, w).backward(np.ones((1, 1), complex))
+    x2, w2 = nk.tensor(x0, requires_grad=True), nk.tensor(w0, requires_grad=True)
+    (x2 @ w2.T).backward(np.ones((1, 1), complex))
+    np.testing.assert_allclose(x.grad, [[0.3 - 0.1j, -1 - 0.5j]])
+    np.testing.assert_allclose(x.grad, x2.grad)
+    np.testing.assert_allclose(w.grad, w2.grad)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("lead", [(4,), (2, 3)])
+def test_linear_complex_gradcheck(rng, with_bias, lead):
+    x, w, b = _complex(rng, (*lead, 3)), _complex(rng, (2, 3)), _complex(rng, (2,))
+    if with_bias:
+        assert nk.gradcheck(lambda x, w, b: F.linear(x, w, b), (x, w, b))
+    else:
+        assert nk.gradcheck(lambda x, w: F.linear(x, w), (x, w))
+
+
+def test_linear_real_gradcheck_still_passes(rng):
+    args = (rng.normal(size=(4, 3)), rng.normal(size=(2, 3)), rng.normal(size=2))
+    assert nk.gradcheck(lambda x, w, b: F.linear(x, w, b), args)
+
+
+def test_linear_complex_matches_torch(rng):
+    torch = import_torch()
+    x0, w0, b0 = _complex(rng, (4, 3)), _complex(rng, (2, 3)), _complex(rng, (2,))
+    g0 = _complex(rng, (4, 2))
+    tensors = [nk.tensor(a, requires_grad=True) for a in (x0, w0, b0)]
+    F.linear(*tensors).backward(g0)
+    refs = [torch.tensor(a, requires_grad=True) for a in (x0, w0, b0)]
+    torch.nn.functional.linear(*refs).backward(torch.tensor(g0))
+    for ours, ref in zip(tensors, refs, strict=True):
+        np.testing.assert_allclose(ours.grad, ref.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["complex_x", "complex_weight", "complex_bias", "real_bias"])
+def test_linear_refuses_mixed_real_and_complex(rng, case):
+    x, w = rng.normal(size=(2, 3)), rng.normal(size=(4, 3))
+    b = rng.normal(size=4)
+    name = {"complex_x": "x", "complex_weight": "x", "complex_bias": "bias",
+            "real_bias": "bias"}[case]
+    if case == "complex_x":
+        x = x + 0j
+    elif case == "complex_weight":
+        w = w + 0j
+    elif case == "complex_bias":
+        b = b + 1j
+    else:
+        x, w = x + 0j, w + 0j
+    with pytest.raises(TypeError, match=rf"linear: {name} has dtype .* weight has dtype"):
+        F.linear(x, w, b)
+
+
+def test_linear_module_refuses_complex_input():
+    with pytest.raises(TypeError, match="linear: x has dtype complex128 but weight has dtype "
+                                        "float32"):
+        nk.nn.Linear(3, 2)(np.ones((1, 3), complex))
+
+
+# ----- ops undefined for complex numbers -------------------------------------------------------
+Z = np.array([[1 + 2j, -1 + 0.5j]])
+R = np.array([[1.0, 2.0]])
+
+REFUSING = {
+    "relu": (lambda: F.relu(Z), "relu: x"),
+    "sigmoid": (lambda: F.sigmoid(Z), "sigmoid: x"),
+    "gelu": (lambda: F.gelu(Z), "gelu: x"),
+    "gelu_tanh": (lambda: F.gelu(Z, approximate="tanh"), "gelu: x"),
+    "softmax": (lambda: F.softmax(Z), "softmax: x"),
+    "log_softmax": (lambda: F.log_softmax(Z), "log_softmax: x"),
+    "dropout": (lambda: F.dropout(Z, 0.5), "dropout: x"),
+    "layer_norm": (lambda: F.layer_norm(Z, 2), "layer_norm: x"),
+    "layer_norm_weight": (lambda: F.layer_norm(R, 2, Z[0]), "layer_norm: weight"),
+    "mse_pred": (lambda: F.mse_loss(np.array([1j, 1j]), np.zeros(2)), "mse_loss: pred"),
+    "mse_target": (lambda: F.mse_loss(R, Z), "mse_loss: target"),
+    "cross_entropy": (lambda: F.cross_entropy(Z, np.array([0])), "cross_entropy: logits"),
+    "cross_entropy_none": (lambda: F.cross_entropy(Z, np.array([0]), reduction="none"),
+                           "cross_entropy: logits"),
+    "bce": (lambda: F.binary_cross_entropy_with_logits(Z, R),
+            "binary_cross_entropy_with_logits: logits"),
+    "bce_target": (lambda: F.binary_cross_entropy_with_logits(R, Z),
+                   "binary_cross_entropy_with_logits: target"),
+    "bce_pos_weight": (lambda: F.binary_cross_entropy_with_logits(R, R, pos_weight=Z),
+                       "binary_cross_entropy_with_logits: pos_weight"),
+    "tensor_relu": (lambda: nk.tensor(Z).relu(), "relu: input"),
+    "tensor_sigmoid": (lambda: nk.tensor(Z).sigmoid(), "sigmoid: input"),
+    "tensor_max": (lambda: nk.tensor(np.array([1, 9j])).max(), "max: input"),
+    "tensor_min_axis": (lambda: nk.tensor(Z).min(axis=1), "min: input"),
+    "tensor_clip": (lambda: nk.tensor(Z).clip(0, 1), "clip: input"),
+    "maximum": (lambda: nk.maximum(nk.tensor(Z), 0.0), "maximum: x"),
+    "maximum_y": (lambda: nk.maximum(nk.tensor(R), nk.tensor(Z)), "maximum: y"),
+    "module_relu": (lambda: nk.nn.ReLU()(Z), "relu: x"),
+    "mse_module": (lambda: nk.nn.MSELoss()(Z, R), "mse_loss: pred"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSING))
+def test_ops_undefined_for_complex_raise_a_clear_type_error(case):
+    fn, prefix = REFUSING[case]
+    with pytest.raises(TypeError, match=rf"^{prefix} must be real \(float32/float64\), got "
+                                        r"complex128"):
+        fn()
+
+
+@pytest.mark.parametrize("op", ["<", "<=", ">", ">="])
+@pytest.mark.parametrize("side", ["self", "other"])
+def test_comparisons_refuse_complex(op, side):
+    a, b = (nk.tensor(Z), 0.0) if side == "self" else (nk.tensor(R), Z)
+    with pytest.raises(TypeError, match=rf"comparison \({op}\): operands must be real"):
+        {"<": a.__lt__, "<=": a.__le__, ">": a.__gt__, ">=": a.__ge__}[op](b)
+    if side == "other":
+        with pytest.raises(TypeError, match="complex numbers have no order"):
+            nk.tensor(R) < 1j  # noqa: B015
+
+
+def test_real_inputs_of_those_ops_still_work():
+    assert F.mse_loss(np.array([1.0, 2.0]), np.zeros(2)).item() == pytest.approx(2.5)
+    assert nk.tensor(np.array([1.0, 9.0])).max().item() == 9.0
+    assert (nk.tensor(R) < 1.5).tolist() == [[True, False]]
+    np.testing.assert_allclose(F.relu(np.array([-1.0, 2.0])).numpy(), [0.0, 2.0])
+
+
+def test_complex_ops_with_a_meaning_still_work(rng):
+    z = _complex(rng, (2, 3)) * 0.3
+    assert F.tanh(z).dtype == np.complex128
+    assert F.embedding(np.array([1, 0]), z).dtype == np.complex128
+    assert nk.gradcheck(lambda x: x.abs(), [z + 0.1])
+
+
+# ----- linear recurrent layers -----------------------------------------------------------------
+@pytest.mark.parametrize("cls", [MinGRU, MinLSTM, LRU])
+def test_linear_recurrent_layers_refuse_complex_x(cls):
+    layer = cls(3, 4)
+    with pytest.raises(TypeError, match=rf"{cls.__name__}: x must be real .* got complex64"):
+        layer(np.zeros((2, 5, 3), np.complex64))
+    with pytest.raises(TypeError, match=rf"{cls.__name__}.step: x_t must be real"):
+        layer.step(np.zeros((2, 3), np.complex64), None)
+
+
+@pytest.mark.parametrize("cls", [MinGRU, MinLSTM, LRU, nk.nn.LSTM])
+def test_empty_sequences_give_the_lstm_message(cls):
+    layer = cls(3, 4, batch_first=True) if cls is not LRU else cls(3, 4)
+    with pytest.raises(ValueError, match=r"an empty sequence \(T = 0\).*T >= 1"):
+        layer(np.zeros((2, 0, 3), np.float32))
+
+
+def test_min_gru_time_major_empty_sequence():
+    with pytest.raises(ValueError, match=r"x has shape \(0, 2, 3\): an empty sequence"):
+        MinGRU(3, 4, batch_first=False)(np.zeros((0, 2, 3), np.float32))
+
+
+def test_lru_real_input_still_runs():
+    assert LRU(2, 8, random_state=0)(np.zeros((3, 10, 2), np.float32)).dtype == np.float32
+
+
+# ----- dtype mismatches name the user's argument -----------------------------------------------
+def _vit():
+    return ViT(image_size=8, patch_size=4, in_channels=1, num_classes=2, dim=8, depth=1,
+               heads=2, mlp_dim=8)
+
+
+MODULE_CASES = {
+    "LayerNorm": (lambda: nk.nn.LayerNorm(4), lambda m, x: m(x), "x", (2, 4)),
+    "TransformerEncoderLayer": (lambda: nk.nn.TransformerEncoderLayer(4, 2, 8),
+                                lambda m, x: m(x), "src", (3, 1, 4)),
+    "TransformerDecoderLayer": (lambda: nk.nn.TransformerDecoderLayer(4, 2, 8),
+                                lambda m, x: m(x, x), "tgt", (3, 1, 4)),
+    "ViT": (_vit, lambda m, x: m(x), "images", (1, 1, 8, 8)),
+    "LSTM": (lambda: nk.nn.LSTM(4, 3), lambda m, x: m(x), "x", (3, 1, 4)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MODULE_CASES))
+def test_float64_input_to_a_float32_module_names_the_argument(case):
+    make, call, name, shape = MODULE_CASES[case]
+    module, x = make(), np.ones(shape)
+    with pytest.raises(TypeError) as info:
+        call(module, x)
+    msg = str(info.value)
+    assert msg.startswith(f"{name} has dtype float64 but {case}'s parameters are float32")
+    assert f"{name}.astype(np.float32)" in msg and ".double()" in msg
+    assert "weight" not in msg
+    call(module, x.astype(np.float32))  # both suggested fixes work
+    call(module.double(), x)
+
+
+def test_decoder_memory_dtype_is_named():
+    layer = nk.nn.TransformerDecoderLayer(4, 2, 8)
+    with pytest.raises(TypeError, match="^memory has dtype float64 but "
+                                        "TransformerDecoderLayer's parameters are float32"):
+        layer(np.ones((3, 1, 4), np.float32), np.ones((3, 1, 4)))
+
+
+def test_integer_input_message_suggests_only_the_input_cast():
+    with pytest.raises(TypeError, match=r"x has dtype int64 .*x.astype\(np.float32\)$"):
+        nk.nn.LSTM(2, 3)(np.ones((1, 1, 2), np.int64))
+
+
+def test_functional_layer_norm_keeps_its_parameter_message():
+    with pytest.raises(TypeError, match="weight has dtype float32 but x has dtype float64"):
+        F.layer_norm(np.ones((2, 4)), 4, np.ones(4, np.float32))
