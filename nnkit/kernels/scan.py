@@ -29,10 +29,10 @@ CPU backends (``nnkit._ext.scan_cpu``), chosen by ``_plan``:
   ``CHUNK_LANES`` chunks in lockstep (independent dependency chains overlap on one core), for
   D = 1 problems with B < ``CHUNK_MAX_SEQUENCES`` and T >= ``CHUNK_MIN_T``, and only with at
   least ``CHUNK_MIN_THREADS`` = 16 threads. Against the one-thread vectorised kernel the
-  chunks on two threads lose 5-8x at (1, 10^7, 1) (float32 15.4 vs 111 ms, complex64 47 vs
-  217 ms, float64 36 vs 176 ms, one run on a loaded machine; ``benchmarks/bench_scan.py``
-  prints the float32 and complex64 pair). They move 5 arrays instead of 3 and walk each chunk as a
-  scalar chain, so they need several times the threads just to draw level, and then the
+  chunks on two threads lose 2.7-12x at (1, 10^7, 1) (``benchmarks/bench_scan.py``, two
+  runs: float32 4.1-8.2 vs 50-64 ms, complex64 15-20 vs 41-68 ms). They move 5 arrays
+  instead of 3 and walk each chunk as a scalar chain, so they need several times the
+  threads just to draw level, and then the
   memory bandwidth of more than one core to win: 16 is an estimate of where that starts,
   not a measurement (this machine has 2 cores). Before the vectorised kernel (one chain,
   ~5 ns a step) the chunks won at T = 10^7 on a quiet machine (rows 48.8-49.5 ms, chunks
