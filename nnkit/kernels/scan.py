@@ -25,19 +25,19 @@ CPU backends (``nnkit._ext.scan_cpu``), chosen by ``_plan``:
   ms. Its products of consecutive coefficients reassociate the loop: equal to rounding,
   NaN reaches every later step, but an infinite coefficient may give NaN where the loop
   gives +-inf.
-- chunked along T: a reduce-then-scan over ``CHUNK_LANES`` x threads chunks, each task walking
-  ``CHUNK_LANES`` chunks in lockstep (independent dependency chains overlap on one core), for
-  D = 1 problems with B < ``CHUNK_MAX_SEQUENCES`` and T >= ``CHUNK_MIN_T``, and only with at
-  least ``CHUNK_MIN_THREADS`` = 16 threads. Against the one-thread vectorised kernel the
-  chunks on two threads lose 2.7-12x at (1, 10^7, 1) (``benchmarks/bench_scan.py``, two
-  runs: float32 4.1-8.2 vs 50-64 ms, complex64 15-20 vs 41-68 ms). They move 5 arrays
-  instead of 3 and walk each chunk as a scalar chain, so they need several times the
-  threads just to draw level, and then the
-  memory bandwidth of more than one core to win: 16 is an estimate of where that starts,
-  not a measurement (this machine has 2 cores). Before the vectorised kernel (one chain,
-  ~5 ns a step) the chunks won at T = 10^7 on a quiet machine (rows 48.8-49.5 ms, chunks
-  33.1-40.7 ms) and lost on a busy one (61.6 vs 93.6 ms). The chunked kernels are held to
-  the sequential twin by the tests whatever the switch says.
+- chunked along T: a reduce-then-scan over ``CHUNK_LANES`` x threads chunks, each task
+  walking ``CHUNK_LANES`` chunks in lockstep (independent dependency chains overlap on one
+  core), for D = 1 problems with B < ``CHUNK_MAX_SEQUENCES`` and T >= ``CHUNK_MIN_T``, and
+  only with at least ``CHUNK_MIN_THREADS`` = 16 threads. Against the one-thread vectorised
+  kernel the chunks on two threads lose 2.7-12x at (1, 10^7, 1)
+  (``benchmarks/bench_scan.py``, two runs: float32 4.1-8.2 vs 50-64 ms, complex64 15-20 vs
+  41-68 ms). They move 5 arrays instead of 3 and walk each chunk as a scalar chain, so they
+  need several times the threads just to draw level, and then the memory bandwidth of more
+  than one core to win: 16 is an estimate of where that starts, not a measurement (this
+  machine has 2 cores). Before the vectorised kernel (one chain, ~5 ns a step) the chunks
+  won at T = 10^7 on a quiet machine (rows 48.8-49.5 ms, chunks 33.1-40.7 ms) and lost on a
+  busy one (61.6 vs 93.6 ms). The chunked kernels are held to the sequential twin by the
+  tests whatever the switch says.
 
 GPU arrays go to ``nnkit._ext.scan_cuda`` (imported lazily).
 
