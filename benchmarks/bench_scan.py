@@ -124,8 +124,8 @@ def _one_sequence(dtype, T, n_chunks):
 
 
 def _single_sequence(quick):
-    """(1, T, 1): the row kernel on one thread (vectorised along T for real dtypes, one
-    dependency chain for complex ones) vs the chunked scan on all threads."""
+    """(1, T, 1): the row kernel on one thread (vectorised along T) vs the chunked scan on
+    all threads."""
     from nnkit._ext import scan_cpu
     from nnkit.kernels import scan as K
 

@@ -24,6 +24,7 @@ __all__ = [
     "check_same_shape",
     "check_scalar",
     "check_choice",
+    "check_bool",
     "check_real",
     "check_input_dtype",
     "dtype_names",
@@ -169,6 +170,13 @@ def check_choice(value, *, name: str, choices) -> str:
         options = ", ".join(repr(c) for c in choices)
         raise ValueError(f"{name} must be one of {options}; got {value!r}")
     return value
+
+
+def check_bool(value, *, name: str) -> bool:
+    """``value`` as a bool; a ``TypeError`` naming ``name`` unless it is a (NumPy) bool."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
+    return bool(value)
 
 
 def check_real(x, *, name: str, op: str):

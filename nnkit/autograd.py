@@ -334,9 +334,13 @@ class Tensor:
         return make_result(y, (self,), lambda g: (g * _conj(1 - y * y),), "tanh")
 
     def sigmoid(self):
-        check_real(self, name="input", op="sigmoid")
-        y = special.expit(self.data) if isinstance(self.data, np.ndarray) else _gpu_expit(self.data)
-        return make_result(y, (self,), lambda g: (g * y * (1 - y),), "sigmoid")
+        """1 / (1 + exp(-x)); complex too, as torch (the gradient conjugated)."""
+        x = self.data
+        if x.dtype.kind == "c":
+            y = 1 / (1 + array_module(x).exp(-x))
+        else:
+            y = special.expit(x) if isinstance(x, np.ndarray) else _gpu_expit(x)
+        return make_result(y, (self,), lambda g: (g * _conj(y * (1 - y)),), "sigmoid")
 
     def relu(self):
         x = check_real(self, name="input", op="relu").data

@@ -45,7 +45,7 @@ from importlib import resources
 import numpy as np
 
 from ._random import get_rng
-from ._validation import check_scalar
+from ._validation import check_bool, check_scalar
 from .text import IGNORE_INDEX, WordPieceTokenizer, basic_tokenize
 
 __all__ = [
@@ -267,8 +267,7 @@ def load_corpus(return_chapters: bool = False):
     line breaks joined; ````quote'`` marks made ``'quote'``, ``_emphasis_`` underscores
     dropped; split by :func:`split_sentences`.
     """
-    if not isinstance(return_chapters, (bool, np.bool_)):
-        raise TypeError(f"return_chapters must be a bool, got {type(return_chapters).__name__}")
+    check_bool(return_chapters, name="return_chapters")
     sentences, chapters = _corpus_with_chapters()
     return (list(sentences), list(chapters)) if return_chapters else list(sentences)
 

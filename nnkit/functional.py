@@ -126,8 +126,8 @@ def linear(x, weight, bias=None) -> Tensor:
 
 
 def sigmoid(x) -> Tensor:
-    """1 / (1 + exp(-x)), computed without overflow."""
-    return _real_tensor(x, "x", "sigmoid").sigmoid()
+    """1 / (1 + exp(-x)), computed without overflow for real x; complex x as torch."""
+    return _float_tensor(x, "x").sigmoid()
 
 
 def tanh(x) -> Tensor:
@@ -373,9 +373,10 @@ def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
     ``nk.manual_seed``, and the same mask on either device.
     """
     check_scalar(p, name="p", low=0.0, high=1.0)
-    x = _real_tensor(x, "x", "dropout")
+    x = _float_tensor(x, "x")
     if not training or p == 0.0:
-        return x
+        return x  # as torch: the identity, complex too
+    check_real(x, name="x", op="dropout")
     xp = array_module(x.data)
     if p == 1.0:
         return x * xp.zeros_like(x.data)

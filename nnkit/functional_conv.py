@@ -8,6 +8,7 @@ does not require grad (a network's first layer), as torch does.
 
 from __future__ import annotations
 
+from ._validation import check_bool
 from .autograd import Tensor, as_tensor, make_result, records
 from .kernels import conv as K
 
@@ -105,10 +106,11 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     h W + w, each maximum's position in its (H, W) plane (no gradient)
     """
     x = _float_tensor(x, "x")
-    return_indices = K.check_flag(return_indices, "return_indices")
+    return_indices = check_bool(return_indices, name="return_indices")
     y, cache = K.max_pool2d_forward(x.data, kernel_size, stride, padding, dilation, ceil_mode)
     out = make_result(y, (x,), lambda g: (K.max_pool2d_backward(g, cache),), "max_pool2d")
-    return (out, Tensor(cache.idx)) if return_indices else out
+    # the indices are the user's: a copy, so that editing them cannot change the backward
+    return (out, Tensor(cache.idx.copy())) if return_indices else out
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,

@@ -71,19 +71,13 @@ import numpy as np
 
 from ._backend import array_module, to_host
 from ._ext.optim_cpu import adam_update_cpu
-from ._validation import check_scalar
+from ._validation import check_bool, check_scalar
 from .autograd import Tensor, enable_grad
 
 __all__ = ["Optimizer", "SGD", "Adagrad", "Adam", "AdamW", "clip_grad_norm_"]
 
 
 # ----- helpers --------------------------------------------------------------------------------
-def _check_bool(value, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
-    return bool(value)
-
-
 def _check_betas(betas, name: str = "betas") -> tuple:
     if isinstance(betas, (str, bytes)) or not hasattr(betas, "__len__") or len(betas) != 2:
         raise TypeError(f"{name} must be a pair (beta1, beta2) of floats in [0, 1), "
@@ -201,7 +195,7 @@ class Optimizer(abc.ABC):
     # ----- gradients and stepping ---------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset every parameter's gradient: to None (the default, as torch) or to zeros."""
-        _check_bool(set_to_none, "set_to_none")
+        check_bool(set_to_none, name="set_to_none")
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
@@ -413,8 +407,8 @@ class SGD(Optimizer):
         check_scalar(options["momentum"], name="momentum" + where, low=0.0)
         check_scalar(options["dampening"], name="dampening" + where)
         check_scalar(options["weight_decay"], name="weight_decay" + where, low=0.0)
-        nesterov = _check_bool(options["nesterov"], "nesterov" + where)
-        _check_bool(options["maximize"], "maximize" + where)
+        nesterov = check_bool(options["nesterov"], name="nesterov" + where)
+        check_bool(options["maximize"], name="maximize" + where)
         if nesterov and (options["momentum"] <= 0 or options["dampening"] != 0):
             raise ValueError(f"nesterov=True{where} needs momentum > 0 and dampening=0, got "
                              f"momentum={options['momentum']!r}, "
@@ -514,7 +508,7 @@ class Adagrad(Optimizer):
         check_scalar(options["initial_accumulator_value"],
                      name="initial_accumulator_value" + where, low=0.0)
         check_scalar(options["eps"], name="eps" + where, low=0.0, low_inclusive=False)
-        _check_bool(options["maximize"], "maximize" + where)
+        check_bool(options["maximize"], name="maximize" + where)
 
     def _init_group_state(self, group: dict) -> None:
         init = float(group["initial_accumulator_value"])
@@ -614,9 +608,9 @@ class Adam(Optimizer):
         options["betas"] = _check_betas(options["betas"], name="betas" + where)
         check_scalar(options["eps"], name="eps" + where, low=0.0, low_inclusive=False)
         check_scalar(options["weight_decay"], name="weight_decay" + where, low=0.0)
-        _check_bool(options["amsgrad"], "amsgrad" + where)
-        _check_bool(options["maximize"], "maximize" + where)
-        _check_bool(options["decoupled_weight_decay"], "decoupled_weight_decay" + where)
+        check_bool(options["amsgrad"], name="amsgrad" + where)
+        check_bool(options["maximize"], name="maximize" + where)
+        check_bool(options["decoupled_weight_decay"], name="decoupled_weight_decay" + where)
 
     def _update(self) -> None:
         for group in self.param_groups:
@@ -775,7 +769,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     norm_type = float(norm_type)
     if not norm_type > 0:
         raise ValueError(f"norm_type must be > 0 (or inf), got {norm_type!r}")
-    _check_bool(error_if_nonfinite, "error_if_nonfinite")
+    check_bool(error_if_nonfinite, name="error_if_nonfinite")
     if isinstance(parameters, Tensor):
         parameters = [parameters]
     grads = [p.grad for p in parameters if p.grad is not None]

@@ -314,6 +314,7 @@ class _Decoder:
         self.version = version
         self.modules = {}  # tree path -> loaded top-level module
         self.built = []  # the modules of the full nodes, in file order: what "ref" names
+        self.parameters = {}  # stored tensor name -> the Parameter loaded with it first
         self._arguments = 0  # > 0 while decoding constructor arguments
 
     def tensor(self, name):
@@ -393,7 +394,22 @@ class _Decoder:
             _restore_sharing(module, node.get("shared", {}), node.get("tied", {}), self.path)
             saved = {key: self.decode(ref) for key, ref in node["state"].items()}
             _load_state(module, saved, self.path)
+            self.tie_across(module, node["state"])
         return module
+
+    def tie_across(self, module, state):
+        """A Parameter stored once for several objects of the checkpoint (an embedding and
+        an output layer saved as two entries, one weight) comes back as one Parameter: the
+        first module loaded with that tensor lends its Parameter to the later ones."""
+        slots = module._state_slots()
+        for key, ref in state.items():
+            name = ref.get("__tensor__") if isinstance(ref, dict) else None
+            owner, slot, kind = slots.get(key, (None, None, None))
+            if name is None or kind != "p":
+                continue
+            first = self.parameters.setdefault(name, owner._parameters[slot])
+            if first is not owner._parameters[slot]:
+                setattr(owner, slot, first)
 
     def build(self, node, path):
         cls = self.resolve(node["class"], Module)

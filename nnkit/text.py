@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import check_choice, check_scalar
+from ._validation import check_bool, check_choice, check_scalar
 
 __all__ = [
     "PAD_TOKEN",
@@ -316,8 +316,7 @@ class WordPieceTokenizer:
         if missing:
             raise ValueError(f"vocab lacks the special token(s) {', '.join(missing)}; "
                              f"a vocabulary must contain all of {' '.join(SPECIAL_TOKENS)}")
-        if not isinstance(lowercase, (bool, np.bool_)):
-            raise TypeError(f"lowercase must be a bool, got {type(lowercase).__name__}")
+        check_bool(lowercase, name="lowercase")
         self.lowercase = bool(lowercase)
         self.max_input_chars_per_word = check_scalar(
             max_input_chars_per_word, name="max_input_chars_per_word", kind=numbers.Integral,
@@ -599,8 +598,7 @@ class WordPieceTokenizer:
         """Validate the length options; return the length to pad one sequence to, or None."""
         if max_length is not None:
             check_scalar(max_length, name="max_length", kind=numbers.Integral, low=1)
-        if not isinstance(truncation, (bool, np.bool_)):
-            raise TypeError(f"truncation must be a bool, got {type(truncation).__name__}")
+        check_bool(truncation, name="truncation")
         if truncation and max_length is None:
             raise ValueError("truncation=True needs a max_length")
         check_choice(padding, name="padding", choices=(False, True, "longest", "max_length"))

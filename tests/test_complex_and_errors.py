@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import import_torch
 
 import nnkit as nk
 import nnkit.functional as F
 from nnkit.models.vit import ViT
 from nnkit.nn.linear_recurrent import LRU, MinGRU, MinLSTM
-from tests.helpers import import_torch
 
 
 def _complex(rng, shape):
@@ -92,7 +92,6 @@ R = np.array([[1.0, 2.0]])
 
 REFUSING = {
     "relu": (lambda: F.relu(Z), "relu: x"),
-    "sigmoid": (lambda: F.sigmoid(Z), "sigmoid: x"),
     "gelu": (lambda: F.gelu(Z), "gelu: x"),
     "gelu_tanh": (lambda: F.gelu(Z, approximate="tanh"), "gelu: x"),
     "softmax": (lambda: F.softmax(Z), "softmax: x"),
@@ -112,7 +111,6 @@ REFUSING = {
     "bce_pos_weight": (lambda: F.binary_cross_entropy_with_logits(R, R, pos_weight=Z),
                        "binary_cross_entropy_with_logits: pos_weight"),
     "tensor_relu": (lambda: nk.tensor(Z).relu(), "relu: input"),
-    "tensor_sigmoid": (lambda: nk.tensor(Z).sigmoid(), "sigmoid: input"),
     "tensor_max": (lambda: nk.tensor(np.array([1, 9j])).max(), "max: input"),
     "tensor_min_axis": (lambda: nk.tensor(Z).min(axis=1), "min: input"),
     "tensor_clip": (lambda: nk.tensor(Z).clip(0, 1), "clip: input"),
@@ -121,6 +119,24 @@ REFUSING = {
     "module_relu": (lambda: nk.nn.ReLU()(Z), "relu: x"),
     "mse_module": (lambda: nk.nn.MSELoss()(Z, R), "mse_loss: pred"),
 }
+
+
+def test_complex_sigmoid_as_torch_with_conjugated_gradient():
+    """torch defines sigmoid on complex numbers: 1 / (1 + exp(-z)); gradcheck holds."""
+    z = nk.tensor(Z, requires_grad=True)
+    np.testing.assert_allclose(F.sigmoid(z).data, 1 / (1 + np.exp(-Z)), rtol=1e-14)
+    assert nk.gradcheck(lambda t: F.sigmoid(t), (z,))
+    torch = import_torch()
+    np.testing.assert_allclose(F.sigmoid(Z).data, torch.sigmoid(torch.from_numpy(Z)).numpy(),
+                               rtol=1e-14)
+
+
+def test_dropout_is_the_identity_on_complex_when_off():
+    """As torch: off (eval, or p = 0) dropout returns its input, complex too; on, it refuses
+    complex input (torch's Bernoulli mask has no complex version)."""
+    np.testing.assert_array_equal(F.dropout(Z, 0.5, training=False).data, Z)
+    np.testing.assert_array_equal(F.dropout(Z, 0.0).data, Z)
+    np.testing.assert_array_equal(nk.nn.Dropout(0.5).eval()(Z).data, Z)
 
 
 @pytest.mark.parametrize("case", sorted(REFUSING))

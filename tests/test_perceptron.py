@@ -211,7 +211,7 @@ def test_fit_rejects_bad_data(X, y, exc, match):
 @pytest.mark.parametrize("params, exc, match", [
     ({"max_epochs": 0}, ValueError, "max_epochs must be >= 1"),
     ({"max_epochs": 2.5}, TypeError, "max_epochs must be an integer"),
-    ({"shuffle": "yes"}, TypeError, "shuffle must be True or False"),
+    ({"shuffle": "yes"}, TypeError, "shuffle must be a bool"),
     ({"fit_intercept": None}, TypeError, "fit_intercept"),
 ])
 def test_fit_rejects_bad_hyper_parameters(params, exc, match):

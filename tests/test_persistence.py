@@ -196,6 +196,22 @@ def test_parameter_shared_by_two_modules_stays_shared(tmp_path):
     np.testing.assert_array_equal(loaded.state_dict()["3.weight"], loaded[0].weight.data)
 
 
+def test_parameter_shared_between_checkpoint_entries_stays_shared(tmp_path):
+    """An embedding and an output layer saved as two entries of a checkpoint, one weight:
+    one Parameter after loading, which the optimizer steps for both."""
+    emb, out = nn.Embedding(5, 4), nn.Linear(4, 5, bias=False)
+    out.weight = emb.weight
+    path = tmp_path / "ck.safetensors"
+    nk.save({"emb": emb, "out": out, "opt": nk.optim.SGD(emb.parameters(), lr=0.5)}, path)
+    ck = nk.load(path)
+    assert ck["out"].weight is ck["emb"].weight
+    assert ck["opt"].param_groups[0]["params"][0] is ck["emb"].weight
+    F.cross_entropy(ck["out"](ck["emb"](np.array([1, 2]))), np.array([2, 1])).backward()
+    before = ck["emb"].weight.data.copy()
+    ck["opt"].step()
+    assert not np.array_equal(ck["out"].weight.data, before)
+
+
 class TiedNet(nn.Module):
     """Ties in its constructor: out.weight is emb.weight, head is out."""
 

@@ -136,7 +136,7 @@ def test_logistic_regression_is_seeded():
     (np.zeros((2, 2)), [0, 1], {"lr": 0.0}, ValueError, "lr must be > 0"),
     (np.zeros((2, 2)), [0, 1], {"batch_size": 0}, ValueError, "batch_size must be >= 1"),
     (np.zeros((2, 2)), [0, 1], {"max_epochs": 1.0}, TypeError, "max_epochs must be an integer"),
-    (np.zeros((2, 2)), [0, 1], {"shuffle": 1}, TypeError, "shuffle must be True or False"),
+    (np.zeros((2, 2)), [0, 1], {"shuffle": 1}, TypeError, "shuffle must be a bool"),
 ])
 def test_logistic_regression_rejects_bad_input(X, y, params, exc, match):
     with pytest.raises(exc, match=match):

@@ -20,7 +20,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._ext.perceptron import perceptron_epochs
 from .._random import get_rng
-from .._validation import check_array, check_scalar
+from .._validation import check_array, check_bool, check_scalar
 
 __all__ = ["McCullochPitts", "Perceptron", "make_separable"]
 
@@ -177,8 +177,7 @@ class Perceptron(ClassifierMixin, BaseEstimator):
     def _check_params(self) -> None:
         check_scalar(self.max_epochs, name="max_epochs", kind=numbers.Integral, low=1)
         for name in ("shuffle", "fit_intercept"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+            check_bool(getattr(self, name), name=name)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

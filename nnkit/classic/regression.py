@@ -17,14 +17,9 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._random import get_rng
-from .._validation import check_scalar
+from .._validation import check_bool, check_scalar
 
 __all__ = ["LinearRegression", "LogisticRegression"]
-
-
-def _check_bool(value, name: str) -> None:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
 
 
 def _design(X, fit_intercept: bool) -> np.ndarray:
@@ -71,7 +66,7 @@ class LinearRegression(RegressorMixin, BaseEstimator):
 
     def fit(self, X, y):
         """Least-squares fit of ``y`` (S,) or (S, T) on ``X`` (S, D); returns self."""
-        _check_bool(self.fit_intercept, "fit_intercept")
+        check_bool(self.fit_intercept, name="fit_intercept")
         X, y = validate_data(self, X, y, dtype=np.float64, multi_output=True, y_numeric=True)
         y = y.astype(np.float64, copy=False)
         sol, _, self.rank_, self.singular_ = np.linalg.lstsq(_design(X, self.fit_intercept),
@@ -151,8 +146,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         check_scalar(self.lr, name="lr", low=0, low_inclusive=False)
         check_scalar(self.max_epochs, name="max_epochs", kind=numbers.Integral, low=1)
         check_scalar(self.batch_size, name="batch_size", kind=numbers.Integral, low=1)
-        _check_bool(self.fit_intercept, "fit_intercept")
-        _check_bool(self.shuffle, "shuffle")
+        check_bool(self.fit_intercept, name="fit_intercept")
+        check_bool(self.shuffle, name="shuffle")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

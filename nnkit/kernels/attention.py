@@ -48,7 +48,7 @@ import numpy as np
 
 from .._backend import array_module, is_gpu_array, unbroadcast
 from .._ext import attention_cpu
-from .._validation import FLOATS, check_array, check_scalar
+from .._validation import FLOATS, check_array, check_bool, check_scalar
 
 __all__ = ["attention_forward", "attention_backward", "attention_mask_backward",
            "AttentionCache"]
@@ -123,8 +123,7 @@ def _check_mask(attn_mask, query, batch, L, S):
 
 
 def _check_options(is_causal, scale, dropout_p, seed, E):
-    if not isinstance(is_causal, (bool, np.bool_)):
-        raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
+    check_bool(is_causal, name="is_causal")
     if scale is None:
         scale = 1.0 / math.sqrt(E) if E > 0 else 1.0
     scale = float(check_scalar(scale, name="scale"))

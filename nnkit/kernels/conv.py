@@ -89,7 +89,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._backend import array_module, is_gpu_array
-from .._validation import FLOATS, check_array, check_scalar
+from .._validation import FLOATS, check_array, check_bool, check_scalar
 
 __all__ = [
     "ConvCache",
@@ -512,13 +512,6 @@ class PoolCache:
     divisor: int = 0  # avg pooling's divisor_override, 0 for none
 
 
-def check_flag(value, name):
-    """``value`` as a bool; a TypeError naming ``name`` unless it is a bool."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
-    return bool(value)
-
-
 def check_divisor(divisor_override):
     """divisor_override as an int, 0 for None; torch's rule: a nonzero int."""
     if divisor_override is None:
@@ -561,7 +554,7 @@ def _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, what):
     if x.ndim != 4:
         raise ValueError(f"x must be 4-D (N, C, H, W) for {what}, got shape {tuple(x.shape)}")
     kernel, stride, pad, dilation = pool_params(kernel_size, stride, padding, dilation)
-    ceil_mode = check_flag(ceil_mode, "ceil_mode")
+    ceil_mode = check_bool(ceil_mode, name="ceil_mode")
     out_hw = tuple(pool_output_size(s, k, st, p, d, ceil_mode) for s, k, st, p, d
                    in zip(x.shape[2:], kernel, stride, pad, dilation, strict=True))
     if min(out_hw) < 1:
@@ -676,7 +669,7 @@ def avg_pool2d_forward(x, kernel_size, stride=None, padding=0, ceil_mode=False,
     """
     x, kernel, stride, pad, dilation, out_hw = _pool_args(x, kernel_size, stride, padding, 1,
                                                           ceil_mode, "avg_pool2d")
-    include = check_flag(count_include_pad, "count_include_pad")
+    include = check_bool(count_include_pad, name="count_include_pad")
     divisor = check_divisor(divisor_override)
     xp = array_module(x)
     y = xp.empty(x.shape[:2] + out_hw, dtype=x.dtype)

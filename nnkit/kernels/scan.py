@@ -18,13 +18,13 @@ CPU backends (``nnkit._ext.scan_cpu``), chosen by ``_plan``:
   twice the thread count; then D is cut into blocks of at least ``MIN_BLOCK`` features (short
   blocks defeat the hardware prefetcher: block 32 of D = 256 ran 20x slower than block 256).
   With one feature (D = 1) a task is one sequence contiguous in T, and the C kernel
-  vectorises along T instead (``scan_time_body.h``: each vector of 2-16 steps is composed
+  vectorises along T instead (``scan_time_body.h``: each vector of 1-16 steps is composed
   in registers, and only one multiply-add per vector waits for the previous state), so a
-  single sequence streams at memory speed on one core. Kernels alone, quiet 2-core machine,
-  2026-11-23, (1, 10^7, 1) float32: forward 41-44 ms -> 4.4 ms, backward 71-73 -> 7.4-8.9
-  ms. Its products of consecutive coefficients reassociate the loop: equal to rounding,
-  NaN reaches every later step, but an infinite coefficient may give NaN where the loop
-  gives +-inf.
+  single sequence streams at memory speed on one core: (1, 10^7, 1) float32 forward 40.7
+  ms -> 4.1-8.2 ms (``benchmarks/bench_scan.py``, RESULTS.md stops 15 and 18). Its
+  products of consecutive coefficients reassociate the loop: equal to rounding, NaN
+  reaches every later step, but an infinite coefficient may give NaN where the loop gives
+  +-inf.
 - chunked along T: a reduce-then-scan over ``CHUNK_LANES`` x threads chunks, each task
   walking ``CHUNK_LANES`` chunks in lockstep (independent dependency chains overlap on one
   core), for D = 1 problems with B < ``CHUNK_MAX_SEQUENCES`` and T >= ``CHUNK_MIN_T``, and
@@ -34,7 +34,7 @@ CPU backends (``nnkit._ext.scan_cpu``), chosen by ``_plan``:
   41-68 ms). They move 5 arrays instead of 3 and walk each chunk as a scalar chain, so they
   need several times the threads just to draw level, and then the memory bandwidth of more
   than one core to win: 16 is an estimate of where that starts, not a measurement (this
-  machine has 2 cores). Before the vectorised kernel (one chain, ~5 ns a step) the chunks
+  machine has 2 cores). Before the vectorised kernel (one chain, ~4 ns a step) the chunks
   won at T = 10^7 on a quiet machine (rows 48.8-49.5 ms, chunks 33.1-40.7 ms) and lost on a
   busy one (61.6 vs 93.6 ms). The chunked kernels are held to the sequential twin by the
   tests whatever the switch says.
@@ -56,7 +56,7 @@ import numpy as np
 
 from .._backend import is_gpu_array
 from .._ext import scan_cpu
-from .._validation import COMPLEX, FLOATS, check_array
+from .._validation import COMPLEX, FLOATS, check_array, check_bool
 
 __all__ = ["linear_scan_forward", "linear_scan_backward", "log_linear_scan_forward",
            "log_linear_scan_backward", "CHUNK_MAX_SEQUENCES", "CHUNK_MIN_T"]
@@ -102,12 +102,6 @@ def _check_h0(h0, a):
     if is_gpu_array(h0) != is_gpu_array(a):
         raise TypeError("h0 must live where a and b live (both NumPy or both GPU arrays)")
     return h0
-
-
-def _check_reverse(reverse):
-    if not isinstance(reverse, (bool, np.bool_)):
-        raise TypeError(f"reverse must be a bool, got {reverse!r} ({type(reverse).__name__})")
-    return bool(reverse)
 
 
 def _xp(x):
@@ -169,7 +163,7 @@ def linear_scan_forward(a, b, h0=None, reverse=False, out=None):
     """
     a, b = _check_pair(a, b)
     h0 = _check_h0(h0, a)
-    reverse = _check_reverse(reverse)
+    reverse = check_bool(reverse, name="reverse")
     if out is None:
         out = _xp(a).empty_like(a)
     if is_gpu_array(a):
@@ -203,7 +197,7 @@ def linear_scan_backward(dh, a, h, h0=None, reverse=False, out=None):
     dh, a = _check_pair(dh, a, "dh", "a")
     h, _ = _check_pair(h, a, "h", "a")
     h0 = _check_h0(h0, a)
-    reverse = _check_reverse(reverse)
+    reverse = check_bool(reverse, name="reverse")
     xp = _xp(a)
     da, db, dh0 = (xp.empty_like(a), xp.empty_like(a), xp.empty_like(h0)) if out is None else out
     if is_gpu_array(a):

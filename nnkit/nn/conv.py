@@ -14,7 +14,7 @@ import numbers
 import numpy as np
 
 from .. import functional_conv as FC
-from .._validation import check_scalar
+from .._validation import check_bool, check_scalar
 from ..autograd import as_tensor
 from ..kernels import conv as KC
 from . import init
@@ -172,8 +172,8 @@ class MaxPool2d(Module):
         super().__init__()
         self.kernel_size, self.stride, self.padding, self.dilation = KC.pool_params(
             kernel_size, stride, padding, dilation)
-        self.return_indices = KC.check_flag(return_indices, "return_indices")
-        self.ceil_mode = KC.check_flag(ceil_mode, "ceil_mode")
+        self.return_indices = check_bool(return_indices, name="return_indices")
+        self.ceil_mode = check_bool(ceil_mode, name="ceil_mode")
 
     def forward(self, x):
         return FC.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
@@ -196,8 +196,8 @@ class AvgPool2d(Module):
         super().__init__()
         self.kernel_size, self.stride, self.padding, _ = KC.pool_params(kernel_size, stride,
                                                                         padding)
-        self.ceil_mode = KC.check_flag(ceil_mode, "ceil_mode")
-        self.count_include_pad = KC.check_flag(count_include_pad, "count_include_pad")
+        self.ceil_mode = check_bool(ceil_mode, name="ceil_mode")
+        self.count_include_pad = check_bool(count_include_pad, name="count_include_pad")
         KC.check_divisor(divisor_override)
         self.divisor_override = divisor_override
 

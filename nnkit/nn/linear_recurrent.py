@@ -22,7 +22,7 @@ import numpy as np
 
 from .._backend import array_module
 from .._random import get_rng
-from .._validation import check_real, check_scalar
+from .._validation import check_bool, check_real, check_scalar
 from ..autograd import Tensor, as_tensor, make_result, where
 from ..functional_scan import linear_scan, log_linear_scan
 from .layers import Linear, _check_size, _dtype
@@ -103,8 +103,7 @@ class _MinRNN(Module):
         self.hidden_size = _check_size(hidden_size, "hidden_size")
         for name, flag in (("batch_first", batch_first), ("bias", bias),
                            ("log_space", log_space)):
-            if not isinstance(flag, (bool, np.bool_)):
-                raise TypeError(f"{name} must be a bool, got {flag!r}")
+            check_bool(flag, name=name)
         self.batch_first, self.log_space = bool(batch_first), bool(log_space)
         dtype = _dtype(dtype)
         self.linear = Linear(input_size, self.n_maps * hidden_size, bias=bias, dtype=dtype)
