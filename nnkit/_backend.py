@@ -129,9 +129,9 @@ def _blocks(a, b) -> tuple[int, str]:
     """(blocks, 'rows' | 'inner'): how ``matmul`` splits a @ b over numba's threads (1
     block: it does not). 'rows': blocks of a's rows (a C-contiguous); 'inner': blocks of
     the inner dimension, for a transposed a (a weight gradient g^T x), partials summed."""
-    if a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.char not in "fd" or \
-            _gemm_flops(a, b) < ROWS_PARALLEL_MIN_FLOPS:
-        return 1, ""
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or a.dtype != b.dtype or \
+            a.dtype.char not in "fd" or _gemm_flops(a, b) < ROWS_PARALLEL_MIN_FLOPS:
+        return 1, ""  # (mismatched inner sizes: NumPy's @ raises)
     import numba
 
     if a.flags.c_contiguous and a.shape[0] >= ROWS_PARALLEL_MIN_ROWS:

@@ -744,6 +744,10 @@ def _matmul(a, b):
     ad, bd = a.data, b.data
     if ad.ndim == 0 or bd.ndim == 0:
         raise ValueError("matmul needs operands of at least 1 dimension; use * for scalars")
+    inner = ad.shape[-1], bd.shape[-2] if bd.ndim > 1 else bd.shape[0]
+    if inner[0] != inner[1]:
+        raise ValueError(f"matmul: a has shape {ad.shape} and b has shape {bd.shape}; the last "
+                         f"axis of a ({inner[0]}) must match b's rows ({inner[1]})")
     y = matmul(ad, bd)
 
     def backward(g):

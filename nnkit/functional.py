@@ -17,7 +17,7 @@ from scipy import special
 from . import kernels
 from ._backend import array_module, is_gpu_array, matmul
 from ._random import device_uniform, get_rng
-from ._validation import check_array, check_choice, check_real, check_scalar
+from ._validation import check_array, check_bool, check_choice, check_real, check_scalar
 from .autograd import Tensor, _conj, as_tensor, make_result, unbroadcast
 
 __all__ = [
@@ -373,6 +373,7 @@ def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
     ``nk.manual_seed``, and the same mask on either device.
     """
     check_scalar(p, name="p", low=0.0, high=1.0)
+    training = check_bool(training, name="training")
     x = _float_tensor(x, "x")
     if not training or p == 0.0:
         return x  # as torch: the identity, complex too

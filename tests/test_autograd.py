@@ -184,6 +184,19 @@ def test_matmul_of_a_scalar_raises_value_error():
         nk.tensor(2.0) @ nk.tensor([1.0, 2.0])
 
 
+@pytest.mark.parametrize("a, b", [((256, 512), (256, 64)), ((256, 4096), (4, 64)), ((3,), (4,)),
+                                  ((5, 2, 3), (4, 2))])
+def test_matmul_of_mismatched_inner_sizes_raises_value_error(a, b):
+    """Large float32 products run on nnkit's packed kernel, which trusts its shapes: a
+    mismatch gave wrong numbers or a crash before it was checked."""
+    with pytest.raises(ValueError, match=r"matmul: a has shape .* must match b's rows"):
+        nk.tensor(np.ones(a, np.float32)) @ nk.tensor(np.ones(b, np.float32))
+    from nnkit._backend import matmul
+
+    with pytest.raises(ValueError):  # the backend itself: NumPy's message
+        matmul(np.ones(a, np.float32), np.ones(b, np.float32))
+
+
 # ----- reductions ------------------------------------------------------------------------------
 AXES_3D = [None, 0, 1, -1, (0, 2), (-1, 0), (0, 1, 2)]
 

@@ -244,3 +244,37 @@ def test_integer_input_message_suggests_only_the_input_cast():
 def test_functional_layer_norm_keeps_its_parameter_message():
     with pytest.raises(TypeError, match="weight has dtype float32 but x has dtype float64"):
         F.layer_norm(np.ones((2, 4)), 4, np.ones(4, np.float32))
+
+
+# ----- flags that must be bools, bounds of compiled loops -----------------------------------------
+@pytest.mark.parametrize("call, name", [
+    (lambda: F.dropout(R, 0.5, training="no"), "training"),
+    (lambda: nk.nn.RNN(2, 3, batch_first="no"), "batch_first"),
+    (lambda: nk.nn.LSTM(2, 3, bidirectional=1), "bidirectional"),
+    (lambda: nk.nn.MultiheadAttention(4, 2, batch_first="yes"), "batch_first"),
+    (lambda: nk.nn.MultiheadAttention(4, 2)(np.ones((3, 1, 4), np.float32),
+                                            np.ones((3, 1, 4), np.float32),
+                                            np.ones((3, 1, 4), np.float32), need_weights="no"),
+     "need_weights"),
+])
+def test_truthy_non_bool_flags_are_refused(call, name):
+    """A string flag is truthy: 'no' used to switch dropout, batch_first or the weights on."""
+    with pytest.raises(TypeError, match=f"{name} must be a bool"):
+        call()
+
+
+def test_hopfield_sweeps_beyond_int64_are_refused():
+    """2**63 sweeps wrapped to a negative count in the compiled loop (states unchanged)."""
+    from nnkit.classic.hopfield import Hopfield
+
+    net = Hopfield(6).store([[1, 1, 1, 1, -1, -1]])
+    with pytest.raises(ValueError, match="max_sweeps"):
+        net.run([1, 1, 1, -1, -1, -1], mode="sync", max_sweeps=2**63)
+
+
+def test_log_space_scan_of_infinities_is_infinite():
+    """logaddexp(inf, inf) = inf, as NumPy (inf - inf gave NaN); from a finite log h0."""
+    from nnkit.kernels.scan import log_linear_scan_forward
+
+    inf = np.full((1, 3, 1), np.inf)
+    assert np.all(log_linear_scan_forward(inf, inf, np.zeros((1, 1))) == np.inf)

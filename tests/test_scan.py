@@ -320,6 +320,30 @@ def test_bad_input_messages():
         K.linear_scan_forward(a, a, reverse=1)
 
 
+def test_preallocated_outputs_are_checked_before_the_kernels_write_them():
+    """``out`` is written in place by unchecked kernels: a wrong shape, dtype or layout, a
+    read-only array or a non-array is refused, naming it (it corrupted memory before)."""
+    a, b = np.full((1, 4, 2), 0.5), np.ones((1, 4, 2))
+    wide = np.zeros((1, 4, 4))
+    cases = [(np.zeros((1, 1, 1)), ValueError, r"out must have shape \(1, 4, 2\)"),
+             (np.zeros((1, 4, 2), np.float32), ValueError, "dtype float64, got .* float32"),
+             (wide[:, :, ::2], ValueError, "out must be C-contiguous"),
+             (np.frombuffer(bytes(64)).reshape(1, 4, 2), ValueError, "out is read-only"),
+             ([1, 2], TypeError, "out must be a numpy array, got list")]
+    for out, error, message in cases:
+        with pytest.raises(error, match=message):
+            K.linear_scan_forward(a, b, out=out)
+    assert not wide.any()
+    h = K.linear_scan_forward(a, b)
+    good = (np.empty_like(a), np.empty_like(a), np.empty((1, 2)))
+    with pytest.raises(TypeError, match="tuple of 3 arrays .* got 2 arrays"):
+        K.linear_scan_backward(b, a, h, out=good[:2])
+    with pytest.raises(ValueError, match=r"out\[2\] \(dh0\) must have shape \(1, 2\)"):
+        K.linear_scan_backward(b, a, h, out=good[:2] + (np.empty((1, 1)),))
+    got = K.linear_scan_backward(b, a, h, out=good)
+    assert all(g is o for g, o in zip(got, good, strict=True))
+
+
 _anything = st.one_of(
     st.none(), st.integers(-3, 3), st.floats(allow_nan=True), st.text(max_size=3),
     st.lists(st.floats(-2, 2), max_size=4),

@@ -251,7 +251,7 @@ def _log_scan_rows(la, lb, lh0, out, reverse, block):
                 x = la[i, t, d] + prev
                 y = lb[i, t, d]
                 hi = max(x, y)
-                if hi == -np.inf:
+                if hi == -np.inf or hi == np.inf:  # logaddexp(inf, inf) = inf
                     out[i, t, d] = hi
                 else:
                     out[i, t, d] = hi + np.log1p(np.exp(min(x, y) - hi))

@@ -86,7 +86,8 @@ def _n_neurons(n):
 
 
 def _max_sweeps(max_sweeps):
-    return int(check_scalar(max_sweeps, name="max_sweeps", kind=numbers.Integral, low=1))
+    return int(check_scalar(max_sweeps, name="max_sweeps", kind=numbers.Integral, low=1,
+                            high=2**62))  # the compiled loops count in int64
 
 
 def _not_fitted(obj):

@@ -104,6 +104,31 @@ def _check_h0(h0, a):
     return h0
 
 
+def _check_out(out, like, name):
+    """A preallocated output: an array where ``like`` lives, of its shape and dtype,
+    C-contiguous and writeable (the kernels write it in place, unchecked)."""
+    xp = _xp(like)
+    if not isinstance(out, xp.ndarray):
+        raise TypeError(f"{name} must be a {xp.__name__} array, got {type(out).__name__}")
+    if out.shape != like.shape or out.dtype != like.dtype:
+        raise ValueError(f"{name} must have shape {tuple(like.shape)} and dtype {like.dtype}, "
+                         f"got {tuple(out.shape)} and {out.dtype}")
+    if not out.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (it is written in place)")
+    if xp is np and not out.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    return out
+
+
+def _check_grads_out(out, a, h0):
+    """``out`` of the backward: a tuple (da, db, dh0) of outputs, as ``_check_out``."""
+    if not isinstance(out, (tuple, list)) or len(out) != 3:
+        got = f"{len(out)} arrays" if isinstance(out, (tuple, list)) else type(out).__name__
+        raise TypeError(f"out must be a tuple of 3 arrays (da, db, dh0), got {got}")
+    return (_check_out(out[0], a, "out[0] (da)"), _check_out(out[1], a, "out[1] (db)"),
+            _check_out(out[2], h0, "out[2] (dh0)"))
+
+
 def _xp(x):
     if is_gpu_array(x):
         import cupy
@@ -164,8 +189,7 @@ def linear_scan_forward(a, b, h0=None, reverse=False, out=None):
     a, b = _check_pair(a, b)
     h0 = _check_h0(h0, a)
     reverse = check_bool(reverse, name="reverse")
-    if out is None:
-        out = _xp(a).empty_like(a)
+    out = _xp(a).empty_like(a) if out is None else _check_out(out, a, "out")
     if is_gpu_array(a):
         from .._ext import scan_cuda
 
@@ -199,7 +223,8 @@ def linear_scan_backward(dh, a, h, h0=None, reverse=False, out=None):
     h0 = _check_h0(h0, a)
     reverse = check_bool(reverse, name="reverse")
     xp = _xp(a)
-    da, db, dh0 = (xp.empty_like(a), xp.empty_like(a), xp.empty_like(h0)) if out is None else out
+    da, db, dh0 = ((xp.empty_like(a), xp.empty_like(a), xp.empty_like(h0)) if out is None
+                   else _check_grads_out(out, a, h0))
     if is_gpu_array(a):
         from .._ext import scan_cuda
 

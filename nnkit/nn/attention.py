@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import functional as F
 from .._backend import array_module
-from .._validation import check_scalar
+from .._validation import check_bool, check_scalar
 from ..autograd import Tensor, as_tensor, concat, where
 from . import init
 from .layers import Linear, _dtype
@@ -224,7 +224,7 @@ class MultiheadAttention(Module):
             vdim, name="vdim", kind=numbers.Integral, low=1)
         self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
         self.dropout = float(check_scalar(dropout, name="dropout", low=0.0, high=1.0))
-        self.batch_first = bool(batch_first)
+        self.batch_first = check_bool(batch_first, name="batch_first")
         self.head_dim = embed_dim // num_heads
         dtype = _dtype(dtype)
         E = embed_dim
@@ -248,7 +248,7 @@ class MultiheadAttention(Module):
         else:
             self.register_parameter("bias_k", None)
             self.register_parameter("bias_v", None)
-        self.add_zero_attn = bool(add_zero_attn)
+        self.add_zero_attn = check_bool(add_zero_attn, name="add_zero_attn")
         self._reset_parameters()
 
     def _reset_parameters(self) -> None:
@@ -300,6 +300,10 @@ class MultiheadAttention(Module):
         weights : Tensor (N, L, S) averaged or (N, H, L, S) per head ((L, S) or (H, L, S)
             unbatched), or None when ``need_weights`` is False.
         """
+        for name, flag in (("need_weights", need_weights),
+                           ("average_attn_weights", average_attn_weights),
+                           ("is_causal", is_causal)):
+            check_bool(flag, name=name)
         same_qkv, same_kv = query is key and key is value, key is value
         query = _float_input(query, "query")
         key = query if same_qkv else _float_input(key, "key")

@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import functional as F
 from .._backend import array_module
-from .._validation import check_choice, check_input_dtype, check_scalar
+from .._validation import check_bool, check_choice, check_input_dtype, check_scalar
 from ..autograd import Tensor, as_tensor, concat, make_result, records, stack
 from ..kernels import recurrent as K
 from . import init
@@ -122,8 +122,9 @@ class _RNNBase(Module):
         self.num_layers = check_scalar(num_layers, name="num_layers", kind=numbers.Integral,
                                        low=1)
         self.dropout = float(check_scalar(dropout, name="dropout", low=0.0, high=1.0))
-        self.bias, self.batch_first = bool(bias), bool(batch_first)
-        self.bidirectional = bool(bidirectional)
+        self.bias = check_bool(bias, name="bias")
+        self.batch_first = check_bool(batch_first, name="batch_first")
+        self.bidirectional = check_bool(bidirectional, name="bidirectional")
         dtype = np.dtype(np.float32 if dtype is None else dtype)
         if dtype.kind != "f":
             raise TypeError(f"dtype must be float32 or float64, got {dtype}")
