@@ -303,3 +303,12 @@ def test_tour_section_rows_are_all_ok(tmp_path):
     assert len(rows) == 4 and all(r["ok"] for r in rows), rows
     assert {"section", "result", "value", "target", "ok"} <= set(rows[0])
     assert (tmp_path / "perceptron_novikoff.png").stat().st_size > 1000
+
+
+def test_overflowing_activations_are_an_error_not_convergence():
+    """With entries near 1e308 the activations overflow to NaN, which the mistake loop never
+    counts as a mistake: the fit used to report converged_ = True with useless weights."""
+    X = np.array([[1e308, 1e308], [-1e308, 1e308], [1e308, -1e308]])
+    with pytest.raises(ValueError, match="activations overflowed .* scale X"):
+        Perceptron().fit(X, [0, 1, 1])
+    assert Perceptron().fit(X / 1e308, [0, 1, 1]).converged_

@@ -209,6 +209,12 @@ class Perceptron(ClassifierMixin, BaseEstimator):
             order = np.arange(X.shape[0], dtype=np.intp)
             n_updates, n_epochs, converged = perceptron_epochs(
                 X, y_pm, w, b, order, self.max_epochs, self.fit_intercept)
+        with np.errstate(over="ignore", invalid="ignore"):
+            finite = np.isfinite(X @ w + b[0]).all()
+        if not finite:  # a NaN activation is never counted as a mistake: no convergence
+            raise ValueError(f"the perceptron's activations overflowed to inf/NaN (largest |X| "
+                             f"entry {float(np.abs(X).max()):.3g}); scale X, e.g. divide it by "
+                             f"its largest absolute value")
         self.coef_ = w.reshape(1, -1)            # (1, D)
         self.intercept_ = b
         self.n_updates_, self.n_iter_, self.converged_ = int(n_updates), int(n_epochs), \
