@@ -567,6 +567,96 @@ def test_max_pool_window_wholly_in_padding():
     np.testing.assert_array_equal(x.grad, 0.0)
 
 
+# ---- fuzz-audit regressions: huge dilation/padding, int64 overflow, huge pooling windows ----
+
+@given(n_out=st.integers(0, 8), size=st.integers(1, 8), stride=st.integers(1, 2**31 - 1),
+       offset=st.integers(-(2**33), 2**33))
+@example(n_out=4, size=4, stride=1, offset=-5)  # padding='same', dilation (1, 5), W = 4
+def test_valid_range_stays_within_the_outputs(n_out, size, stride, offset):
+    """im2col zeroes [0, lo) and [hi, n_out) of each row: both ends must lie in [0, n_out]."""
+    lo, hi = conv_cpu._valid_range(n_out, size, stride, offset)
+    assert 0 <= lo <= hi <= n_out
+    valid = [b for b in range(n_out) if 0 <= b * stride + offset < size]
+    assert valid == list(range(lo, hi))
+
+
+_HUGE_DILATION = [  # (x shape, weight shape, kwargs): im2col used to write past its buffer
+    ((1, 1, 2), (1, 1, 3), dict(dilation=500, padding="same")),
+    ((1, 1, 2), (1, 1, 2), dict(padding=500, dilation=900)),
+    ((1, 1, 2, 2), (1, 1, 2, 2), dict(padding=(0, 500), dilation=(1, 900))),
+    ((2, 2, 3, 4), (3, 2, 2, 3), dict(padding="same", dilation=(1, 5))),
+    ((1, 2, 3, 4), (2, 1, 3, 2), dict(padding=(2, 7), dilation=(3, 11), groups=2)),
+]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, kw", _HUGE_DILATION)
+def test_conv_with_dilation_beyond_the_input_matches_torch(rng, x_shape, w_shape, kw):
+    torch = import_torch()
+    x = rng.uniform(-1, 1, x_shape)
+    w = rng.uniform(-1, 1, w_shape)
+    b = rng.uniform(-1, 1, w_shape[0])
+    ours = FC.conv1d if len(x_shape) == 3 else FC.conv2d
+    theirs = getattr(torch.nn.functional, "conv1d" if len(x_shape) == 3 else "conv2d")
+    ty, tg, dy = _torch_grads(torch, lambda x, w, b: theirs(x, w, b, **kw), [x, w, b])
+    arrays = [nk.tensor(a, requires_grad=True) for a in (x, w, b)]
+    y = ours(*arrays, **kw)
+    np.testing.assert_allclose(y.numpy(), ty, rtol=1e-12, atol=1e-12)
+    y.backward(dy)
+    for a, g in zip(arrays, tg, strict=True):
+        np.testing.assert_allclose(a.grad, g, rtol=1e-12, atol=1e-12)
+
+
+def test_conv1d_module_with_huge_dilation_runs():
+    m = Conv1d(1, 1, kernel_size=3, dilation=500, padding="same")
+    y = m(np.ones((1, 1, 2), np.float32))
+    w = m.weight.numpy()[0, 0, 1]  # only the centre tap meets the input
+    np.testing.assert_allclose(y.numpy(), w + m.bias.numpy()[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: K.conv2d_forward(np.arange(4.).reshape(1, 1, 2, 2), np.ones((1, 1, 1, 1)),
+                              padding=(0, 3 * 2**61), stride=(1, 2**62)),
+     r"stride must be at most 2\*\*31 - 1"),
+    (lambda: K.conv2d_forward(np.ones((1, 1, 2, 2)), np.ones((1, 1, 1, 1)),
+                              padding=(0, 3 * 2**61)), r"padding must be at most 2\*\*31 - 1"),
+    (lambda: K.conv1d_forward(np.ones((1, 1, 2)), np.ones((1, 1, 1)), dilation=2**31),
+     r"dilation must be at most 2\*\*31 - 1 = 2147483647"),
+    (lambda: FC.max_pool2d(np.ones((1, 1, 1, 2)), (1, 2**33), padding=(0, 2**32)),
+     r"kernel_size must be at most 2\*\*31 - 1"),
+    (lambda: FC.avg_pool2d(np.ones((1, 1, 2, 2)), (2**32 + 1, 2**32 + 1), padding=2**31),
+     r"kernel_size must be at most 2\*\*31 - 1"),
+    (lambda: FC.max_pool2d(np.ones((1, 1, 2, 2)), 2, 2**31), r"stride must be at most"),
+])
+def test_geometry_beyond_int32_raises(call, match):
+    """Each of kernel_size, stride, padding, dilation <= 2^31 - 1: no int64 overflow below."""
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_max_pool_with_a_huge_window_visits_only_in_bounds_taps():
+    """kernel (1, 2^31 - 1): the forward used to loop over every tap of every window."""
+    torch = import_torch()
+    x = np.array([[[[1.0, 2.0]]]])
+    args = ((1, 2**31 - 1), 1, (0, 2**30 - 1))
+    ty, ti = torch.nn.functional.max_pool2d(torch.tensor(x), *args, return_indices=True)
+    t = nk.tensor(x, requires_grad=True)
+    y, idx = FC.max_pool2d(t, *args, return_indices=True)
+    np.testing.assert_array_equal(y.numpy(), ty.numpy())
+    np.testing.assert_array_equal(idx.numpy(), ti.numpy())
+    y.backward(np.ones(y.shape))
+    np.testing.assert_array_equal(t.grad, [[[[0.0, 2.0]]]])
+
+
+def test_avg_pool_divisor_of_a_huge_window_as_torch():
+    """(2^31 - 1)^2 fits int64: the divisor of the largest accepted kernel is exact."""
+    torch = import_torch()
+    x = np.ones((1, 1, 2, 2))
+    for include in (True, False):
+        args = ((2**31 - 1, 2**31 - 1), None, 2**30 - 1, False, include)
+        ty = torch.nn.functional.avg_pool2d(torch.tensor(x), *args)
+        np.testing.assert_allclose(FC.avg_pool2d(x, *args).numpy(), ty.numpy(), rtol=1e-15)
+
+
 _ANY = st.one_of(st.integers(-2, 4), st.tuples(st.integers(-1, 3), st.integers(-1, 3)),
                  st.sampled_from(["same", "valid", "full", None, 1.5, (1, 2, 3)]))
 
@@ -660,6 +750,33 @@ def _sim_pool():
             dy = rng.uniform(-1, 1, y.shape)
             conv_cuda.avg_pool_backward(dy, kernel, stride, pad, include, divisor or 0, dx)
             np.testing.assert_allclose(dx, R.avg_pool2d_backward(dy, x, *args), atol=1e-12)
+    # windows of 2^31 - 1 taps: the kernels visit only the in-bounds ones (the CPU kernels,
+    # already checked against torch, are the reference)
+    x = rng.uniform(-1, 1, (1, 2, 2, 3))
+    for kernel, stride, pad, dil in ((((1, 2**31 - 1), (1, 1), (0, 2**30 - 1), (1, 1))),
+                                     ((2**31 - 1, 3), (2**31 - 1, 1), (2**30 - 1, 1), (1, 2))):
+        out = tuple(K.pool_output_size(s, k, st, p, d, False) for s, k, st, p, d
+                    in zip(x.shape[2:], kernel, stride, pad, dil, strict=True))
+        y_ref, idx_ref = np.empty(x.shape[:2] + out), np.empty(x.shape[:2] + out, np.int64)
+        conv_cpu.max_pool(x, *kernel, *stride, *pad, *dil, y_ref, idx_ref)
+        y, idx = np.empty_like(y_ref), np.empty_like(idx_ref)
+        conv_cuda.max_pool(x, kernel, stride, pad, dil, y, idx)
+        np.testing.assert_array_equal(y, y_ref)
+        np.testing.assert_array_equal(idx, idx_ref)
+        dy = rng.uniform(-1, 1, y.shape)
+        dx, dx_ref = np.empty_like(x), np.empty_like(x)
+        conv_cpu.max_pool_backward(dy, idx_ref, dx_ref)
+        conv_cuda.max_pool_backward(dy, idx, kernel, stride, pad, dil, dx)
+        np.testing.assert_allclose(dx, dx_ref, atol=1e-12)
+        if dil == (1, 1):
+            for include in (True, False):
+                y_ref, y = np.empty(dy.shape), np.empty(dy.shape)
+                conv_cpu.avg_pool(x, *kernel, *stride, *pad, include, 0, y_ref)
+                conv_cuda.avg_pool(x, kernel, stride, pad, include, 0, y)
+                np.testing.assert_allclose(y, y_ref, rtol=1e-12, atol=0)
+                conv_cpu.avg_pool_backward(dy, *kernel, *stride, *pad, include, 0, dx_ref)
+                conv_cuda.avg_pool_backward(dy, kernel, stride, pad, include, 0, dx)
+                np.testing.assert_allclose(dx, dx_ref, rtol=1e-12, atol=0)
 
 
 _SIM_CASES = {"conv2d": _sim_conv, "pooling": _sim_pool}

@@ -45,10 +45,13 @@ __all__ = ["im2col", "col2im", "bias_transpose", "transpose_sum", "max_pool",
 
 
 def _valid_range(n_out, size, stride, offset):
-    """[lo, hi): the outputs b with 0 <= b stride + offset < size."""
+    """[lo, hi) with 0 <= lo <= hi <= n_out: the b in [0, n_out) with
+    0 <= b stride + offset < size (lo = hi when there are none). Callers index with
+    b in [0, lo) and [hi, n_out) too, so both ends are clamped into [0, n_out]. No int64
+    overflow for offset and stride within the validated bounds (|offset|, stride < 2^62)."""
     lo = 0
     if offset < 0:
-        lo = (-offset + stride - 1) // stride
+        lo = min(n_out, (-offset + stride - 1) // stride)
     hi = 0
     if size - 1 - offset >= 0:
         hi = (size - 1 - offset) // stride + 1
@@ -160,14 +163,13 @@ def _max_pool(x, kh, kw, sh, sw, ph, pw, dh, dw, y, idx):
             for b in range(Wo):
                 best = -math.inf
                 arg = -1
-                for i in range(kh):
+                # only the in-bounds taps (row-major order kept): a window may span 2^31
+                i0, i1 = _valid_range_jit(kh, H, dh, a * sh - ph)
+                j0, j1 = _valid_range_jit(kw, W, dw, b * sw - pw)
+                for i in range(i0, i1):
                     h = a * sh - ph + i * dh
-                    if h < 0 or h >= H:
-                        continue
-                    for j in range(kw):
+                    for j in range(j0, j1):
                         w = b * sw - pw + j * dw
-                        if w < 0 or w >= W:
-                            continue
                         v = x[n, c, h, w]
                         if arg < 0 or v > best or math.isnan(v):
                             best = v

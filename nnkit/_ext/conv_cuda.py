@@ -26,7 +26,7 @@ import math
 from numba import cuda, float64
 
 from .._backend import launch_views
-from .conv_cpu import avg_divisor
+from .conv_cpu import _valid_range, avg_divisor
 
 __all__ = ["conv2d_forward", "conv2d_backward_input", "conv2d_backward_weight", "bias_grad",
            "max_pool", "max_pool_backward", "avg_pool", "avg_pool_backward"]
@@ -147,14 +147,13 @@ def _max_pool_kernel(x, kh, kw, sh, sw, ph, pw, dh, dw, y, idx):
     H, W = x.shape[2], x.shape[3]
     best = -math.inf
     arg = -1
-    for i in range(kh):
+    # only the in-bounds taps (row-major order kept): a window may span 2^31 taps
+    i0, i1 = _valid_range_dev(kh, H, dh, a * sh - ph)
+    j0, j1 = _valid_range_dev(kw, W, dw, bb * sw - pw)
+    for i in range(i0, i1):
         h = a * sh - ph + i * dh
-        if h < 0 or h >= H:
-            continue
-        for j in range(kw):
+        for j in range(j0, j1):
             ww = bb * sw - pw + j * dw
-            if ww < 0 or ww >= W:
-                continue
             v = x[n, c, h, ww]
             if arg < 0 or v > best or math.isnan(v):
                 best = v
@@ -176,20 +175,35 @@ def _max_pool_bwd_kernel(dy, idx, kh, kw, sh, sw, ph, pw, dh, dw, dx):
     Ho, Wo = dy.shape[2], dy.shape[3]
     me = h * W + xw
     s = 0.0
-    for i in range(kh):
-        hh = h + ph - i * dh
-        if hh < 0 or hh % sh != 0 or hh // sh >= Ho:
+    # the windows holding (h, xw): a loop over outputs (at most Ho Wo), not over the kernel's
+    # kh kw taps, which may number 2^62
+    a0, a1 = _windows_holding(h + ph, kh, sh, dh, Ho)
+    b0, b1 = _windows_holding(xw + pw, kw, sw, dw, Wo)
+    for a in range(a1 - 1, a0 - 1, -1):  # tap i ascending, as a sum order
+        if (h + ph - a * sh) % dh != 0:
             continue
-        for j in range(kw):
-            ww = xw + pw - j * dw
-            if ww < 0 or ww % sw != 0 or ww // sw >= Wo:
+        for bb in range(b1 - 1, b0 - 1, -1):
+            if (xw + pw - bb * sw) % dw != 0:
                 continue
-            if idx[n, c, hh // sh, ww // sw] == me:
-                s += float64(dy[n, c, hh // sh, ww // sw])
+            if idx[n, c, a, bb] == me:
+                s += float64(dy[n, c, a, bb])
     dx[n, c, h, xw] = s
 
 
 _avg_divisor = cuda.jit(device=True)(avg_divisor)
+_valid_range_dev = cuda.jit(device=True)(_valid_range)
+
+
+@cuda.jit(device=True)
+def _windows_holding(p, k, s, d, n_out):
+    """[lo, hi): the windows a in [0, n_out) whose taps a s + i d (i in [0, k)) span the
+    padded coordinate p >= 0, i.e. a s <= p <= a s + (k - 1) d (the tap's congruence mod d
+    is the caller's check)."""
+    lo = 0
+    reach = (k - 1) * d
+    if p - reach > 0:
+        lo = min(n_out, (p - reach + s - 1) // s)
+    return lo, max(lo, min(n_out, p // s + 1))
 
 
 @cuda.jit
@@ -223,16 +237,10 @@ def _avg_pool_bwd_kernel(dy, kh, kw, sh, sw, ph, pw, count_include_pad, divisor,
     n = t // (W * H * C)
     Ho, Wo = dy.shape[2], dy.shape[3]
     s = 0.0
-    for i in range(kh):
-        hh = h + ph - i
-        if hh < 0 or hh % sh != 0 or hh // sh >= Ho:
-            continue
-        a = hh // sh
-        for j in range(kw):
-            ww = xw + pw - j
-            if ww < 0 or ww % sw != 0 or ww // sw >= Wo:
-                continue
-            bb = ww // sw
+    a0, a1 = _windows_holding(h + ph, kh, sh, 1, Ho)
+    b0, b1 = _windows_holding(xw + pw, kw, sw, 1, Wo)
+    for a in range(a1 - 1, a0 - 1, -1):  # tap i ascending, as a sum order
+        for bb in range(b1 - 1, b0 - 1, -1):
             div = _avg_divisor(a * sh - ph, bb * sw - pw, kh, kw, H, W, ph, pw,
                                count_include_pad, divisor)
             s += float64(dy[n, c, a, bb]) / div

@@ -109,14 +109,24 @@ __all__ = [
 
 # ---- argument normalisation ---------------------------------------------------------------
 
+# Largest kernel_size, stride, padding or dilation accepted: the kernels compute indices such
+# as ``a * stride - padding + i * dilation`` and the products of two of these in int64, which
+# stay far below 2^63 when each factor is at most 2^31 - 1 (the output sizes and array
+# extents are bounded by memory).
+MAX_GEOMETRY = 2 ** 31 - 1
+
+
 def _int_tuple(value, name, n, low):
-    """An int or a length-n sequence of ints >= low, as a tuple."""
+    """An int or a length-n sequence of ints in [low, MAX_GEOMETRY], as a tuple."""
     if isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool):
         value = (value,) * n
     if not isinstance(value, (tuple, list)) or len(value) != n:
         raise TypeError(f"{name} must be an int or a tuple of {n} ints, got {value!r}")
     for v in value:
         check_scalar(v, name=name, kind=numbers.Integral, low=low)
+        if v > MAX_GEOMETRY:
+            raise ValueError(f"{name} must be at most 2**31 - 1 = {MAX_GEOMETRY}, got "
+                             f"{value!r}")
     return tuple(int(v) for v in value)
 
 
