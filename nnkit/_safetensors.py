@@ -13,6 +13,7 @@ Reads check everything a truncated or corrupted file can get wrong and say what 
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import struct
@@ -29,6 +30,8 @@ _DTYPES = {
 }
 _CODES = {np.dtype(v): k for k, v in _DTYPES.items()}
 _MAX_HEADER = 100 * 2**20  # the reference implementation's limit
+_MAX_NDIM = 32  # NumPy's array rank limit (NumPy 1; NumPy 2 allows 64)
+_MAX_DIM = 2**63 - 1  # one axis of a NumPy array (intp)
 
 
 class FileFormatError(ValueError):
@@ -121,7 +124,10 @@ def _parse_header(path: Path, f, file_size: int) -> dict:
                               "bytes: truncated, corrupted or not a safetensors file")
     try:
         header = json.loads(f.read(n).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError:
+        raise FileFormatError(f"'{path}': the header is JSON nested too deeply to be a "
+                              "safetensors header; the file is corrupted or hostile") from None
+    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError, int digit limit
         raise FileFormatError(f"'{path}': the header is not valid JSON ({exc}); the file is "
                               "corrupted or not a safetensors file") from None
     if not isinstance(header, dict):
@@ -131,25 +137,45 @@ def _parse_header(path: Path, f, file_size: int) -> dict:
 
 
 def _check_entry(path: Path, name: str, entry) -> tuple:
-    bad = FileFormatError(f"'{path}': the header entry of tensor '{name}' is malformed "
-                          f"({entry!r:.200}); the file is corrupted")
+    def bad(what):
+        return FileFormatError(f"'{path}': the header entry of tensor '{name}' is malformed: "
+                               f"{what} ({entry!r:.200}); the file is corrupted")
+
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
-        raise bad
+        raise bad("expected a JSON object with the keys dtype, shape and data_offsets")
     code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)
-            and isinstance(offsets, list) and len(offsets) == 2
-            and all(isinstance(o, int) and o >= 0 for o in offsets)):
-        raise bad
-    if code not in _DTYPES:
-        raise FileFormatError(f"'{path}': tensor '{name}' has dtype {code!r}, which nnkit "
+    if not isinstance(code, str) or code not in _DTYPES:
+        raise FileFormatError(f"'{path}': tensor '{name}' has dtype {code!r:.100}, which nnkit "
                               f"does not read (it reads {', '.join(_DTYPES)})")
+    if not (isinstance(shape, list) and all(type(s) is int and 0 <= s <= _MAX_DIM
+                                            for s in shape)):
+        raise bad("shape must be a list of integers from 0 to 2**63 - 1")
+    if len(shape) > _MAX_NDIM:
+        raise bad(f"shape has {len(shape)} dimensions, more than {_MAX_NDIM}")
+    if not (isinstance(offsets, list) and len(offsets) == 2
+            and all(type(o) is int and o >= 0 for o in offsets) and offsets[0] <= offsets[1]):
+        raise bad("data_offsets must be [begin, end], integers with 0 <= begin <= end")
     dtype = np.dtype(_DTYPES[code])
-    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    size = math.prod(shape) * dtype.itemsize  # Python ints: no wrap-around
     if offsets[1] - offsets[0] != size:
         raise FileFormatError(f"'{path}': tensor '{name}' of shape {tuple(shape)} and dtype "
                               f"{code} needs {size} bytes but its offsets {offsets} span "
                               f"{offsets[1] - offsets[0]}; the file is corrupted")
     return dtype, tuple(shape), offsets
+
+
+def _check_metadata(path: Path, metadata) -> dict:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise FileFormatError(f"'{path}': __metadata__ is a {type(metadata).__name__}, not a "
+                              "JSON object {str: str}; the file is corrupted")
+    for key, value in metadata.items():
+        if not isinstance(value, str):
+            raise FileFormatError(f"'{path}': __metadata__ value of '{key}' is a "
+                                  f"{type(value).__name__}, not a string (safetensors metadata "
+                                  "is {str: str}); the file is corrupted")
+    return metadata
 
 
 def read_file(path) -> tuple[dict, dict]:
@@ -164,9 +190,7 @@ def read_file(path) -> tuple[dict, dict]:
     file_size = path.stat().st_size
     with open(path, "rb") as f:
         header = _parse_header(path, f, file_size)
-        metadata = header.pop("__metadata__", None) or {}
-        if not isinstance(metadata, dict):
-            raise FileFormatError(f"'{path}': __metadata__ is not a JSON object; corrupted")
+        metadata = _check_metadata(path, header.pop("__metadata__", None))
         entries = sorted(((_check_entry(path, n, e), n) for n, e in header.items()),
                          key=lambda item: item[0][2][0])
         data_start = f.tell()
@@ -183,7 +207,11 @@ def read_file(path) -> tuple[dict, dict]:
                                   f"of tensor data, the file holds {file_size - data_start}")
         tensors = {}
         for (dtype, shape, _), name in entries:
-            out = np.empty(shape, dtype=dtype.newbyteorder("<"))
+            try:
+                out = np.empty(shape, dtype=dtype.newbyteorder("<"))
+            except (ValueError, OverflowError, MemoryError) as exc:
+                raise FileFormatError(f"'{path}': tensor '{name}' of shape {shape} cannot be "
+                                      f"made ({exc}); the file is corrupted") from None
             if out.size and f.readinto(out.reshape(-1).view(np.uint8).data) != out.nbytes:
                 raise FileFormatError(f"'{path}': could not read tensor '{name}' (truncated)")
             tensors[name] = out.astype(dtype, copy=False)

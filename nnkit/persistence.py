@@ -63,6 +63,8 @@ __all__ = ["save", "load", "FileFormatError", "FORMAT_VERSION"]
 FORMAT_VERSION = 2
 _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
 _CONFIG_KEYS = ("nnkit", "nnkit_crc32")  # the metadata keys of the config
+_MAX_CONFIG_DEPTH = 200  # JSON nesting of a config; bounds the decoder's recursion
+_SCALAR_KINDS = "biuf"  # the NumPy scalars that save writes as {"__scalar__": [dtype, value]}
 
 
 # ----- encoding ------------------------------------------------------------------------------
@@ -317,6 +319,12 @@ class _Decoder:
         self.parameters = {}  # stored tensor name -> the Parameter loaded with it first
         self._arguments = 0  # > 0 while decoding constructor arguments
 
+    def bad(self, path, what):
+        """A FileFormatError naming the config path of the malformed node."""
+        where = f"the config at '{path}'" if path else "the config's top-level object"
+        return FileFormatError(f"'{self.path}': {where} is malformed: {what}; the file is "
+                               "corrupted")
+
     def tensor(self, name):
         if not isinstance(name, str) or name not in self.tensors:
             raise FileFormatError(f"'{self.path}': the config refers to tensor {name!r}, "
@@ -329,22 +337,39 @@ class _Decoder:
         if isinstance(node, list):
             return [self.decode(v, _join(path, i)) for i, v in enumerate(node)]
         if not isinstance(node, dict) or len(node) != 1:
-            raise FileFormatError(f"'{self.path}': unexpected config node {node!r:.200}")
+            raise self.bad(path, f"unexpected config node {node!r:.200}")
         (kind, body), = node.items()
         if kind == "__tensor__":
             return self.tensor(body)
         if kind == "__tuple__":
+            if not isinstance(body, list):
+                raise self.bad(path, f"__tuple__ holds {body!r:.100}, not a list")
             return tuple(self.decode(v, _join(path, i)) for i, v in enumerate(body))
         if kind == "__dict__":
+            if not (isinstance(body, list) and all(
+                    isinstance(item, list) and len(item) == 2 and isinstance(item[0], (str, int))
+                    and not isinstance(item[0], bool) for item in body)):
+                raise self.bad(path, f"__dict__ holds {body!r:.100}, not a list of "
+                                     "[key, value] pairs with str or int keys")
             return {k: self.decode(v, _join(path, k)) for k, v in body}
         if kind == "__float__":
-            return float(body)
+            try:
+                return float(body) if isinstance(body, str) else float("invalid")
+            except ValueError:
+                raise self.bad(path, f"__float__ holds {body!r:.100}, not a float's "
+                                     "string") from None
         if kind == "__scalar__":
-            return np.dtype(body[0]).type(self.decode(body[1]))
+            return self.scalar(body, path)
         if kind == "__dtype__":
-            return np.dtype(body)
+            try:
+                if not isinstance(body, str):
+                    raise TypeError
+                return np.dtype(body)
+            except (TypeError, ValueError):
+                raise self.bad(path, f"__dtype__ holds {body!r:.100}, not a NumPy dtype "
+                                     "string") from None
         if kind == "__generator__":
-            return self.generator(self.decode(body, path))
+            return self.generator(self.decode(body, path), path)
         if kind == "__module__":
             module = self.module(body, path)
             if not self._arguments:
@@ -354,10 +379,31 @@ class _Decoder:
             return self.estimator(body, path)
         if kind == "__optimizer__":
             return self.optimizer(body, path)
-        raise FileFormatError(f"'{self.path}': unknown config node kind {kind!r}")
+        raise self.bad(path, f"unknown config node kind {kind!r:.100}")
 
-    def resolve(self, name, base):
+    def scalar(self, body, path):
+        """{"__scalar__": [dtype string, value]}: a NumPy bool, integer or float scalar."""
+        try:
+            dtype = np.dtype(body[0]) if isinstance(body, list) and len(body) == 2 and \
+                isinstance(body[0], str) else None
+        except (TypeError, ValueError):
+            dtype = None
+        if dtype is None or dtype.kind not in _SCALAR_KINDS:
+            raise self.bad(path, f"__scalar__ holds {body!r:.100}, not [dtype, value] with a "
+                                 "bool, integer or float dtype")
+        value = self.decode(body[1], path)
+        if not isinstance(value, (bool, int, float)):
+            raise self.bad(path, f"__scalar__ value {value!r:.100} is not a number")
+        try:
+            return dtype.type(value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise self.bad(path, f"__scalar__ value {value!r:.100} is not a {dtype} "
+                                 f"({exc})") from None
+
+    def resolve(self, name, base, path=""):
         """The class called ``name`` ('module:qualname'): nnkit's own, or one passed in."""
+        if not isinstance(name, str):
+            raise self.bad(path, f"the class name is {name!r:.100}, not a string")
         if name in self.classes:
             cls = self.classes[name]
         else:
@@ -366,11 +412,15 @@ class _Decoder:
                 raise TypeError(
                     f"'{self.path}' holds a {name.replace(':', '.')}, which is not part of "
                     f"nnkit; pass classes=[{qualname}] to nk.load to allow it")
-            cls = importlib.import_module(module_name)
+            try:
+                cls = importlib.import_module(module_name)
+            except (ImportError, ValueError, TypeError):
+                raise self.bad(path, f"the class {name!r:.100} names a module that is not in "
+                                     "this nnkit") from None
             for part in qualname.split("."):
                 cls = getattr(cls, part, None)
         if not (isinstance(cls, type) and (base is None or issubclass(cls, base))):
-            raise FileFormatError(f"'{self.path}': {name} is not a "
+            raise FileFormatError(f"'{self.path}': {name!r:.100} (at '{path}') is not a "
                                   f"{base.__name__ if base else 'class'} in this nnkit")
         return cls
 
@@ -389,10 +439,20 @@ class _Decoder:
         if set(node) != keys:
             raise FileFormatError(f"'{self.path}': the config of module '{path}' has the keys "
                                   f"{sorted(node)}, expected {sorted(keys)}; corrupted")
+        if "ref" not in node:
+            self.check_structure(node, path)
+        if "state" in node and not isinstance(node["state"], dict):
+            raise self.bad(path, f"the module's state is {node['state']!r:.100}, not a "
+                                 "{key: tensor} object")
         module = self.reference(node, path) if "ref" in node else self.build(node, path)
         if "state" in node:
             _restore_sharing(module, node.get("shared", {}), node.get("tied", {}), self.path)
-            saved = {key: self.decode(ref) for key, ref in node["state"].items()}
+            saved = {key: self.decode(ref, _join(path, key, sep="/"))
+                     for key, ref in node["state"].items()}
+            for key, value in saved.items():
+                if not isinstance(value, np.ndarray):
+                    raise self.bad(_join(path, key, sep="/"), f"the state entry is "
+                                   f"{value!r:.100}, not a tensor")
             _load_state(module, saved, self.path)
             self.tie_across(module, node["state"])
         return module
@@ -411,8 +471,38 @@ class _Decoder:
             if first is not owner._parameters[slot]:
                 setattr(owner, slot, first)
 
+    def check_structure(self, node, path):
+        """The types of a full module node's fields (its keys are already checked)."""
+        if not isinstance(node["class"], str):
+            raise self.bad(path, f"the module's 'class' is {node['class']!r:.100}, not a "
+                                 "string")
+        if not isinstance(node["training"], bool):
+            raise self.bad(path, f"the module's 'training' is {node['training']!r:.100}, not "
+                                 "a bool")
+        if "children" in node:
+            children = node["children"]
+            if not (isinstance(children, list) and all(
+                    isinstance(c, list) and len(c) == 2 and isinstance(c[0], str)
+                    for c in children)):
+                raise self.bad(path, f"the module's 'children' is {children!r:.100}, not a "
+                                     "list of [name, module] pairs")
+            return
+        if not isinstance(node["args"], list):
+            raise self.bad(path, f"the module's 'args' is {node['args']!r:.100}, not a list")
+        if not isinstance(node["kwargs"], dict):
+            raise self.bad(path, f"the module's 'kwargs' is {node['kwargs']!r:.100}, not an "
+                                 "object")
+
+    def construct(self, cls, args, kwargs, path):
+        """``cls(*args, **kwargs)``; arguments that do not fit it are a corrupted file."""
+        try:
+            return cls(*args, **kwargs)
+        except Exception as exc:  # the arguments come from the file
+            raise self.bad(path, f"its arguments do not fit {cls.__name__} ({type(exc).__name__}"
+                                 f": {exc})") from exc
+
     def build(self, node, path):
-        cls = self.resolve(node["class"], Module)
+        cls = self.resolve(node["class"], Module, path)
         self._arguments += 1
         try:
             if "children" in node:
@@ -424,7 +514,7 @@ class _Decoder:
                         for i, a in enumerate(node["args"])]
                 kwargs = {k: self.decode(v, _join(path, f"args.{k}"))
                           for k, v in node["kwargs"].items()}
-                module = cls(*args, **kwargs)
+                module = self.construct(cls, args, kwargs, path)
         finally:
             self._arguments -= 1
         module.train(node["training"])
@@ -449,23 +539,51 @@ class _Decoder:
         return module
 
     def estimator(self, node, path):
-        cls = self.resolve(node["class"], None)
-        est = cls(**{k: self.decode(v, _join(path, k)) for k, v in node["params"].items()})
+        if not (isinstance(node, dict) and set(node) == {"class", "params", "fitted"}
+                and isinstance(node["params"], dict) and isinstance(node["fitted"], dict)):
+            raise self.bad(path, f"the estimator node is {node!r:.100}, not "
+                                 "{class, params: {}, fitted: {}}")
+        if any(k.startswith("__") for k in node["fitted"]):
+            raise self.bad(path, "a fitted attribute name starts with '__'")
+        cls = self.resolve(node["class"], None, path)
+        params = {k: self.decode(v, _join(path, k)) for k, v in node["params"].items()}
+        est = self.construct(cls, (), params, path)
         fitted = {k: self.decode(v, _join(path, k)) for k, v in node["fitted"].items()}
-        if hasattr(est, "_nnkit_restore"):
-            est._nnkit_restore(fitted)
-        else:
-            for k, v in fitted.items():
-                setattr(est, k, v)
+        try:
+            if hasattr(est, "_nnkit_restore"):
+                est._nnkit_restore(fitted)
+            else:
+                for k, v in fitted.items():
+                    setattr(est, k, v)
+        except Exception as exc:  # the fitted values come from the file
+            raise self.bad(path, f"its fitted values do not fit {cls.__name__} "
+                                 f"({type(exc).__name__}: {exc})") from exc
         return est
 
     def optimizer(self, node, path):
+        if not (isinstance(node, dict) and set(node) == {"class", "defaults", "state_dict",
+                                                         "params"}):
+            raise self.bad(path, f"the optimizer node is {node!r:.100}, not "
+                                 "{class, defaults, state_dict, params}")
+        params_node = node["params"]
+        if params_node is not None and not (isinstance(params_node, list) and all(
+                isinstance(p, list) and len(p) == 2 and all(isinstance(n, str) for n in p)
+                for p in params_node)):
+            raise self.bad(path, f"the optimizer's 'params' is {params_node!r:.100}, not a "
+                                 "list of [module, parameter] names")
         state_dict = self.decode(node["state_dict"], path)
-        if node["params"] is None:
+        if params_node is None:
             return state_dict  # its parameters were not saved with it: opt.load_state_dict
-        cls = self.resolve(node["class"], Optimizer)
+        cls = self.resolve(node["class"], Optimizer, path)
+        groups_node = state_dict.get("param_groups") if isinstance(state_dict, dict) else None
+        if not (isinstance(groups_node, list) and all(
+                isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups_node)):
+            raise self.bad(path, "the optimizer's state_dict has no list of param_groups")
+        defaults = self.decode(node["defaults"], _join(path, "defaults"))
+        if not isinstance(defaults, dict):
+            raise self.bad(path, f"the optimizer's defaults are {defaults!r:.100}, not a dict")
         params = []
-        for owner, name in node["params"]:
+        for owner, name in params_node:
             if owner not in self.modules:
                 raise FileFormatError(f"'{self.path}': the optimizer refers to module "
                                       f"'{owner}', which was not loaded before it")
@@ -481,17 +599,26 @@ class _Decoder:
             groups.append({**hyper, "params": params[start:start + n]})
             start += n
         accepted = _init_parameters(cls)
-        defaults = {k: v for k, v in self.decode(node["defaults"]).items() if k in accepted}
-        opt = cls(groups, **defaults)
-        opt.load_state_dict(state_dict)
+        defaults = {k: v for k, v in defaults.items() if k in accepted}
+        opt = self.construct(cls, (groups,), defaults, path)
+        try:
+            opt.load_state_dict(state_dict)
+        except Exception as exc:  # the state comes from the file
+            raise self.bad(path, f"its state does not fit {cls.__name__} "
+                                 f"({type(exc).__name__}: {exc})") from exc
         return opt
 
-    def generator(self, state):
+    def generator(self, state, path=""):
         name = state.get("bit_generator") if isinstance(state, dict) else None
-        if name not in _BIT_GENERATORS:
-            raise FileFormatError(f"'{self.path}': unknown bit generator {name!r}")
+        if not isinstance(name, str) or name not in _BIT_GENERATORS:
+            raise FileFormatError(f"'{self.path}': unknown bit generator {name!r:.100} at "
+                                  f"'{path}'")
         gen = np.random.Generator(getattr(np.random, name)())
-        gen.bit_generator.state = state
+        try:
+            gen.bit_generator.state = state
+        except Exception as exc:  # the state comes from the file
+            raise self.bad(path, f"the {name} state is invalid ({type(exc).__name__}: "
+                                 f"{exc})") from None
         return gen
 
 
@@ -633,8 +760,14 @@ def load(path, *, classes=None):
                               "corrupted")
     try:
         config = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except RecursionError:
+        raise FileFormatError(f"'{path}': the nnkit config is JSON nested too deeply; the "
+                              "file is corrupted or hostile") from None
+    except ValueError as exc:  # JSONDecodeError, int digit limit
         raise FileFormatError(f"'{path}': the nnkit config is not valid JSON ({exc})") from None
+    if _depth(config) > _MAX_CONFIG_DEPTH:
+        raise FileFormatError(f"'{path}': the nnkit config is nested more than "
+                              f"{_MAX_CONFIG_DEPTH} levels deep; the file is corrupted")
     _check_config(path, config, tensors)
     for name in config["complex"]:
         pairs = tensors[name]
@@ -657,12 +790,30 @@ def _check_config(path, config, tensors):
             not isinstance(config.get("complex"), list) or "object" not in config:
         raise FileFormatError(f"'{path}': the nnkit config does not describe the file's "
                               "tensors; the file is corrupted")
+    for name in config["complex"]:
+        pairs = tensors.get(name) if isinstance(name, str) else None
+        if pairs is None or pairs.dtype.kind != "f" or pairs.ndim < 1 or pairs.shape[-1] != 2:
+            raise FileFormatError(f"'{path}': the nnkit config lists {name!r:.100} as a complex "
+                                  "tensor, which is not a float tensor of (real, imag) pairs; "
+                                  "the file is corrupted")
     for name, expected in described.items():
         found = _fingerprint(tensors[name])
         if found != expected:
             raise FileFormatError(f"'{path}': tensor '{name}' fails its check (dtype, shape, "
                                   f"CRC32 {found} in the file, {expected} in the config); "
                                   "the file is corrupted")
+
+
+def _depth(node) -> int:
+    """How deeply a parsed JSON value nests (iteratively: no recursion on hostile input)."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict)
+                                                  else node))
+    return deepest
 
 
 def _fingerprint(array) -> list:

@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -586,6 +587,49 @@ def test_corrupted_tensor_fails_its_checksum(tmp_path):
     raw[-10] ^= 0x40
     path.write_bytes(bytes(raw))
     with pytest.raises(FileFormatError, match="tensor '(weight|bias)' fails its check"):
+        nk.load(path)
+
+
+def _handmade(header, data=b""):
+    """The bytes of a safetensors file with this header (a dict, or the JSON text)."""
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + data
+
+
+def _with_config(obj):
+    """A file whose nnkit config (valid CRC32, no tensors) holds ``obj`` as the object."""
+    text = json.dumps({"format": "nnkit", "format_version": 2, "nnkit_version": "0",
+                       "object": {"__dict__": [["model", obj]]}, "complex": [], "tensors": {}})
+    return _handmade({"__metadata__": {"nnkit": text,
+                                       "nnkit_crc32": str(zlib.crc32(text.encode()))}})
+
+
+def _linear_node(**fields):
+    node = {"class": "nnkit.nn:Linear", "training": True, "args": [2, 3], "kwargs": {}}
+    return {"__module__": {**node, **fields}}
+
+
+_F32 = {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}
+
+
+@pytest.mark.parametrize("raw, problem", [
+    (_handmade(b'{"a":' * 50_000 + b"1" + b"}" * 50_000), "nested too deeply"),
+    (_handmade({"w": {**_F32, "dtype": ["F32"]}}, b"\0" * 4), r"dtype \['F32'\]"),
+    (_handmade({"w": {**_F32, "shape": [2**70]}}, b"\0" * 4), "shape must be a list of int"),
+    (_handmade({"w": {**_F32, "shape": [True]}}, b"\0" * 4), "shape must be a list of int"),
+    (_handmade({"w": {**_F32, "shape": [2**32, 2**32], "data_offsets": [0, 0]}}),
+     r"needs 73786976294838206464 bytes but its offsets \[0, 0\] span 0"),
+    (_handmade({"__metadata__": {"nnkit": 5}}), "value of 'nnkit' is a int, not a string"),
+    (_with_config({"__scalar__": []}), r"'model' is malformed: __scalar__ holds \[\]"),
+    (_with_config(_linear_node(args=5)), "'model' is malformed: the module's 'args' is 5"),
+    (_with_config(_linear_node(kwargs=[])), r"'model' is malformed: the module's 'kwargs' is \[\]"),
+    (_with_config(_linear_node(**{"class": 5})), "'model' is malformed: the module's 'class' is 5"),
+], ids=["deep-json", "dtype-list", "huge-dim", "bool-dim", "wrapping-size", "int-metadata",
+        "scalar-node", "args-int", "kwargs-list", "class-int"])
+def test_hostile_file_is_refused_by_name(raw, problem, tmp_path):
+    path = tmp_path / "hostile.safetensors"
+    path.write_bytes(raw)
+    with pytest.raises(FileFormatError, match=problem):
         nk.load(path)
 
 
