@@ -368,3 +368,16 @@ def test_tour_section_rows_and_plot(tmp_path):
     rows = approx_section(TourContext(out_dir=tmp_path, quick=True, plots=True))
     assert all(r["ok"] for r in rows) and len(rows) == 5
     assert (tmp_path / "approx_bins.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("layer, name", [(0, "weight"), (0, "bias"), (2, "weight")])
+def test_eval_sigmoid_net_propagates_nan_like_the_forward(layer, name):
+    """A NaN parameter gives NaN, as the net's own forward does (the windowed sum dropped
+    the unit, or returned finite values)."""
+    from nnkit.approx.constructions import forward_numpy
+
+    net = approx.sigmoid_bins(np.sin, 4)
+    getattr(net[layer], name).data.reshape(-1)[1] = np.nan
+    x = np.linspace(0, 1, 5)
+    np.testing.assert_array_equal(approx.eval_sigmoid_net(net, x), forward_numpy(net, x))
+    assert np.isnan(approx.eval_sigmoid_net(net, x)).all()

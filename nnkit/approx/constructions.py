@@ -322,6 +322,9 @@ def eval_sigmoid_net(net, x, cutoff: float = CUTOFF) -> np.ndarray:
     cutoff = float(check_scalar(cutoff, name="cutoff", low=0, low_inclusive=False))
     if x.size == 0:
         return np.empty(0)
+    if not all(np.isfinite(v).all() for v in (w, b, a, c)):  # NaN/inf propagate as in the
+        with np.errstate(invalid="ignore", over="ignore"):  # forward: the exact dense sum
+            return c + np.broadcast_to(_dense_sum(x, w, b, a), x.shape)
     # units whose transition is wider than the data's range go to a dense sum
     dense = np.abs(w) * (x.max() - x.min() + 1.0) <= cutoff
     const = c + _dense_sum(x, w[dense], b[dense], a[dense])
