@@ -209,7 +209,7 @@ def read_file(path) -> tuple[dict, dict]:
         for (dtype, shape, _), name in entries:
             try:
                 out = np.empty(shape, dtype=dtype.newbyteorder("<"))
-            except (ValueError, OverflowError, MemoryError) as exc:
+            except (ValueError, OverflowError) as exc:  # (MemoryError: the machine, not the file)
                 raise FileFormatError(f"'{path}': tensor '{name}' of shape {shape} cannot be "
                                       f"made ({exc}); the file is corrupted") from None
             if out.size and f.readinto(out.reshape(-1).view(np.uint8).data) != out.nbytes:

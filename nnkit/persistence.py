@@ -497,6 +497,8 @@ class _Decoder:
         """``cls(*args, **kwargs)``; arguments that do not fit it are a corrupted file."""
         try:
             return cls(*args, **kwargs)
+        except MemoryError:  # the machine's limit, not a corrupted file
+            raise
         except Exception as exc:  # the arguments come from the file
             raise self.bad(path, f"its arguments do not fit {cls.__name__} ({type(exc).__name__}"
                                  f": {exc})") from exc

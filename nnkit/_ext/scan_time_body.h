@@ -45,6 +45,7 @@ static inline ptrdiff_t st_cut_below(ptrdiff_t t, ptrdiff_t phase)
 #define ST_VEC ST_CAT(st_vec_, ST_NAME)
 #define ST_MASK ST_CAT(st_mask_, ST_NAME)
 #define ST_ELEM ST_CAT(st_elem_, ST_NAME)
+#define ST_TAIL ST_CAT(st_tail_, ST_NAME)
 #define ST_MULCONJ ST_CAT(st_mulconj_, ST_NAME)
 #define ST_BLOCK ST_CAT(st_block_, ST_NAME)
 #define ST_FWD ST_CAT(st_fwd_, ST_NAME)
@@ -109,6 +110,13 @@ SR_INLINE void ST_ELEM(const SR_T *c, const SR_T *s, const SR_T *x, SR_T *e, int
 #endif
 }
 
+/* the walk's next element past the vectors: out = c s + x, and s becomes it */
+SR_INLINE void ST_TAIL(const SR_T *c, SR_T *s, const SR_T *x, SR_T *out, int conj)
+{
+    ST_ELEM(c, s, x, out, conj);
+    memcpy(s, out, SR_K * sizeof(SR_T));
+}
+
 /* e = g conj(h) for one element */
 SR_INLINE void ST_MULCONJ(const SR_T *g, const SR_T *h, SR_T *e)
 {
@@ -137,41 +145,36 @@ SR_INLINE void ST_BLOCK(const SR_T *c, const SR_T *x, ST_VEC *state, SR_T *out, 
     ST_VEC A, H, S = *state;
     SR_T s[SR_K];
     ptrdiff_t n = m * SR_K, j;
+/* the vector of steps at j: composed (F: ST_UP or ST_DOWN), applied to the state S, stored;
+ * S becomes its state at the walk's end of it (the lanes EDGE: last or first) */
+#if SR_K == 2
+#define ST_CONJUGATE if (conj) A *= conj_sign;
+#else
+#define ST_CONJUGATE
+#endif
+#define ST_VECTOR(F, EDGE)                                                                 \
+    memcpy(&A, c + j, sizeof A);                                                           \
+    memcpy(&H, x + j, sizeof H);                                                           \
+    ST_CONJUGATE                                                                           \
+    ST_COMPOSE(F)                                                                          \
+    H = ST_MUL(A, S) + H;                                                                  \
+    memcpy(out + j, &H, sizeof H);                                                         \
+    S = __builtin_shuffle(H, EDGE);
     if (!down) {
         for (j = 0; j + SR_V <= n; j += SR_V) {
-            memcpy(&A, c + j, sizeof A);
-            memcpy(&H, x + j, sizeof H);
-#if SR_K == 2
-            if (conj) A *= conj_sign;
-#endif
-            ST_COMPOSE(ST_UP)
-            H = ST_MUL(A, S) + H;
-            memcpy(out + j, &H, sizeof H);
-            S = __builtin_shuffle(H, last);
+            ST_VECTOR(ST_UP, last)
         }
         memcpy(s, &S, sizeof s);
-        for (; j < n; j += SR_K) {
-            ST_ELEM(c + j, s, x + j, out + j, conj);
-            memcpy(s, out + j, sizeof s);
-        }
+        for (; j < n; j += SR_K) ST_TAIL(c + j, s, x + j, out + j, conj);
     } else {
         for (j = n - SR_V; j >= 0; j -= SR_V) {
-            memcpy(&A, c + j, sizeof A);
-            memcpy(&H, x + j, sizeof H);
-#if SR_K == 2
-            if (conj) A *= conj_sign;
-#endif
-            ST_COMPOSE(ST_DOWN)
-            H = ST_MUL(A, S) + H;
-            memcpy(out + j, &H, sizeof H);
-            S = __builtin_shuffle(H, first);
+            ST_VECTOR(ST_DOWN, first)
         }
         memcpy(s, &S, sizeof s);
-        for (j += SR_V - SR_K; j >= 0; j -= SR_K) {
-            ST_ELEM(c + j, s, x + j, out + j, conj);
-            memcpy(s, out + j, sizeof s);
-        }
+        for (j += SR_V - SR_K; j >= 0; j -= SR_K) ST_TAIL(c + j, s, x + j, out + j, conj);
     }
+#undef ST_VECTOR
+#undef ST_CONJUGATE
     memcpy(&S, s, sizeof s);
     *state = __builtin_shuffle(S, first);
 }
@@ -268,6 +271,7 @@ SR_INLINE void ST_BWD(const SR_T *dh, const SR_T *a, const SR_T *h, const SR_T *
 #undef ST_FWD
 #undef ST_BLOCK
 #undef ST_MULCONJ
+#undef ST_TAIL
 #undef ST_ELEM
 #undef ST_MASK
 #undef ST_VEC
