@@ -12,9 +12,9 @@ read + written) and the float32 matrix-product rate (CuPy/cuBLAS). Sections:
 - softmax / layer_norm (4096 x 4096 float32): time vs the bandwidth bound, vs torch;
 - conv2d 3x3 padding 1 on the convolution issue's shapes: forward and forward+backward vs
   torch (cuDNN), achieved GFLOP/s;
-- linear_scan (16, 4096, 256) float32 and complex64: forward and backward vs the bandwidth
-  bound (a, b, h once each; backward dh, a, h, h0 read, da, db written), vs torch's
-  cumsum-of-log form;
+- linear_scan (16, 4096, 256) and one sequence (1, 2^23, 1), float32 and complex64: forward
+  and backward vs the bandwidth bound (a, b, h once each; backward dh, a, h, h0 read, da, db
+  written), vs torch's cumsum-of-log form;
 - LSTM / GRU / RNN over the recurrent issue's shapes, forward and forward+backward, vs
   torch.nn.LSTM/GRU/RNN (cuDNN).
 
@@ -24,6 +24,7 @@ A section that fails prints its error and the rest go on.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -177,15 +178,14 @@ def scan(roof, quick):
     from nnkit.kernels import scan as K
 
     torch = _torch()
-    B, T, D = (4, 4096, 256) if quick else (16, 4096, 256)
+    shapes = [(4, 4096, 256), (1, 1 << 20, 1)] if quick else [(16, 4096, 256), (1, 1 << 23, 1)]
     rows = []
-    for dtype in (cupy.float32, cupy.complex64):
-        shape = (B, T, D)
+    for shape, dtype in itertools.product(shapes, (cupy.float32, cupy.complex64)):
         mag = cupy.random.uniform(0.5, 0.99, shape)
         a = (mag * (cupy.exp(1j * cupy.random.uniform(0, 6.28, shape))
                     if dtype == cupy.complex64 else mag)).astype(dtype)
         b = cupy.random.standard_normal(shape).astype(dtype)
-        h0 = cupy.zeros((B, D), dtype)
+        h0 = cupy.zeros((shape[0], shape[2]), dtype)
         dh = cupy.random.standard_normal(shape).astype(dtype)
         h = K.linear_scan_forward(a, b, h0)
         out = cupy.empty_like(a)
@@ -210,7 +210,20 @@ def scan(roof, quick):
             row["torch_cumsum_log_ms"] = gpu_time(cumsum_log) * 1e3
             row["torch/nnkit fwd"] = row["torch_cumsum_log_ms"] / row["fwd_ms"]
         rows.append(row)
+    rows.append(_scan_call_cost(K))
     return rows
+
+
+def _scan_call_cost(K):
+    """Forward and backward of a (1, 16, 1) scan: almost no GPU work, so the time per call
+    is the host's (validation, argument conversion, buffers, the launch)."""
+    import cupy
+
+    a = cupy.full((1, 16, 1), 0.5, cupy.float32)
+    h = K.linear_scan_forward(a, a)
+    return {"section": "linear_scan", "case": "(1, 16, 1) float32: the cost of a call",
+            "fwd_ms": gpu_time(lambda: K.linear_scan_forward(a, a)) * 1e3,
+            "bwd_ms": gpu_time(lambda: K.linear_scan_backward(a, a, h)) * 1e3}
 
 
 def recurrent(roof, quick):

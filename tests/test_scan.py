@@ -1,10 +1,12 @@
 """The linear scan (kernels, F.linear_scan) against its sequential twin; gradients; bad input;
 the linear-recurrent layers (MinGRU, MinLSTM, LRU)."""
 
+import contextlib
 import ctypes
 import itertools
 import math
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -496,27 +498,55 @@ def test_layer_bad_input():
 # ---- CUDA kernels under Numba's simulator (in a child process) -------------------------------
 # The simulator must be switched on before numba.cuda is first imported, so this file runs
 # itself as a script in a child process (tests/helpers.py; NNKIT_CUDA_CASES=device runs it on a
-# real GPU). Tiles of 4 threads and 3 threads per block cross tile and block boundaries on
-# tiny shapes.
+# real GPU). Blocks of 4 or 5 threads and chunks of 2 steps put several blocks along T, and
+# several chunks or several sequence groups in a block, on tiny shapes.
+
+@contextlib.contextmanager
+def _blocks_last_first():
+    """Under the simulator, start a launch's blocks from the last one. The simulator runs
+    them in index order, which the hardware does not promise; a block that waited on a
+    block of lower index, not on an earlier ticket, would spin for ever here."""
+    from numba import config
+
+    if not config.ENABLE_CUDASIM:
+        yield
+        return
+    from numba.cuda.simulator import kernel
+
+    real = kernel.np
+    kernel.np = types.SimpleNamespace(**vars(real))
+    kernel.np.ndindex = lambda *shape: reversed(list(real.ndindex(*shape)))
+    try:
+        yield
+    finally:
+        kernel.np = real
+
 
 def _cuda_cases():
     from nnkit._ext import scan_cuda as C
 
-    C.tile, C.seq_threads = 4, 3
-    C.min_chunk, C.chunk_threads = 2, 8  # several chunks even on the tiny shapes below
-    modes = {"rows": (0, 0), "chunks": (10**9, 0), "tiles": (10**9, 10**9)}
+    C.seq_threads, C.steps_per_thread = 3, 2
+    # (rows_min, block, publish_states, order): one thread per sequence; the look-back scan
+    # with blocks of 4 or 5 threads; the look-back over published maps only (back to t = 0);
+    # blocks started last first
+    modes = {"rows": (0, 4, True, contextlib.nullcontext),
+             "look-back 4": (10**9, 4, True, contextlib.nullcontext),
+             "look-back 5": (10**9, 5, True, contextlib.nullcontext),
+             "maps only": (10**9, 4, False, contextlib.nullcontext),
+             "last first": (10**9, 4, True, _blocks_last_first)}
     failures = []
     for dtype in (np.float32, np.complex128):  # the real and the complex shared-memory scan
         for reverse in (False, True):
-            # tiles of 4: 9 steps cross two tile edges, 8 end on one; empty B and T
+            # S = 1, 6, 1, 0, 2, 2, 4 sequences; T across chunk and block edges; empty B, T
             for B, T, D in ((1, 9, 1), (2, 5, 3), (1, 8, 1), (0, 3, 2), (2, 0, 1),
-                            (1, 1, 2), (2, 7, 2)):
-                for mode, (C.rows_min, C.seq_min) in modes.items():
+                            (1, 1, 2), (2, 7, 2), (1, 23, 2)):
+                for mode, (C.rows_min, C.block, C.publish_states, order) in modes.items():
                     a, b, h0, dh = _problem(B * 100 + T + D, B, T, D, dtype)
                     out = np.zeros_like(a)
-                    C.linear_scan(a, b, h0, out, reverse)
                     grads = [np.zeros_like(a), np.zeros_like(a), np.zeros_like(h0)]
-                    C.linear_scan_backward(dh, a, out, h0, *grads, reverse)
+                    with order():
+                        C.linear_scan(a, b, h0, out, reverse)
+                        C.linear_scan_backward(dh, a, out, h0, *grads, reverse)
                     want = [R.linear_scan(a, b, h0, reverse),
                             *R.linear_scan_backward(dh, a, out, h0, reverse)]
                     for name, got, w in zip(("h", "da", "db", "dh0"), [out, *grads], want,

@@ -4,50 +4,55 @@ Arrays (B, T, D) C-contiguous device arrays (CuPy, Numba device arrays, or NumPy
 ``NUMBA_ENABLE_CUDASIM=1``), one dtype (float32/64, complex64/128), outputs preallocated;
 nothing is validated here (``nnkit.kernels.scan`` is the entry point).
 
-Forward, three strategies (``linear_scan`` picks by the number of sequences S = B x D):
+Two strategies, chosen by the number of sequences S = B x D:
 
-- ``S >= rows_min``: one thread per sequence walks T; neighbouring threads read neighbouring
-  features, so every step is one coalesced load of a and b and one store of h.
-- ``seq_min <= S < rows_min``: chunks along T. One thread per (chunk, sequence) walks its
-  chunk and writes the chunk's affine map (A, H): h -> A h + H (``_chunk_reduce``); one
-  thread per sequence scans the maps into each chunk's incoming state (``_chunk_carries``);
-  every (chunk, sequence) thread walks its chunk again from that state and writes h
-  (``_chunk_apply``). Loads stay coalesced (neighbouring threads, neighbouring features) and
-  there are about ``chunk_threads`` threads in flight instead of S, which is what keeps the
-  memory system busy: measured on an H100 at (16, 4096, 256) float32 (S = 4096), one thread
-  per sequence reached 3.6% of the copy bandwidth. The price is reading a and b twice (five
-  passes over the data instead of three).
-- otherwise a block scan with carries across blocks: each thread block scans a tile of
-  ``tile`` consecutive steps of one sequence in shared memory (Hillis-Steele over the affine
-  maps, composed as (A2 A1, A2 H1 + H2)) and writes the tile's aggregate (``_tile_reduce``);
-  ``_chunk_carries`` scans the aggregates; every tile is scanned again and applied to its
-  carry (``_tile_apply``). The scan's depth is log2(tile) per tile plus T / tile for the
-  carries.
+- ``S >= rows_min``: one thread per sequence walks T (``_rows_forward``, ``_rows_backward``);
+  neighbouring threads read neighbouring features, so every step is one coalesced load of a
+  and b and one store of h. Enough threads are in flight to keep the memory system busy.
+- otherwise one single-pass kernel with a decoupled look-back (Merrill and Garland 2016), for
+  the forward and for the backward. T is cut into chunks of ``steps_per_thread`` steps. A
+  thread block holds ``Sg = min(S, block)`` neighbouring sequences and ``P = block // Sg``
+  consecutive chunks of each; its thread (j, s) walks chunk j of sequence s and composes the
+  chunk's affine map h -> A h + H. A Hillis-Steele scan over j in shared memory (maps composed
+  as (A2 A1, A2 H1 + H2)) gives every thread the map of the block's chunks before its own,
+  and the block's whole map. The block then publishes that map (flag 1) and looks back over
+  its predecessors along T: a predecessor's published state (flag 2) ends the walk; its map
+  (flag 1) is composed and the walk goes on. The block publishes its outgoing state (flag 2)
+  and every thread walks its chunk again from its incoming state, writing h. Blocks take
+  their place along T from a ticket counter (an atomic add), not from blockIdx, so a block
+  waits only on blocks that already run: the hardware does not start blocks in index order.
+  One launch instead of three; a and b are read twice (the second time mostly from L2), h
+  written once.
 
-Shared-memory accumulators are float64 for real inputs and complex128 for complex ones.
-Backward is the fused reverse walk: one thread per sequence (``_rows_backward``) when
-``S >= rows_min``, else the same three chunk passes run backwards over the adjoint recurrence
-g_k = dh_k + conj(a_{k+1}) g_{k+1} (``_chunk_reduce_adjoint``, ``_chunk_carries``,
-``_chunk_apply_adjoint``).
+  Memory order: a block writes its map or state, every thread fences (``threadfence``), and
+  thread 0 raises the flag with an atomic; a reader's thread 0 reads the flag with an atomic,
+  the block synchronises, and every thread fences before loading. The published maps and
+  states are laid out (3, Q, G, width) with ``width`` a whole number of 128-byte lines, so no
+  cache line holds a value that was not final when a block first read it.
+
+The backward is the same single pass over the adjoint recurrence
+g_k = dh_k + conj(a_{k+1}) g_{k+1}, with chunks taken in descending order; then db = g,
+da_k = g_k conj(h_{k-1}), dh0 = conj(a_0) g_0. Maps, states and the shared-memory scan are
+float64 for real inputs and complex128 for complex ones.
 """
 
 from __future__ import annotations
 
-from numba import complex128, cuda, float64
+import numpy as np
+from numba import complex128, cuda, float64, int32
 
 from .._backend import launch_views
 
-__all__ = ["linear_scan", "linear_scan_backward", "MAX_TILE"]
+__all__ = ["linear_scan", "linear_scan_backward", "MAX_BLOCK"]
 
-MAX_TILE = 256  # shared-memory tile (threads per block of the block scan); a power of two
-# Launch settings; the tests lower them under the simulator to cross tile boundaries.
-tile = MAX_TILE
-seq_threads = 128
+MAX_BLOCK = 256  # threads per block of the look-back scan at most (its shared-memory size)
+# Launch settings; the tests lower them under the simulator to cross block boundaries.
+block = MAX_BLOCK
+seq_threads = 128  # threads per block of the one-thread-per-sequence kernels
 rows_min = 1 << 16  # at least this many sequences: one thread per sequence
-seq_min = 2048  # at least this many (and fewer than rows_min): chunks; fewer still: tiles
-chunk_threads = 1 << 18  # aim for this many (chunk, sequence) threads
-min_chunk = 16  # steps per chunk at the least
-max_chunks = 4096  # the carries are scanned serially per sequence
+steps_per_thread = 16  # the length of a chunk
+publish_states = True  # False (tests only): blocks publish maps alone, look-backs run to t = 0
+LINE_BYTES = 128
 
 
 def _index(k, T, reverse):
@@ -98,153 +103,145 @@ def _rows_backward(dh, a, h, h0, da, db, dh0, reverse):
     dh0[i, d] = a[i, _index_dev(0, T, reverse), d].conjugate() * g
 
 
-@cuda.jit(device=True)
-def _tile_scan(a, b, i, d, k0, T, reverse, bufA, bufH):
-    """Inclusive scan of this block's tile (steps k0..k0+blockDim-1) in bufA, bufH; steps past
-    T are the identity map (1, 0). Every thread returns its prefix (A, H)."""
-    tid = cuda.threadIdx.x
-    k = k0 + tid
-    if k < T:
-        t = _index_dev(k, T, reverse)
-        bufA[tid] = a[i, t, d]
-        bufH[tid] = b[i, t, d]
-    else:
-        bufA[tid] = 1
-        bufH[tid] = 0
-    cuda.syncthreads()
-    off = 1
-    while off < cuda.blockDim.x:
-        if tid >= off:
-            pa, ph = bufA[tid - off], bufH[tid - off]
-        cuda.syncthreads()
-        if tid >= off:
-            ca = bufA[tid]
-            bufH[tid] = ca * ph + bufH[tid]
-            bufA[tid] = ca * pa
-        cuda.syncthreads()
-        off *= 2
-    return bufA[tid], bufH[tid]
-
-
-@cuda.jit(device=True)
-def _reduce_body(a, b, A, H, reverse, bufA, bufH):
-    c, s = cuda.blockIdx.x, cuda.blockIdx.y
-    B, T, D = a.shape
-    i, d = s // D, s % D
-    pa, ph = _tile_scan(a, b, i, d, c * cuda.blockDim.x, T, reverse, bufA, bufH)
-    if cuda.threadIdx.x == cuda.blockDim.x - 1:
-        A[c, s] = pa
-        H[c, s] = ph
-
-
-@cuda.jit(device=True)
-def _apply_body(a, b, carry, out, reverse, bufA, bufH):
-    c, s = cuda.blockIdx.x, cuda.blockIdx.y
-    B, T, D = a.shape
-    i, d = s // D, s % D
-    k = c * cuda.blockDim.x + cuda.threadIdx.x
-    pa, ph = _tile_scan(a, b, i, d, c * cuda.blockDim.x, T, reverse, bufA, bufH)
-    if k < T:
-        out[i, _index_dev(k, T, reverse), d] = pa * carry[c, s] + ph
-
-
 @cuda.jit
 def _fill_zero(out):
-    """out (B, D) = 0, one thread per entry (no host array uploaded)."""
+    """out (n,) = 0, one thread per entry (Numba device arrays have no memset)."""
     i = cuda.grid(1)
-    if i < out.shape[0] * out.shape[1]:
-        out[i // out.shape[1], i % out.shape[1]] = 0
+    if i < out.shape[0]:
+        out[i] = 0
 
 
-@cuda.jit
-def _tile_reduce_real(a, b, A, H, reverse):
-    bufA = cuda.shared.array(MAX_TILE, float64)
-    bufH = cuda.shared.array(MAX_TILE, float64)
-    _reduce_body(a, b, A, H, reverse, bufA, bufH)
-
-
-@cuda.jit
-def _tile_reduce_complex(a, b, A, H, reverse):
-    bufA = cuda.shared.array(MAX_TILE, complex128)
-    bufH = cuda.shared.array(MAX_TILE, complex128)
-    _reduce_body(a, b, A, H, reverse, bufA, bufH)
-
-
-@cuda.jit
-def _tile_apply_real(a, b, carry, out, reverse):
-    bufA = cuda.shared.array(MAX_TILE, float64)
-    bufH = cuda.shared.array(MAX_TILE, float64)
-    _apply_body(a, b, carry, out, reverse, bufA, bufH)
-
-
-@cuda.jit
-def _tile_apply_complex(a, b, carry, out, reverse):
-    bufA = cuda.shared.array(MAX_TILE, complex128)
-    bufH = cuda.shared.array(MAX_TILE, complex128)
-    _apply_body(a, b, carry, out, reverse, bufA, bufH)
-
-
-@cuda.jit
-def _chunk_carries(A, H, init, carry, descending):
-    """The state entering each chunk, one thread per sequence s: carry[first, s] = init[s],
-    then carry[next] = A[c] carry[c] + H[c], chunks in ascending order (the forward) or
-    descending (the adjoint)."""
-    s = cuda.grid(1)
-    C, S = carry.shape
-    if s >= S:
-        return
-    D = init.shape[1]
-    state = init[s // D, s % D]
-    for j in range(C):
-        c = C - 1 - j if descending else j
-        carry[c, s] = state
-        state = A[c, s] * state + H[c, s]
-
-
-# ---- chunks along T: (chunk, sequence) threads ---------------------------------------------
+# ---- the single-pass look-back scan -----------------------------------------------------------
 
 @cuda.jit(device=True)
-def _chunk_of(n, S, D, L, T):
-    """Thread n's chunk c, batch row i, feature d, sequence s and step range [k0, k1)."""
-    c, s = n // S, n % S
-    k0 = c * L
-    return c, s // D, s % D, s, k0, min(k0 + L, T)
+def _take_place(status, sh, S, Sg, L, T):
+    """The block's place from the ticket counter ``status[0]``, and the thread's.
+
+    Returns (n, q, G, g, j, s, C): ticket n = q G + g (q: the block's place along T, g: its
+    sequence group of G), the thread's chunk j within the block and sequence s, and the
+    number of chunks C."""
+    tid = cuda.threadIdx.x
+    if tid == 0:
+        sh[0] = cuda.atomic.add(status, 0, 1)
+    cuda.syncthreads()
+    n = sh[0]
+    G = (S + Sg - 1) // Sg
+    q, g = n // G, n % G
+    j, s = tid // Sg, g * Sg + tid % Sg
+    return n, q, G, g, j, s, (T + L - 1) // L
 
 
-@cuda.jit
-def _chunk_reduce(a, b, A, H, reverse, L):
-    """(A, H)[c, s]: the affine map of steps [c L, (c+1) L) of sequence s."""
-    n = cuda.grid(1)
-    C, S = A.shape
+@cuda.jit(device=True)
+def _raise_flag(status, n, value):
+    """Publish: the block's writes become visible before flag n reads ``value``."""
+    cuda.threadfence()
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0:
+        cuda.atomic.max(status, 1 + n, value)
+
+
+@cuda.jit(device=True)
+def _wait_flag(status, n, sh):
+    """Wait until block n has published something; its flag (1: map, 2: state) for all
+    threads, with the block's loads ordered after it."""
+    cuda.syncthreads()  # everyone has read the previous flag from sh[1]
+    if cuda.threadIdx.x == 0:
+        f = cuda.atomic.add(status, 1 + n, 0)
+        while f == 0:
+            f = cuda.atomic.add(status, 1 + n, 0)
+        sh[1] = f
+    cuda.syncthreads()
+    cuda.threadfence()
+    return sh[1]
+
+
+@cuda.jit(device=True)
+def _block_scan(pa, ph, j, P, Sg, bufA, bufH):
+    """Inclusive scan over the block's chunks j = 0..P-1 (stride Sg in the buffers).
+
+    Returns the thread's exclusive prefix (EA, EH) (the identity for j = 0) and the block's
+    whole map (TA, TH) for the thread's sequence."""
+    tid = cuda.threadIdx.x
+    bufA[tid] = pa
+    bufH[tid] = ph
+    cuda.syncthreads()
+    off = 1
+    while off < P:
+        if j >= off:
+            qa, qh = bufA[tid - off * Sg], bufH[tid - off * Sg]
+        cuda.syncthreads()
+        if j >= off:
+            ca = bufA[tid]
+            bufH[tid] = ca * qh + bufH[tid]
+            bufA[tid] = ca * qa
+        cuda.syncthreads()
+        off *= 2
+    last = (P - 1) * Sg + tid % Sg
+    TA, TH = bufA[last], bufH[last]
+    EA, EH = pa * 0 + 1, ph * 0
+    if j > 0:
+        EA, EH = bufA[tid - Sg], bufH[tid - Sg]
+    cuda.syncthreads()  # the buffers are free again
+    return EA, EH, TA, TH
+
+
+@cuda.jit(device=True)
+def _look_back(desc, status, sh, n, q, G, g, sl, valid, writer, TA, TH, init, publish):
+    """The state entering block q for the thread's sequence (``sl`` within group g): ``init``
+    for q = 0, else composed from the published maps and states of blocks q-1, q-2, ...
+    Publishes the block's map (TA, TH) and, with ``publish``, its outgoing state."""
+    incoming = TA * 0 + init
+    if q > 0:
+        if writer:
+            desc[0, q, g, sl] = TA
+            desc[1, q, g, sl] = TH
+        _raise_flag(status, n, 1)
+        ma, mh = TA * 0 + 1, TH * 0  # the maps of blocks r+1..q-1, composed
+        r = q - 1
+        while True:
+            f = _wait_flag(status, r * G + g, sh)
+            if f == 2:
+                if valid:
+                    incoming = ma * desc[2, r, g, sl] + mh
+                break
+            if valid:
+                mh = ma * desc[1, r, g, sl] + mh
+                ma = ma * desc[0, r, g, sl]
+            r -= 1
+    if publish or q == 0:
+        if writer:
+            desc[2, q, g, sl] = TA * incoming + TH
+        _raise_flag(status, n, 2)
+    return incoming
+
+
+@cuda.jit(device=True)
+def _forward_body(a, b, h0, out, desc, status, reverse, L, Sg, P, publish, bufA, bufH, sh,
+                  one):
     B, T, D = a.shape
-    if n >= C * S:
-        return
-    c, i, d, s, k0, k1 = _chunk_of(n, S, D, L, T)
-    pa = a[i, _index_dev(k0, T, reverse), d] * 0 + 1  # one, in a's type
-    ph = pa * 0
-    for k in range(k0, k1):
-        t = _index_dev(k, T, reverse)
-        at = a[i, t, d]
-        pa = at * pa
-        ph = at * ph + b[i, t, d]
-    A[c, s] = pa
-    H[c, s] = ph
-
-
-@cuda.jit
-def _chunk_apply(a, b, carry, out, reverse, L):
-    """Walk each chunk again from its incoming state, writing h."""
-    n = cuda.grid(1)
-    C, S = carry.shape
-    B, T, D = a.shape
-    if n >= C * S:
-        return
-    c, i, d, s, k0, k1 = _chunk_of(n, S, D, L, T)
-    h = carry[c, s]
-    for k in range(k0, k1):
-        t = _index_dev(k, T, reverse)
-        h = a[i, t, d] * h + b[i, t, d]
-        out[i, t, d] = h
+    n, q, G, g, j, s, C = _take_place(status, sh, B * D, Sg, L, T)
+    c = q * P + j
+    valid = s < B * D
+    active = valid and c < C
+    i, d = (s // D, s % D) if valid else (0, 0)
+    k0, k1 = c * L, min(c * L + L, T)
+    pa, ph = one, one * 0
+    if active:
+        for k in range(k0, k1):
+            t = _index_dev(k, T, reverse)
+            at = a[i, t, d]
+            pa = at * pa
+            ph = at * ph + b[i, t, d]
+    EA, EH, TA, TH = _block_scan(pa, ph, j, P, Sg, bufA, bufH)
+    sl = s - g * Sg
+    incoming = _look_back(desc, status, sh, n, q, G, g, sl, valid, valid and j == 0, TA, TH,
+                          h0[i, d], publish)
+    if active:
+        h = EA * incoming + EH
+        for k in range(k0, k1):
+            t = _index_dev(k, T, reverse)
+            h = a[i, t, d] * h + b[i, t, d]
+            out[i, t, d] = h
 
 
 @cuda.jit(device=True)
@@ -255,62 +252,111 @@ def _adjoint_coef(a, i, d, k, T, reverse):
     return a[i, _index_dev(k, T, reverse), d] * 0
 
 
-@cuda.jit
-def _chunk_reduce_adjoint(dh, a, A, H, reverse, L):
-    """(A, H)[c, s]: the map g_{k1} -> g_{k0} of the adjoint recurrence over chunk c."""
-    n = cuda.grid(1)
-    C, S = A.shape
+@cuda.jit(device=True)
+def _backward_body(dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P, publish,
+                   bufA, bufH, sh, one):
+    """The forward's pass on the adjoint recurrence: place q along T counts chunks from the
+    end, and every chunk is walked from its last step down."""
     B, T, D = a.shape
-    if n >= C * S:
-        return
-    c, i, d, s, k0, k1 = _chunk_of(n, S, D, L, T)
-    pa = a[i, _index_dev(k0, T, reverse), d] * 0 + 1
-    ph = pa * 0
-    for j in range(k1 - k0):
-        k = k1 - 1 - j
-        coef = _adjoint_coef(a, i, d, k, T, reverse)
-        pa = coef * pa
-        ph = coef * ph + dh[i, _index_dev(k, T, reverse), d]
-    A[c, s] = pa
-    H[c, s] = ph
+    n, q, G, g, j, s, C = _take_place(status, sh, B * D, Sg, L, T)
+    c = C - 1 - (q * P + j)
+    valid = s < B * D
+    active = valid and c >= 0
+    i, d = (s // D, s % D) if valid else (0, 0)
+    k0, k1 = c * L, min(c * L + L, T)
+    pa, ph = one, one * 0
+    if active:
+        for m in range(k1 - k0):
+            k = k1 - 1 - m
+            coef = _adjoint_coef(a, i, d, k, T, reverse)
+            pa = coef * pa
+            ph = coef * ph + dh[i, _index_dev(k, T, reverse), d]
+    EA, EH, TA, TH = _block_scan(pa, ph, j, P, Sg, bufA, bufH)
+    sl = s - g * Sg
+    incoming = _look_back(desc, status, sh, n, q, G, g, sl, valid, valid and j == 0, TA, TH,
+                          one * 0, publish)
+    if active:
+        gk = EA * incoming + EH
+        for m in range(k1 - k0):
+            k = k1 - 1 - m
+            t = _index_dev(k, T, reverse)
+            gk = _adjoint_coef(a, i, d, k, T, reverse) * gk + dh[i, t, d]
+            db[i, t, d] = gk
+            if k > 0:
+                da[i, t, d] = gk * h[i, _index_dev(k - 1, T, reverse), d].conjugate()
+            else:
+                da[i, t, d] = gk * h0[i, d].conjugate()
+                dh0[i, d] = a[i, t, d].conjugate() * gk
 
 
 @cuda.jit
-def _chunk_apply_adjoint(dh, a, h, h0, carry, da, db, dh0, reverse, L):
-    """Walk each chunk backwards from g_{k1} = carry: db = g, da_k = g_k conj(h_{k-1})."""
-    n = cuda.grid(1)
-    C, S = carry.shape
-    B, T, D = a.shape
-    if n >= C * S:
-        return
-    c, i, d, s, k0, k1 = _chunk_of(n, S, D, L, T)
-    g = carry[c, s]
-    for j in range(k1 - k0):
-        k = k1 - 1 - j
-        t = _index_dev(k, T, reverse)
-        g = _adjoint_coef(a, i, d, k, T, reverse) * g + dh[i, t, d]
-        db[i, t, d] = g
-        if k > 0:
-            da[i, t, d] = g * h[i, _index_dev(k - 1, T, reverse), d].conjugate()
-        else:
-            da[i, t, d] = g * h0[i, d].conjugate()
-            dh0[i, d] = a[i, t, d].conjugate() * g
+def _forward_real(a, b, h0, out, desc, status, reverse, L, Sg, P, publish):
+    bufA = cuda.shared.array(MAX_BLOCK, float64)
+    bufH = cuda.shared.array(MAX_BLOCK, float64)
+    sh = cuda.shared.array(2, int32)
+    _forward_body(a, b, h0, out, desc, status, reverse, L, Sg, P, publish, bufA, bufH, sh,
+                  float64(1.0))
 
+
+@cuda.jit
+def _forward_complex(a, b, h0, out, desc, status, reverse, L, Sg, P, publish):
+    bufA = cuda.shared.array(MAX_BLOCK, complex128)
+    bufH = cuda.shared.array(MAX_BLOCK, complex128)
+    sh = cuda.shared.array(2, int32)
+    _forward_body(a, b, h0, out, desc, status, reverse, L, Sg, P, publish, bufA, bufH, sh,
+                  complex128(1.0))
+
+
+@cuda.jit
+def _backward_real(dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P, publish):
+    bufA = cuda.shared.array(MAX_BLOCK, float64)
+    bufH = cuda.shared.array(MAX_BLOCK, float64)
+    sh = cuda.shared.array(2, int32)
+    _backward_body(dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P, publish,
+                   bufA, bufH, sh, float64(1.0))
+
+
+@cuda.jit
+def _backward_complex(dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P, publish):
+    bufA = cuda.shared.array(MAX_BLOCK, complex128)
+    bufH = cuda.shared.array(MAX_BLOCK, complex128)
+    sh = cuda.shared.array(2, int32)
+    _backward_body(dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P, publish,
+                   bufA, bufH, sh, complex128(1.0))
+
+
+# ---- host side --------------------------------------------------------------------------------
 
 def _grid(n, threads):
     return max(1, (n + threads - 1) // threads), threads
 
 
-def _chunking(S, T):
-    """(number of chunks C, steps per chunk L) for S sequences of T steps."""
-    C = max(1, min(-(-chunk_threads // S), -(-T // min_chunk), max_chunks))
-    L = -(-T // C)
-    return -(-T // L), L
+def _layout(S, T):
+    """(Sg sequences and P chunks per block, L steps per chunk, Q places along T, G groups)."""
+    Sg = min(S, block)
+    P = block // Sg
+    L = max(1, min(steps_per_thread, T))
+    C = -(-T // L)
+    return Sg, P, L, -(-C // P), -(-S // Sg)
 
 
-def _chunk_buffers(a, C, S):
-    """The per-chunk maps A, H and incoming states, (C, S) each, as Numba device arrays."""
-    return tuple(cuda.device_array((C, S), a.dtype) for _ in range(3))
+def _look_back_buffers(like, Q, G, Sg):
+    """The published maps and states (3, Q, G, width), float64 or complex128, and the zeroed
+    status (the ticket counter, then one flag per block), on ``like``'s device."""
+    dtype = np.dtype(np.complex128 if np.dtype(like.dtype).kind == "c" else np.float64)
+    per_line = LINE_BYTES // dtype.itemsize
+    width = -(-Sg // per_line) * per_line
+    shape, n_status = (3, Q, G, width), 1 + Q * G
+    module = type(like).__module__
+    if module.startswith("cupy"):
+        import cupy
+
+        return cupy.empty(shape, dtype), cupy.zeros(n_status, np.int32)
+    if isinstance(like, np.ndarray):  # the simulator
+        return np.empty(shape, dtype), np.zeros(n_status, np.int32)
+    status = cuda.device_array(n_status, np.int32)
+    _fill_zero[_grid(n_status, seq_threads)](status)
+    return cuda.device_array(shape, dtype), status
 
 
 def linear_scan(a, b, h0, out, reverse):
@@ -320,47 +366,31 @@ def linear_scan(a, b, h0, out, reverse):
     if S == 0 or T == 0:
         return out
     result = out
-    a, b, h0, out = launch_views(a, b, h0, out)
     if S >= rows_min:
-        blocks, threads = _grid(S, seq_threads)
-        _rows_forward[blocks, threads](a, b, h0, out, reverse)
+        a, b, h0, out = launch_views(a, b, h0, out)
+        _rows_forward[_grid(S, seq_threads)](a, b, h0, out, reverse)
         return result
-    if S >= seq_min:
-        C, L = _chunking(S, T)
-        A, H, carry = _chunk_buffers(a, C, S)
-        blocks, threads = _grid(C * S, seq_threads)
-        _chunk_reduce[blocks, threads](a, b, A, H, reverse, L)
-        _chunk_carries[_grid(S, seq_threads)](A, H, h0, carry, False)
-        _chunk_apply[blocks, threads](a, b, carry, out, reverse, L)
-        return result
-    C = (T + tile - 1) // tile
-    A, H, carry = _chunk_buffers(a, C, S)
-    complex_ = a.dtype.kind == "c"
-    reduce_ = _tile_reduce_complex if complex_ else _tile_reduce_real
-    apply_ = _tile_apply_complex if complex_ else _tile_apply_real
-    reduce_[(C, S), tile](a, b, A, H, reverse)
-    _chunk_carries[_grid(S, seq_threads)](A, H, h0, carry, False)
-    apply_[(C, S), tile](a, b, carry, out, reverse)
+    Sg, P, L, Q, G = _layout(S, T)
+    desc, status = _look_back_buffers(a, Q, G, Sg)
+    kernel = _forward_complex if np.dtype(a.dtype).kind == "c" else _forward_real
+    a, b, h0, out, desc, status = launch_views(a, b, h0, out, desc, status)
+    kernel[Q * G, P * Sg](a, b, h0, out, desc, status, reverse, L, Sg, P, publish_states)
     return result
 
 
 def linear_scan_backward(dh, a, h, h0, da, db, dh0, reverse):
     """Fill da, db (B, T, D) and dh0 (B, D): the adjoint recurrence walked backwards, one
-    thread per sequence or in chunks (see the module docstring)."""
+    thread per sequence or in one look-back pass (see the module docstring)."""
     B, T, D = a.shape
     S = B * D
     if S == 0:
         return
-    dh, a, h, h0, da, db, dh0 = launch_views(dh, a, h, h0, da, db, dh0)
     if S >= rows_min or T == 0:
-        blocks, threads = _grid(S, seq_threads)
-        _rows_backward[blocks, threads](dh, a, h, h0, da, db, dh0, reverse)
+        dh, a, h, h0, da, db, dh0 = launch_views(dh, a, h, h0, da, db, dh0)
+        _rows_backward[_grid(S, seq_threads)](dh, a, h, h0, da, db, dh0, reverse)
         return
-    C, L = _chunking(S, T)
-    A, H, carry = _chunk_buffers(a, C, S)
-    blocks, threads = _grid(C * S, seq_threads)
-    _chunk_reduce_adjoint[blocks, threads](dh, a, A, H, reverse, L)
-    zeros = cuda.device_array(h0.shape, a.dtype)
-    _fill_zero[_grid(S, seq_threads)](zeros)
-    _chunk_carries[_grid(S, seq_threads)](A, H, zeros, carry, True)
-    _chunk_apply_adjoint[blocks, threads](dh, a, h, h0, carry, da, db, dh0, reverse, L)
+    Sg, P, L, Q, G = _layout(S, T)
+    desc, status = _look_back_buffers(a, Q, G, Sg)
+    kernel = _backward_complex if np.dtype(a.dtype).kind == "c" else _backward_real
+    views = launch_views(dh, a, h, h0, da, db, dh0, desc, status)
+    kernel[Q * G, P * Sg](*views, reverse, L, Sg, P, publish_states)

@@ -39,7 +39,8 @@ CPU backends (``nnkit._ext.scan_cpu``), chosen by ``_plan``:
   busy one (61.6 vs 93.6 ms). The chunked kernels are held to the sequential twin by the
   tests whatever the switch says.
 
-GPU arrays go to ``nnkit._ext.scan_cuda`` (imported lazily).
+GPU arrays go to ``nnkit._ext.scan_cuda`` (imported lazily): one thread per sequence when
+there are many sequences, else one single-pass kernel with a decoupled look-back along T.
 
 Examples
 --------
