@@ -289,40 +289,32 @@ def _backward_body(dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P, p
                 dh0[i, d] = a[i, t, d].conjugate() * gk
 
 
-@cuda.jit
-def _forward_real(a, b, h0, out, desc, status, reverse, L, Sg, P, publish):
-    bufA = cuda.shared.array(MAX_BLOCK, float64)
-    bufH = cuda.shared.array(MAX_BLOCK, float64)
-    sh = cuda.shared.array(2, int32)
-    _forward_body(a, b, h0, out, desc, status, reverse, L, Sg, P, publish, bufA, bufH, sh,
-                  float64(1.0))
+def _forward_kernel(scalar):
+    """The forward kernel with its shared-memory scan in ``scalar`` (float64/complex128)."""
+    @cuda.jit
+    def kernel(a, b, h0, out, desc, status, reverse, L, Sg, P, publish):
+        bufA = cuda.shared.array(MAX_BLOCK, scalar)
+        bufH = cuda.shared.array(MAX_BLOCK, scalar)
+        sh = cuda.shared.array(2, int32)
+        _forward_body(a, b, h0, out, desc, status, reverse, L, Sg, P, publish, bufA, bufH,
+                      sh, scalar(1.0))
+    return kernel
 
 
-@cuda.jit
-def _forward_complex(a, b, h0, out, desc, status, reverse, L, Sg, P, publish):
-    bufA = cuda.shared.array(MAX_BLOCK, complex128)
-    bufH = cuda.shared.array(MAX_BLOCK, complex128)
-    sh = cuda.shared.array(2, int32)
-    _forward_body(a, b, h0, out, desc, status, reverse, L, Sg, P, publish, bufA, bufH, sh,
-                  complex128(1.0))
+def _backward_kernel(scalar):
+    """The backward kernel with its shared-memory scan in ``scalar``."""
+    @cuda.jit
+    def kernel(dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P, publish):
+        bufA = cuda.shared.array(MAX_BLOCK, scalar)
+        bufH = cuda.shared.array(MAX_BLOCK, scalar)
+        sh = cuda.shared.array(2, int32)
+        _backward_body(dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P, publish,
+                       bufA, bufH, sh, scalar(1.0))
+    return kernel
 
 
-@cuda.jit
-def _backward_real(dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P, publish):
-    bufA = cuda.shared.array(MAX_BLOCK, float64)
-    bufH = cuda.shared.array(MAX_BLOCK, float64)
-    sh = cuda.shared.array(2, int32)
-    _backward_body(dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P, publish,
-                   bufA, bufH, sh, float64(1.0))
-
-
-@cuda.jit
-def _backward_complex(dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P, publish):
-    bufA = cuda.shared.array(MAX_BLOCK, complex128)
-    bufH = cuda.shared.array(MAX_BLOCK, complex128)
-    sh = cuda.shared.array(2, int32)
-    _backward_body(dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P, publish,
-                   bufA, bufH, sh, complex128(1.0))
+_forward_real, _forward_complex = _forward_kernel(float64), _forward_kernel(complex128)
+_backward_real, _backward_complex = _backward_kernel(float64), _backward_kernel(complex128)
 
 
 # ---- host side --------------------------------------------------------------------------------
