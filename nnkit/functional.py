@@ -59,12 +59,14 @@ def _real_tensor(x, name: str, op: str) -> Tensor:
     return check_real(_float_tensor(x, name), name=name, op=op)
 
 
-def _same_kind(t: Tensor, name: str, weight: Tensor) -> None:
-    """linear's operands are all real or all complex (torch refuses to mix them)."""
-    if (t.dtype.kind == "c") != (weight.dtype.kind == "c"):
+def _same_dtype(t: Tensor, name: str, weight: Tensor) -> None:
+    """linear's operands have one dtype: torch refuses to mix precisions or real and
+    complex, and a silent promotion would give a float32 model float64 gradients."""
+    if t.dtype != weight.dtype:
         raise TypeError(
             f"linear: {name} has dtype {t.dtype} but weight has dtype {weight.dtype}; they "
-            f"must be both real or both complex (cast {name} or weight with .astype)"
+            f"must have the same dtype (cast {name} or weight with .astype, or a module "
+            "with .float() / .double())"
         )
 
 
@@ -85,7 +87,7 @@ def linear(x, weight, bias=None) -> Tensor:
     weight : Tensor (out_features, in_features)
     bias : Tensor (out_features,) or None
 
-    All real or all complex, as torch (a mix is a TypeError). Complex gradients follow
+    One dtype for all three, as torch (a mix is a TypeError). Complex gradients follow
     the conjugate convention: dx = g conj(W), dW = g^T conj(x), as ``x @ weight.T``.
 
     Returns
@@ -93,7 +95,7 @@ def linear(x, weight, bias=None) -> Tensor:
     Tensor (..., out_features)
     """
     x, weight = _float_tensor(x, "x"), _float_tensor(weight, "weight")
-    _same_kind(x, "x", weight)
+    _same_dtype(x, "x", weight)
     if weight.ndim != 2:
         raise ValueError(f"weight must be 2-D (out_features, in_features), got {weight.shape}")
     if x.ndim == 0 or x.shape[-1] != weight.shape[1]:
@@ -104,7 +106,7 @@ def linear(x, weight, bias=None) -> Tensor:
     parents = (x, weight)
     if bias is not None:
         bias = _float_tensor(bias, "bias")
-        _same_kind(bias, "bias", weight)
+        _same_dtype(bias, "bias", weight)
         if bias.shape != (weight.shape[0],):
             raise ValueError(f"bias must have shape ({weight.shape[0]},), got {bias.shape}")
         parents = (x, weight, bias)

@@ -88,6 +88,20 @@ def _check_betas(betas, name: str = "betas") -> tuple:
     return betas
 
 
+def _check_step(value, name: str, low: int) -> int:
+    """A saved step count as an int >= ``low``: an integer, or an integral float or 0-d
+    array (torch saves ``step`` as a float tensor); a ``TypeError``/``ValueError`` naming
+    ``name`` otherwise."""
+    if hasattr(value, "shape") and hasattr(value, "item"):
+        if tuple(value.shape) != ():
+            raise TypeError(f"{name} must be a scalar step count, got an array of shape "
+                            f"{tuple(value.shape)}")
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return int(check_scalar(value, name=name, kind=numbers.Integral, low=low))
+
+
 def _to_numpy(value):
     """A host copy of an array: NumPy, CuPy or a torch tensor (without importing torch)."""
     return np.array(to_host(value), copy=True)
@@ -118,6 +132,11 @@ class Optimizer(abc.ABC):
         Per-parameter state (buffers as arrays of the parameter's shape and dtype, ``step``
         as an int), keyed by the parameter.
     """
+
+    # What a saved per-parameter state holds: buffer name -> whether it must be there (an
+    # array of the parameter's shape), and the least valid ``step`` (None: no step count).
+    _state_buffers: dict = {}
+    _first_step: int | None = None
 
     def __init__(self, params, defaults: dict):
         self.defaults = dict(defaults)
@@ -307,6 +326,9 @@ class Optimizer(abc.ABC):
                 "param_groups" not in state_dict:
             raise TypeError("state_dict must be a dict with 'state' and 'param_groups' entries, "
                             "as returned by Optimizer.state_dict()")
+        if not isinstance(state_dict["state"], dict):
+            raise TypeError(f"state_dict['state'] must be a dict {{index: state}}, got "
+                            f"{type(state_dict['state']).__name__}")
         saved_groups = copy.deepcopy(list(state_dict["param_groups"]))
         if not all(isinstance(g, dict) and "params" in g for g in saved_groups):
             raise TypeError("state_dict['param_groups'] must be a list of dicts, each with a "
@@ -334,22 +356,46 @@ class Optimizer(abc.ABC):
         for key, values in state_dict["state"].items():
             if key not in id_map:
                 continue
-            p = id_map[key]
-            state[p] = {name: self._cast_state(p, name, v) for name, v in values.items()}
+            state[id_map[key]] = self._load_state(id_map[key], values,
+                                                  f"state_dict['state'][{key!r}]")
         self.param_groups = new_groups
         self.state = state
         self._scratch = {}
 
-    @staticmethod
-    def _cast_state(p, name, value):
-        if name == "step":
-            return int(float(value.item() if hasattr(value, "item") else value))
-        if value is None or not (hasattr(value, "shape") and hasattr(value, "dtype")):
+    def _load_state(self, p, values, where: str) -> dict:
+        """A saved state of ``p`` (``where`` names it), checked entry by entry and cast."""
+        if not isinstance(values, dict):
+            raise TypeError(f"{where} must be a dict of state entries, got "
+                            f"{type(values).__name__}")
+        required = [k for k, needed in self._state_buffers.items() if needed]
+        if self._first_step is not None:
+            required.insert(0, "step")
+        missing = [k for k in required if k not in values]
+        if values and missing:
+            raise ValueError(f"{where} lacks {missing}: a {type(self).__name__} state holds "
+                             f"{required}")
+        return {name: self._cast_state(p, name, v, where) for name, v in values.items()}
+
+    def _cast_state(self, p, name, value, where="the state"):
+        """One state entry on ``p``'s device and in its dtype, or a named error: ``step`` a
+        count >= ``_first_step``; buffers arrays of ``p``'s shape and of a dtype that casts
+        to ``p``'s without losing its kind (no complex moments for a real parameter)."""
+        label = f"{where}[{name!r}]"
+        if name == "step" and self._first_step is not None:
+            return _check_step(value, label, self._first_step)
+        if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+            if name in self._state_buffers and not (value is None and
+                                                    not self._state_buffers[name]):
+                raise TypeError(f"{label} must be an array of shape {p.shape}, got "
+                                f"{type(value).__name__}")
             return copy.deepcopy(value)
         host = _to_numpy(value)
         if tuple(host.shape) != p.shape:
-            raise ValueError(f"state '{name}' has shape {tuple(host.shape)} but its parameter "
+            raise ValueError(f"{label} has shape {tuple(host.shape)} but its parameter "
                              f"has shape {p.shape}")
+        if not np.can_cast(host.dtype, p.data.dtype, casting="same_kind"):
+            raise TypeError(f"{label} has dtype {host.dtype}, which does not cast to its "
+                            f"parameter's dtype {p.data.dtype}")
         xp = array_module(p.data)
         return xp.array(host, dtype=p.data.dtype, order="C")
 
@@ -394,6 +440,8 @@ class SGD(Optimizer):
     >>> w.data
     array([-0.5, -0.5, -0.5])
     """
+
+    _state_buffers = {"momentum_buffer": False}  # None in older torch state_dicts
 
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, nesterov=False,
                  weight_decay=0, maximize=False):
@@ -492,6 +540,9 @@ class Adagrad(Optimizer):
     >>> np.round(w.data, 6)
     array([-0.1,  0.1])
     """
+
+    _state_buffers = {"sum": True}
+    _first_step = 0  # the state is made with the optimizer, before any step
 
     def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0,
                  initial_accumulator_value=0, eps=1e-10, maximize=False):
@@ -594,6 +645,9 @@ class Adam(Optimizer):
     >>> np.round(w.data, 6)
     array([-0.1,  0.1])
     """
+
+    _state_buffers = {"exp_avg": True, "exp_avg_sq": True, "max_exp_avg_sq": False}
+    _first_step = 1  # made by the first step (step -1 would divide by 1 - beta1**0 = 0)
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  amsgrad=False, maximize=False, *, decoupled_weight_decay=False):

@@ -47,6 +47,7 @@ import importlib
 import inspect
 import json
 import math
+import numbers
 import zlib
 from pathlib import Path
 
@@ -65,6 +66,7 @@ _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
 _CONFIG_KEYS = ("nnkit", "nnkit_crc32")  # the metadata keys of the config
 _MAX_CONFIG_DEPTH = 200  # JSON nesting of a config; bounds the decoder's recursion
 _SCALAR_KINDS = "biuf"  # the NumPy scalars that save writes as {"__scalar__": [dtype, value]}
+_ARGUMENT_SLACK = 4096  # how far a module's int argument may exceed the file's element count
 
 
 # ----- encoding ------------------------------------------------------------------------------
@@ -308,6 +310,24 @@ def _init_parameters(cls):
 
 
 # ----- decoding ------------------------------------------------------------------------------
+def _parameter_name(cls, argument: str) -> str:
+    """The constructor parameter that ``argument`` ("args.0", "args.seed") binds to; the
+    argument itself when the signature cannot tell."""
+    key = argument.split(".", 1)[1]
+    if not key.isdigit():
+        return key
+    try:
+        names = [p.name for p in inspect.signature(cls).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return key
+    return names[int(key)] if int(key) < len(names) else key
+
+
+def _is_seed(name: str) -> bool:
+    return name in ("seed", "random_state") or name.endswith("_seed")
+
+
 class _Decoder:
     def __init__(self, path, tensors, classes, version=FORMAT_VERSION):
         self.path = path
@@ -318,6 +338,7 @@ class _Decoder:
         self.built = []  # the modules of the full nodes, in file order: what "ref" names
         self.parameters = {}  # stored tensor name -> the Parameter loaded with it first
         self._arguments = 0  # > 0 while decoding constructor arguments
+        self.elements = sum(int(a.size) for a in tensors.values())
 
     def bad(self, path, what):
         """A FileFormatError naming the config path of the malformed node."""
@@ -503,6 +524,37 @@ class _Decoder:
             raise self.bad(path, f"its arguments do not fit {cls.__name__} ({type(exc).__name__}"
                                  f": {exc})") from exc
 
+    def check_sizes(self, cls, arguments, path):
+        """Refuse, before ``cls`` is built, an int among its constructor ``arguments``
+        ([(name, value)], searched through lists, tuples and dicts) above the number of
+        elements the file stores plus ``_ARGUMENT_SLACK``.
+
+        Every parameter and buffer of a loaded module must equal a stored tensor, so a size
+        that an argument gives one is at most the file's element count; the slack is for
+        ints that size nothing stored (a MaxPool2d's kernel size, a loss's ignore_index,
+        ...). So a hostile config (a Linear of 10**12 inputs) is refused by name instead
+        of making the module allocate and fill arrays that could never match the file.
+        The bound is on each argument, not on their product: a module may still be built
+        larger than the file, and then fails the comparison of its tensors with the file's.
+        Seeds size nothing and may be any int: a parameter named ``seed``, ``random_state``
+        or ``*_seed`` is not checked.
+        """
+        limit = self.elements + _ARGUMENT_SLACK
+        stack = [(name, value) for name, value in arguments
+                 if not _is_seed(_parameter_name(cls, name))]
+        while stack:
+            name, value = stack.pop()
+            if isinstance(value, (list, tuple)):
+                stack.extend((_join(name, i), v) for i, v in enumerate(value))
+            elif isinstance(value, dict):
+                stack.extend((_join(name, k), v) for k, v in value.items())
+            elif isinstance(value, numbers.Integral) and not isinstance(value, bool) and \
+                    value > limit:
+                raise self.bad(path, f"{cls.__name__}'s argument '{name}' is {value}, more "
+                                     f"than the {limit} allowed (the file's {self.elements} "
+                                     f"tensor elements + {_ARGUMENT_SLACK}): no tensor it "
+                                     "sizes could match the file's")
+
     def build(self, node, path):
         cls = self.resolve(node["class"], Module, path)
         self._arguments += 1
@@ -516,6 +568,8 @@ class _Decoder:
                         for i, a in enumerate(node["args"])]
                 kwargs = {k: self.decode(v, _join(path, f"args.{k}"))
                           for k, v in node["kwargs"].items()}
+                self.check_sizes(cls, [*((f"args.{i}", a) for i, a in enumerate(args)),
+                                       *((f"args.{k}", v) for k, v in kwargs.items())], path)
                 module = self.construct(cls, args, kwargs, path)
         finally:
             self._arguments -= 1
@@ -745,8 +799,10 @@ def load(path, *, classes=None):
     FileNotFoundError
         No such file.
     FileFormatError (a ValueError)
-        Truncated, corrupted (a tensor fails its CRC32), written by a newer nnkit, or not a
-        safetensors file; the message says which.
+        Truncated, corrupted (a tensor fails its CRC32), written by a newer nnkit, not a
+        safetensors file, or a module's int constructor argument exceeds the number of
+        elements the file stores by more than 4096 (it is refused before the module is
+        built: no tensor it sizes could match the file's); the message says which.
     ValueError
         The saved tensors do not fit the class they belong to (names the tensors).
     TypeError

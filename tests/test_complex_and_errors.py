@@ -80,6 +80,35 @@ def test_linear_refuses_mixed_real_and_complex(rng, case):
         F.linear(x, w, b)
 
 
+@pytest.mark.parametrize("x_dtype, w_dtype, b_dtype, name", [
+    (np.float32, np.float64, None, "x"),
+    (np.float64, np.float32, np.float32, "x"),
+    (np.float32, np.float32, np.float64, "bias"),
+    (np.complex64, np.complex128, np.complex128, "x"),
+    (np.complex128, np.complex128, np.complex64, "bias"),
+], ids=["f32-x-f64-w", "f64-x-f32-w", "f64-bias", "c64-x-c128-w", "c64-bias"])
+def test_linear_refuses_mixed_precision(rng, x_dtype, w_dtype, b_dtype, name):
+    """As torch ("mat1 and mat2 must have the same dtype"): no silent promotion, whose
+    float64 result would be followed by float64 gradients for a float32 model."""
+    x = rng.normal(size=(2, 3)).astype(x_dtype)
+    w = rng.normal(size=(4, 3)).astype(w_dtype)
+    b = None if b_dtype is None else rng.normal(size=4).astype(b_dtype)
+    got = np.dtype(x_dtype if name == "x" else b_dtype).name
+    with pytest.raises(TypeError, match=rf"linear: {name} has dtype {got} but weight has "
+                                        rf"dtype {np.dtype(w_dtype).name}; they must have "
+                                        "the same dtype"):
+        F.linear(x, w, b)
+
+
+def test_linear_module_refuses_input_of_another_precision():
+    layer = nk.nn.Linear(3, 2)  # float32
+    with pytest.raises(TypeError, match="linear: x has dtype float64 but weight has dtype "
+                                        "float32"):
+        layer(np.ones((1, 3)))
+    assert layer(np.ones((1, 3), np.float32)).dtype == np.float32
+    assert layer.double()(np.ones((1, 3))).dtype == np.float64
+
+
 def test_linear_module_refuses_complex_input():
     with pytest.raises(TypeError, match="linear: x has dtype complex128 but weight has dtype "
                                         "float32"):

@@ -367,6 +367,74 @@ def test_load_state_dict_checks_structure():
            "param_groups": saved["param_groups"]}
     with pytest.raises(ValueError, match="shape"):
         optim.Adam([p, q]).load_state_dict(bad)
+    groups = [{**saved["param_groups"][0], "lr": -1.0}]  # checked as the constructor's
+    with pytest.raises(ValueError, match=r"lr \(param group 0 of the state_dict\)"):
+        optim.Adam([p, q]).load_state_dict({"state": {}, "param_groups": groups})
+
+
+def _stepped_state_dict(cls):
+    """The state_dict of ``cls`` after one step on a parameter of shape (3,)."""
+    p = nk.nn.Parameter(np.ones(3))
+    opt = cls([p])
+    p.grad = np.ones(3)
+    opt.step()
+    return opt.state_dict()
+
+
+IMPOSSIBLE_STATES = [
+    (optim.Adam, {"step": -1}, ValueError, r"\['step'\] must be >= 1, got -1"),
+    (optim.Adam, {"step": 0}, ValueError, r"\['step'\] must be >= 1, got 0"),
+    (optim.AdamW, {"step": 2.5}, TypeError, r"\['step'\] must be an integer, got 2.5"),
+    (optim.Adam, {"step": True}, TypeError, r"\['step'\] must be an integer, got True"),
+    (optim.Adam, {"step": "3"}, TypeError, r"\['step'\] must be an integer, got '3'"),
+    (optim.Adam, {"step": np.array([1, 2])}, TypeError, r"\['step'\] must be .* shape \(2,\)"),
+    (optim.Adagrad, {"step": -1}, ValueError, r"\['step'\] must be >= 0, got -1"),
+    (optim.Adam, {"exp_avg": np.zeros(3, complex)}, TypeError,
+     r"\['exp_avg'\] has dtype complex128, which does not cast to .* float64"),
+    (optim.Adam, {"exp_avg_sq": [0.0, 0.0, 0.0]}, TypeError,
+     r"\['exp_avg_sq'\] must be an array of shape \(3,\), got list"),
+    (optim.Adagrad, {"sum": None}, TypeError, r"\['sum'\] must be an array .* got NoneType"),
+]
+
+
+@pytest.mark.parametrize(("cls", "entry", "exc", "match"), IMPOSSIBLE_STATES,
+                         ids=["negative-step", "step-0-with-moments", "fractional-step",
+                              "bool-step", "str-step", "array-step", "adagrad-negative-step",
+                              "complex-moment", "list-moment", "missing-sum"])
+def test_load_state_dict_refuses_impossible_states(cls, entry, exc, match):
+    """A step count that is negative (Adam's next step would divide by 1 - beta1**0 = 0),
+    not an integer, or 0 for Adam (whose state only exists after its first step), and
+    buffers that are not arrays of the parameter's shape and kind, are refused by name;
+    the optimizer is left as it was."""
+    saved = _stepped_state_dict(cls)
+    saved["state"][0].update(entry)
+    opt = cls([nk.nn.Parameter(np.ones(3))])
+    before = repr(opt.state_dict())
+    with pytest.raises(exc, match=r"state_dict\['state'\]\[0\]" + match):
+        opt.load_state_dict(saved)
+    assert repr(opt.state_dict()) == before
+
+
+@pytest.mark.parametrize("cls", [optim.Adam, optim.Adagrad])
+def test_load_state_dict_needs_the_whole_state(cls):
+    saved = _stepped_state_dict(cls)
+    name = "exp_avg_sq" if cls is optim.Adam else "sum"
+    del saved["state"][0][name]
+    with pytest.raises(ValueError, match=rf"state_dict\['state'\]\[0\] lacks \['{name}'\]"):
+        cls([nk.nn.Parameter(np.ones(3))]).load_state_dict(saved)
+    with pytest.raises(TypeError, match=r"state_dict\['state'\] must be a dict"):
+        cls([nk.nn.Parameter(np.ones(3))]).load_state_dict({**saved, "state": [1]})
+
+
+def test_load_state_dict_takes_integral_steps_of_any_number_type():
+    """torch saves ``step`` as a float tensor: an integral float or 0-d array is a step."""
+    for step in (4.0, np.float32(4.0), np.array(4.0), np.int64(4)):
+        saved = _stepped_state_dict(optim.Adam)
+        saved["state"][0]["step"] = step
+        p = nk.nn.Parameter(np.ones(3))
+        opt = optim.Adam([p])
+        opt.load_state_dict(saved)
+        assert type(opt.state[p]["step"]) is int and opt.state[p]["step"] == 4
 
 
 def test_add_param_group_and_lr_edit():

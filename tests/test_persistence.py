@@ -563,6 +563,49 @@ def test_mismatched_file_names_the_tensors(tmp_path):
         nk.load(path)
 
 
+@pytest.mark.parametrize("edit, where", [
+    (lambda node: node.update(args=[10**12, 4]), "args.0"),
+    (lambda node: node.update(args=[3], kwargs={"out_features": 10**12}),
+     "args.out_features"),
+    (lambda node: node.update({"class": "nnkit.nn.conv:Conv2d", "args": [1, 4],
+                               "kwargs": {"kernel_size": {"__tuple__": [3, 10**12]}}}),
+     "args.kernel_size.1"),
+], ids=["positional", "keyword", "in-a-tuple"])
+def test_huge_constructor_argument_is_refused_before_building(edit, where, tmp_path,
+                                                             monkeypatch):
+    """A config asking for far more than the file holds (a Linear of 10**12 inputs) is
+    refused by name before the module allocates anything."""
+    path = tmp_path / "m.safetensors"
+    nk.save(nn.Linear(3, 4), path)
+    _rewrite_config(path, lambda config, tensors: edit(config["object"]["__module__"]))
+
+    def build(self):
+        raise AssertionError("a module was built")
+
+    monkeypatch.setattr(nn.Module, "__init__", build)
+    with pytest.raises(FileFormatError, match=rf"'{where}' is 1000000000000, more than the "
+                                              r"4112 allowed"):
+        nk.load(path)
+
+
+class SeededNet(nn.Module):
+    def __init__(self, width, seed, *, init_seed=0):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+        self.seed, self.init_seed = seed, init_seed
+
+
+@pytest.mark.parametrize("args, kwargs", [((2, 2**40), {}), ((2,), {"seed": 2**40}),
+                                          ((2, 1), {"init_seed": 2**63 - 1})])
+def test_seeds_of_any_size_load(args, kwargs, tmp_path):
+    """A seed sizes nothing: the bound on int arguments leaves it alone, by position or by
+    name."""
+    net = SeededNet(*args, **kwargs)
+    loaded = _round_trip(net, tmp_path, classes=[SeededNet])
+    assert (loaded.seed, loaded.init_seed) == (net.seed, net.init_seed)
+    _same_state(net, loaded)
+
+
 def test_newer_format_and_foreign_metadata_are_refused(tmp_path):
     path = tmp_path / "m.safetensors"
     nk.save(nn.Linear(3, 4), path)

@@ -495,6 +495,52 @@ def test_bad_hyper_parameters_and_dtypes():
         LSTM(2, 3)(np.zeros((2, 1, 2), np.float32), np.zeros((1, 1, 3), np.float32))
 
 
+BACKWARD = {"rnn": lambda cache, dy=None: K.rnn_backward(dy, None, cache),
+            "lstm": lambda cache, dy=None: K.lstm_backward(dy, None, None, cache),
+            "gru": lambda cache, dy=None: K.gru_backward(dy, None, cache)}
+
+
+def _cache(cell, rng, T=4, B=2, D=3, H=2):
+    x = rng.standard_normal((T, B, D))
+    params = _weights(rng, cell, D, H, np.float64)
+    if cell == "lstm":
+        return K.lstm_forward(x, None, None, *params)[-1]
+    return getattr(K, f"{cell}_forward")(x, None, *params)[-1]
+
+
+@pytest.mark.parametrize("cell", list(GATES))
+def test_backward_refuses_a_foreign_cache(cell, rng):
+    """A cache of another cell, of no forward, or whose arrays do not fit together (a batch
+    of 1 saved for a forward of batch 2, float32 weights for float64 x) is named, not read
+    out of bounds by the kernels or met with a bare KeyError."""
+    backward = BACKWARD[cell]
+    for other in GATES:
+        if other != cell:
+            with pytest.raises(ValueError, match=rf"cache comes from {other}_forward; "
+                                                 rf"{cell}_backward needs"):
+                backward(_cache(other, rng))
+    with pytest.raises(TypeError, match=rf"cache must be the RecurrentCache returned by "
+                                        rf"{cell}_forward, got tuple"):
+        backward((1, 2))
+    cache = _cache(cell, rng)
+    cache.saved["y"] = cache.saved["y"][:, :1]
+    with pytest.raises(ValueError, match=r"cache.saved\['y'\] must be a float64 array of "
+                                         r"shape \(4, 2, 2\) .* got float64 array of shape "
+                                         r"\(4, 1, 2\)"):
+        backward(cache)
+    cache = _cache(cell, rng)
+    cache.weight_hh = cache.weight_hh.astype(np.float32)
+    with pytest.raises(ValueError, match=r"cache.weight_hh must be a float64 array .* got "
+                                         r"float32"):
+        backward(cache)
+    cache = _cache(cell, rng)
+    del cache.saved["y"]
+    with pytest.raises(ValueError, match=r"cache.saved\['y'\] must be .* got nothing"):
+        backward(cache)
+    with pytest.raises(ValueError, match=r"dy has shape \(4, 2, 3\); expected \(4, 2, 2\)"):
+        backward(_cache(cell, rng), dy=np.zeros((4, 2, 3)))
+
+
 @given(mode=st.sampled_from(["RNN", "LSTM", "GRU"]),
        x_shape=st.lists(st.integers(0, 3), min_size=0, max_size=4),
        h_shape=st.lists(st.integers(0, 3), min_size=0, max_size=4),

@@ -133,6 +133,43 @@ def _check_grad(g, name, like):
     return xp.ascontiguousarray(g, dtype=like.dtype)
 
 
+_CELLS = {"rnn": (1, ("y",)), "lstm": (4, ("y", "gates", "c")), "gru": (3, ("y", "gates", "hn"))}
+
+
+def _check_cache(cache, cell):
+    """Raise unless ``cache`` is what ``{cell}_forward`` returned: that cell's, with arrays
+    of one forward's shapes, dtype and device (the kernels index them unchecked)."""
+    if not isinstance(cache, RecurrentCache):
+        raise TypeError(f"cache must be the RecurrentCache returned by {cell}_forward, got "
+                        f"{type(cache).__name__}")
+    if cache.cell != cell:
+        raise ValueError(f"cache comes from {cache.cell}_forward; {cell}_backward needs the "
+                         f"cache of {cell}_forward")
+    x = check_array(cache.x, name="cache.x", ndim=3, dtype=FLOATS, contiguous=False)
+    w_hh = check_array(cache.weight_hh, name="cache.weight_hh", ndim=2, contiguous=False)
+    (T, B, D), H, (G, names) = x.shape, w_hh.shape[1], _CELLS[cell]
+    saved = cache.saved if isinstance(cache.saved, dict) else {}
+    arrays = {"weight_ih": (cache.weight_ih, (G * H, D)), "weight_hh": (w_hh, (G * H, H)),
+              "h0": (cache.h0, (B, H)), **({"c0": (cache.c0, (B, H))} if G == 4 else {})}
+    for name in names:
+        arrays[f"saved[{name!r}]"] = (saved.get(name), (T, B, G * H if name == "gates" else H))
+    gpu = " on the GPU" if is_gpu_array(x) else ""
+    for name, (a, shape) in arrays.items():
+        if not (hasattr(a, "shape") and hasattr(a, "dtype") and tuple(a.shape) == shape
+                and a.dtype == x.dtype and is_gpu_array(a) == bool(gpu)):
+            raise ValueError(f"cache.{name} must be a {x.dtype} array of shape {shape}{gpu} "
+                             f"for the x of shape {tuple(x.shape)} of {cell}_forward, got "
+                             f"{_describe(a)}")
+
+
+def _describe(a) -> str:
+    """'float64 array of shape (2, 3)' (' on the GPU'), 'nothing' for None, else a's type."""
+    if a is None or not (hasattr(a, "shape") and hasattr(a, "dtype")):
+        return "nothing" if a is None else type(a).__name__
+    where = " on the GPU" if is_gpu_array(a) else ""
+    return f"{a.dtype} array of shape {tuple(a.shape)}{where}"
+
+
 def _hidden_out(hidden_grads, y):
     """The kernel's hidden_grads argument: the caller's (T, B, H) array or an empty one."""
     if hidden_grads is None:
@@ -345,6 +382,7 @@ def rnn_backward(dy, dh_T, cache, hidden_grads=None):
     dx (T, B, D), dh0 (B, H), dweight_ih (H, D), dweight_hh (H, H), dbias_ih (H,),
     dbias_hh (H,) — the biases' None when the forward had none.
     """
+    _check_cache(cache, "rnn")
     y = cache.saved["y"]
     xp = array_module(y)
     dy = _check_grad(dy, "dy", y)
@@ -444,6 +482,7 @@ def lstm_backward(dy, dh_T, dc_T, cache, hidden_grads=None):
     dx (T, B, D), dh0, dc0 (B, H), dweight_ih (4H, D), dweight_hh (4H, H), dbias_ih,
     dbias_hh (4H,) or None.
     """
+    _check_cache(cache, "lstm")
     y, gates, c_all = cache.saved["y"], cache.saved["gates"], cache.saved["c"]
     xp = array_module(y)
     dy = _check_grad(dy, "dy", y)
@@ -532,6 +571,7 @@ def gru_backward(dy, dh_T, cache, hidden_grads=None):
     dx (T, B, D), dh0 (B, H), dweight_ih (3H, D), dweight_hh (3H, H), dbias_ih, dbias_hh
     (3H,) or None.
     """
+    _check_cache(cache, "gru")
     y, gates, hn = cache.saved["y"], cache.saved["gates"], cache.saved["hn"]
     xp = array_module(y)
     dy = _check_grad(dy, "dy", y)
