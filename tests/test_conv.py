@@ -696,28 +696,34 @@ _SIM_CONV = [  # (N, C, H, W, K, kh, kw, stride, pads, dilation, groups)
 
 
 def _sim_conv():
+    """The GPU composition (im2col and col2im kernels, GEMMs through the array module) on
+    NumPy arrays under the simulator, against the naive twin: with and without bias, a
+    second backward through the same cache (its cols consumed), one gradient at a time."""
     from nnkit._ext import conv_cuda
 
     conv_cuda.threads = 4
     rng = np.random.default_rng(5)
     for N, C, H, W, Kc, kh, kw, stride, pads, dil, groups in _SIM_CONV:
-        for dtype in (np.float32, np.float64):
+        for dtype, has_bias in ((np.float32, True), (np.float64, True), (np.float64, False)):
             x = rng.uniform(-1, 1, (N, C, H, W)).astype(dtype)
             w = rng.uniform(-1, 1, (Kc, C // groups, kh, kw)).astype(dtype)
-            b = rng.uniform(-1, 1, Kc).astype(dtype)
+            b = rng.uniform(-1, 1, Kc).astype(dtype) if has_bias else None
             pad4 = (*pads[0], *pads[1])
             ref = R.conv2d(x, w, b, stride, pad4, dil, groups)
-            y = np.full(ref.shape, np.nan, dtype)
-            conv_cuda.conv2d_forward(x, w, b, True, stride, pads, dil, groups, y)
+            out_hw = ref.shape[2:]
+            cache = K.ConvCache(x, w, has_bias, stride, pads, dil, groups, out_hw)
+            y = K._conv2d_forward_cuda(x, w, b, cache)
             _assert_close(y, ref, w[0].size + 1, dtype, "y")
             dy = rng.uniform(-1, 1, y.shape).astype(dtype)
             rdx, rdw, rdb = R.conv2d_backward(dy, x, w, stride, pad4, dil, groups)
-            dx, dw, db = np.empty_like(x), np.empty_like(w), np.empty_like(b)
-            conv_cuda.conv2d_backward_input(dy, w, stride, pads, dil, groups, dx)
-            conv_cuda.conv2d_backward_weight(dy, x, stride, pads, dil, groups, dw)
-            conv_cuda.bias_grad(dy, db)
-            for name, a, e in (("dx", dx, rdx), ("dw", dw, rdw), ("db", db, rdb)):
-                _assert_close(a, e, dy.size, dtype, name)
+            for needs in ((True, True), (True, True), (False, True), (True, False)):
+                dx, dw, db = K._conv2d_backward_cuda(dy, cache, *needs)
+                for name, a, e, needed in (("dx", dx, rdx, needs[0]), ("dw", dw, rdw, needs[1]),
+                                           ("db", db, rdb, needs[1] and has_bias)):
+                    if needed:
+                        _assert_close(a, e, dy.size, dtype, f"{name} {needs}")
+                    else:
+                        assert a is None, name
 
 
 def _sim_pool():

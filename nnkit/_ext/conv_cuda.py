@@ -1,13 +1,12 @@
-"""Convolution and pooling on NVIDIA GPUs: direct Numba CUDA kernels, one thread per output.
+"""Convolution and pooling on NVIDIA GPUs: Numba CUDA kernels.
 
 Every kernel is a gather (each thread owns one element it writes), so there are no atomics
 and the results are deterministic; sums run in float64.
 
-- ``conv2d_forward``: thread per y[n, k, a, b], summing over its group's channels and taps;
-- ``conv2d_backward_input``: thread per dx[n, c, h, w], summing dy[n, k, a, b] w[k, c', i, j]
-  over the (k, i, j) with a s_h + i d_h - pt = h and b s_w + j d_w - pl = w;
-- ``conv2d_backward_weight``: thread per dweight[k, c', i, j], summing over n, a, b;
-- ``bias_grad``: thread per k;
+- convolution, as on the CPU, is im2col + GEMM (``nnkit.kernels.conv`` composes them, the
+  GEMMs in cuBLAS through CuPy): ``im2col`` (thread per element of cols) and its adjoint
+  ``col2im`` (thread per dx[n, c, h, w], summing the dcols entries of the taps (i, j) with
+  a s_h + i d_h - pt = h and b s_w + j d_w - pl = w);
 - pooling: ``max_pool`` (torch's argmax rule), ``max_pool_backward`` (thread per input
   element, gathering the windows whose argmax is that element), ``avg_pool`` and
   ``avg_pool_backward`` (torch's divisor: ``conv_cpu.avg_divisor`` as a device function).
@@ -15,8 +14,6 @@ and the results are deterministic; sums run in float64.
 
 Launchers take CuPy arrays, Numba device arrays, or NumPy arrays under
 ``NUMBA_ENABLE_CUDASIM=1``; ``threads`` (per block) is a module variable the tests lower.
-A direct kernel is far from cuDNN's speed on large layers; it is the simple, obviously
-correct GPU path.
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ from numba import cuda, float64
 from .._backend import launch_views
 from .conv_cpu import _valid_range, avg_divisor
 
-__all__ = ["conv2d_forward", "conv2d_backward_input", "conv2d_backward_weight", "bias_grad",
-           "max_pool", "max_pool_backward", "avg_pool", "avg_pool_backward"]
+__all__ = ["im2col", "col2im", "max_pool", "max_pool_backward", "avg_pool", "avg_pool_backward"]
 
 threads = 128
 
@@ -39,33 +35,27 @@ def _blocks(n):
 
 
 @cuda.jit
-def _conv_fwd_kernel(x, w, b, has_bias, sh, sw, pt, pl, dh, dw, groups, y):
+def _im2col_kernel(x, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, cols):
+    """cols[(c kh + i) kw + j, (n Ho + a) Wo + b] = xpad[n, c, a sh + i dh, b sw + j dw]; one
+    thread per element of cols, neighbouring threads on neighbouring columns."""
     t = cuda.grid(1)
-    N, K, Ho, Wo = y.shape
-    if t >= N * K * Ho * Wo:
+    R, M = cols.shape
+    if t >= R * M:
         return
-    bb = t % Wo
-    a = (t // Wo) % Ho
-    k = (t // (Wo * Ho)) % K
-    n = t // (Wo * Ho * K)
-    H, W = x.shape[2], x.shape[3]
-    Cg, kh, kw = w.shape[1], w.shape[2], w.shape[3]
-    g0 = (k // (K // groups)) * Cg
-    s = float64(b[k]) if has_bias else 0.0
-    for c in range(Cg):
-        for i in range(kh):
-            h = a * sh - pt + i * dh
-            if h < 0 or h >= H:
-                continue
-            for j in range(kw):
-                ww = bb * sw - pl + j * dw
-                if ww >= 0 and ww < W:
-                    s += float64(w[k, c, i, j]) * float64(x[n, g0 + c, h, ww])
-    y[n, k, a, bb] = s
+    m, r = t % M, t // M
+    j, i, c = r % kw, (r // kw) % kh, r // (kw * kh)
+    bb, a, n = m % Wo, (m // Wo) % Ho, m // (Wo * Ho)
+    h, w = a * sh - pt + i * dh, bb * sw - pl + j * dw
+    if h >= 0 and h < x.shape[2] and w >= 0 and w < x.shape[3]:
+        cols[r, m] = x[n, c, h, w]
+    else:
+        cols[r, m] = 0
 
 
 @cuda.jit
-def _conv_dx_kernel(dy, w, sh, sw, pt, pl, dh, dw, groups, dx):
+def _col2im_kernel(dcols, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, dx):
+    """dx[n, c, h, w] = the sum of the dcols entries im2col read from x[n, c, h, w]: a
+    gather over the taps (i, j) with a sh + i dh - pt = h and b sw + j dw - pl = w."""
     t = cuda.grid(1)
     N, C, H, W = dx.shape
     if t >= N * C * H * W:
@@ -74,10 +64,6 @@ def _conv_dx_kernel(dy, w, sh, sw, pt, pl, dh, dw, groups, dx):
     h = (t // W) % H
     c = (t // (W * H)) % C
     n = t // (W * H * C)
-    K, Ho, Wo = dy.shape[1], dy.shape[2], dy.shape[3]
-    Cg, kh, kw = w.shape[1], w.shape[2], w.shape[3]
-    Kg = K // groups
-    g = c // Cg
     s = 0.0
     for i in range(kh):
         hh = h + pt - i * dh
@@ -88,50 +74,8 @@ def _conv_dx_kernel(dy, w, sh, sw, pt, pl, dh, dw, groups, dx):
             ww = xw + pl - j * dw
             if ww < 0 or ww % sw != 0 or ww // sw >= Wo:
                 continue
-            bb = ww // sw
-            for k in range(g * Kg, (g + 1) * Kg):
-                s += float64(dy[n, k, a, bb]) * float64(w[k, c - g * Cg, i, j])
+            s += float64(dcols[(c * kh + i) * kw + j, (n * Ho + a) * Wo + ww // sw])
     dx[n, c, h, xw] = s
-
-
-@cuda.jit
-def _conv_dw_kernel(dy, x, sh, sw, pt, pl, dh, dw, groups, dweight):
-    t = cuda.grid(1)
-    K, Cg, kh, kw = dweight.shape
-    if t >= K * Cg * kh * kw:
-        return
-    j = t % kw
-    i = (t // kw) % kh
-    c = (t // (kw * kh)) % Cg
-    k = t // (kw * kh * Cg)
-    N, Ho, Wo = dy.shape[0], dy.shape[2], dy.shape[3]
-    H, W = x.shape[2], x.shape[3]
-    cin = (k // (K // groups)) * Cg + c
-    s = 0.0
-    for n in range(N):
-        for a in range(Ho):
-            h = a * sh - pt + i * dh
-            if h < 0 or h >= H:
-                continue
-            for bb in range(Wo):
-                ww = bb * sw - pl + j * dw
-                if ww >= 0 and ww < W:
-                    s += float64(dy[n, k, a, bb]) * float64(x[n, cin, h, ww])
-    dweight[k, c, i, j] = s
-
-
-@cuda.jit
-def _bias_grad_kernel(dy, db):
-    k = cuda.grid(1)
-    N, K, Ho, Wo = dy.shape
-    if k >= K:
-        return
-    s = 0.0
-    for n in range(N):
-        for a in range(Ho):
-            for bb in range(Wo):
-                s += float64(dy[n, k, a, bb])
-    db[k] = s
 
 
 @cuda.jit
@@ -252,35 +196,22 @@ def _geometry(stride, pads, dilation):
     return sh, sw, pt, pl, dh, dw
 
 
-def conv2d_forward(x, w, b, has_bias, stride, pads, dilation, groups, y):
-    """y (N, K, Ho, Wo) = conv2d(x, w) (+ b); pads ((top, bottom), (left, right))."""
-    if y.size:
-        x, w, b, y = launch_views(x, w, b, y)
-        _conv_fwd_kernel[_blocks(y.size), threads](x, w, b, has_bias,
-                                                   *_geometry(stride, pads, dilation), groups, y)
+def im2col(x, kernel, stride, pads, dilation, out_hw, cols):
+    """cols (C kh kw, N Ho Wo) of x (N, C, H, W); pads ((top, bottom), (left, right))."""
+    if cols.size:
+        x, cols = launch_views(x, cols)
+        _im2col_kernel[_blocks(cols.size), threads](x, *kernel,
+                                                    *_geometry(stride, pads, dilation),
+                                                    *out_hw, cols)
 
 
-def conv2d_backward_input(dy, w, stride, pads, dilation, groups, dx):
-    """dx (N, C, H, W) of conv2d."""
+def col2im(dcols, kernel, stride, pads, dilation, out_hw, dx):
+    """dx (N, C, H, W) from dcols (C kh kw, N Ho Wo): the adjoint of ``im2col``."""
     if dx.size:
-        dy, w, dx = launch_views(dy, w, dx)
-        _conv_dx_kernel[_blocks(dx.size), threads](dy, w, *_geometry(stride, pads, dilation),
-                                                   groups, dx)
-
-
-def conv2d_backward_weight(dy, x, stride, pads, dilation, groups, dweight):
-    """dweight (K, C/groups, kh, kw) of conv2d."""
-    if dweight.size:
-        dy, x, dweight = launch_views(dy, x, dweight)
-        _conv_dw_kernel[_blocks(dweight.size), threads](
-            dy, x, *_geometry(stride, pads, dilation), groups, dweight)
-
-
-def bias_grad(dy, db):
-    """db[k] = sum_{n, a, b} dy[n, k, a, b]."""
-    if db.size:
-        dy, db = launch_views(dy, db)
-        _bias_grad_kernel[_blocks(db.size), threads](dy, db)
+        dcols, dx = launch_views(dcols, dx)
+        _col2im_kernel[_blocks(dx.size), threads](dcols, *kernel,
+                                                  *_geometry(stride, pads, dilation),
+                                                  *out_hw, dx)
 
 
 def max_pool(x, kernel, stride, padding, dilation, y, idx):
