@@ -2,7 +2,7 @@
 
 Run on a machine with an NVIDIA GPU, numba-cuda, CuPy and (for the ratios) torch::
 
-    python benchmarks/bench_gpu.py [--quick] [--json PATH]
+    python benchmarks/bench_gpu.py [--quick | --smoke] [--json PATH]
 
 Every section times nnkit on CuPy arrays and torch on CUDA tensors in the same process, the
 device synchronised around each timed block (so launch overhead counts, as it does for a
@@ -18,7 +18,9 @@ read + written) and the float32 matrix-product rate (CuPy/cuBLAS). Sections:
 - LSTM / GRU / RNN over the recurrent issue's shapes, forward and forward+backward, vs
   torch.nn.LSTM/GRU/RNN (cuDNN).
 
-A section that fails prints its error and the rest go on.
+A section that fails prints its error and the rest go on. ``--smoke`` runs every section
+once at tiny shapes: a check that the script works (tests/test_gpu_stand_in.py runs it
+without a GPU, on the CuPy stand-in under Numba's simulator), not a measurement.
 """
 
 from __future__ import annotations
@@ -31,22 +33,25 @@ import time
 import traceback
 
 import numpy as np
+from numba import cuda  # a module global: the simulator swaps it inside kernels
 
 
 def _sync():
     import cupy
 
     cupy.cuda.Device().synchronize()
-    try:
-        import torch
-
+    torch = _torch()
+    if torch is not None:  # a CPU-only torch has no CUDA to wait for
         torch.cuda.synchronize()
-    except ImportError:
-        pass
+
+
+_SMOKE = False  # set by run(size="smoke"): one timed call, no warm-up
 
 
 def gpu_time(fn, repeats=20, inner=5, warmup=3):
     """Median seconds per call of fn(), the device synchronised around each block."""
+    if _SMOKE:
+        repeats, inner, warmup = 1, 1, 0
     for _ in range(warmup):
         fn()
     _sync()
@@ -71,14 +76,14 @@ def _torch():
 
 # ---- roofs ----------------------------------------------------------------------------------
 
-def roofs(quick):
+def roofs(size):
     import cupy
 
-    n = (1 << 26) if quick else (1 << 28)  # bytes per buffer
+    n = {"full": 1 << 28, "quick": 1 << 26, "smoke": 1 << 12}[size]  # bytes per buffer
     src = cupy.random.random(n // 4, dtype=cupy.float32)
     dst = cupy.empty_like(src)
     t_copy = gpu_time(lambda: cupy.copyto(dst, src), repeats=10)
-    m = 4096 if quick else 8192
+    m = {"full": 8192, "quick": 4096, "smoke": 32}[size]
     a = cupy.random.random((m, m), dtype=cupy.float32)
     b = cupy.random.random((m, m), dtype=cupy.float32)
     t_mm = gpu_time(lambda: a @ b, repeats=5, inner=2)
@@ -87,13 +92,13 @@ def roofs(quick):
 
 # ---- sections -------------------------------------------------------------------------------
 
-def softmax_rows(roof, quick):
+def softmax_rows(roof, size):
     import cupy
 
     from nnkit.kernels import layer_norm_forward, softmax_backward, softmax_forward
 
     torch = _torch()
-    shape = (2048, 2048) if quick else (4096, 4096)
+    shape = {"full": (4096, 4096), "quick": (2048, 2048), "smoke": (4, 33)}[size]
     x = cupy.random.standard_normal(shape, dtype=cupy.float32)
     dy = cupy.random.standard_normal(shape, dtype=cupy.float32)
     w = cupy.ones(shape[1], cupy.float32)
@@ -121,15 +126,17 @@ def softmax_rows(roof, quick):
     return rows
 
 
-def conv(roof, quick):
+def conv(roof, size):
     import cupy
 
     from nnkit.kernels import conv as K
 
     torch = _torch()
-    shapes = [(32, 3, 32, 32, 16), (32, 16, 32, 32, 32), (8, 64, 56, 56, 64)]
+    shapes = {"full": [(32, 3, 32, 32, 16), (32, 16, 32, 32, 32), (8, 64, 56, 56, 64)],
+              "smoke": [(2, 3, 6, 5, 4)]}
+    shapes["quick"] = shapes["full"][:2]
     rows = []
-    for N, C, H, W, Kc in shapes[:2] if quick else shapes:
+    for N, C, H, W, Kc in shapes[size]:
         x = cupy.random.standard_normal((N, C, H, W), dtype=cupy.float32)
         w = cupy.random.standard_normal((Kc, C, 3, 3), dtype=cupy.float32) * 0.1
         b = cupy.random.standard_normal(Kc, dtype=cupy.float32)
@@ -172,13 +179,15 @@ def conv(roof, quick):
     return rows
 
 
-def scan(roof, quick):
+def scan(roof, size):
     import cupy
 
     from nnkit.kernels import scan as K
 
     torch = _torch()
-    shapes = [(4, 4096, 256), (1, 1 << 20, 1)] if quick else [(16, 4096, 256), (1, 1 << 23, 1)]
+    shapes = {"full": [(16, 4096, 256), (1, 1 << 23, 1)],
+              "quick": [(4, 4096, 256), (1, 1 << 20, 1)],
+              "smoke": [(2, 9, 3), (1, 40, 1)]}[size]
     rows = []
     for shape, dtype in itertools.product(shapes, (cupy.float32, cupy.complex64)):
         mag = cupy.random.uniform(0.5, 0.99, shape)
@@ -226,18 +235,19 @@ def _scan_call_cost(K):
             "bwd_ms": gpu_time(lambda: K.linear_scan_backward(a, a, h)) * 1e3}
 
 
-def recurrent(roof, quick):
+def recurrent(roof, size):
     import cupy
 
     from nnkit.kernels import recurrent as K
 
     torch = _torch()
-    shapes = [(128, 32, 64, 128), (512, 16, 128, 256)]
+    shapes = {"full": [(128, 32, 64, 128), (512, 16, 128, 256)], "quick": [(128, 32, 64, 128)],
+              "smoke": [(3, 2, 4, 5)]}[size]
     fns = {"lstm": (K.lstm_forward, K.lstm_backward, 4), "gru": (K.gru_forward,
                                                                  K.gru_backward, 3),
            "rnn": (K.rnn_forward, K.rnn_backward, 1)}
     rows = []
-    for T, B, D, H in shapes[:1] if quick else shapes:
+    for T, B, D, H in shapes:
         for cell, (fwd, bwd, G) in fns.items():
             s = 1 / np.sqrt(H)
             x = cupy.random.standard_normal((T, B, D), dtype=cupy.float32)
@@ -281,11 +291,10 @@ def recurrent(roof, quick):
     return rows
 
 
-def launch_overhead(roof, quick):
+def launch_overhead(roof, size):
     """Host time per Numba CUDA launch of an empty 5-argument kernel: CuPy arguments (read
     through __cuda_array_interface__ at every launch) against Numba device arrays."""
     import cupy
-    from numba import cuda
 
     @cuda.jit
     def touch(a, b, c, d, e):
@@ -317,7 +326,6 @@ def _device_name():
     reports that and goes on)."""
     try:
         import cupy
-        from numba import cuda
 
         if not cuda.is_available():
             raise RuntimeError("numba.cuda finds no GPU")
@@ -327,12 +335,16 @@ def _device_name():
             from None
 
 
-def run(quick=False, only=None):
-    """Every section's rows (the roofs first); a failing section leaves an error row."""
+def run(quick=False, only=None, size=None):
+    """Every section's rows (the roofs first); a failing section leaves an error row.
+    ``size``: "full", "quick" (what ``quick`` selects) or "smoke" (tiny shapes, one call)."""
+    global _SMOKE
+    size = size or ("quick" if quick else "full")
+    _SMOKE = size == "smoke"
     name = _device_name()
     torch = _torch()
-    print(f"device: {name}; torch {torch.__version__ if torch else 'not installed'}")
-    roof = roofs(quick)
+    print(f"device: {name}; torch {torch.__version__ if torch else '(none with CUDA)'}")
+    roof = roofs(size)
     print(f"roofs: copy {roof['copy_GBps']:.0f} GB/s (read + write), "
           f"SGEMM {roof['sgemm_TFLOPs']:.1f} TFLOP/s")
     rows = [{"section": "roofs", **roof, "device": name}]
@@ -340,7 +352,7 @@ def run(quick=False, only=None):
         if only and key not in only:
             continue
         try:
-            got = section(roof, quick)
+            got = section(roof, size)
         except Exception:
             print(f"section {key} failed:\n{traceback.format_exc()}")
             rows.append({"section": key, "error": traceback.format_exc()[-2000:]})
@@ -355,11 +367,13 @@ def run(quick=False, only=None):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--smoke", action="store_true",
+                        help="every section once at tiny shapes: a check, not a measurement")
     parser.add_argument("--json", default=None, help="write every row to this JSON file")
     parser.add_argument("--only", nargs="*", default=None, help="sections to run")
     args = parser.parse_args(argv)
     try:
-        rows = run(args.quick, args.only)
+        rows = run(args.quick, args.only, "smoke" if args.smoke else None)
     except SystemExit as exc:
         print(exc)
         return 2

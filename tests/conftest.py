@@ -4,6 +4,10 @@ Profiles: ``dev`` (default, 50 examples), ``ci`` (selected when the CI variable 
 fewer examples, derandomized so a CI run is reproducible), ``thorough`` (1000 examples,
 for a long fuzzing run: ``HYPOTHESIS_PROFILE=thorough pytest``). Every profile has
 ``deadline=None``: the first call of a Numba kernel compiles it.
+
+The ``cuda``-marked tests run on a real GPU with CuPy, or under Numba's simulator with the
+NumPy-backed CuPy stand-in of tests/stand_in (``NNKIT_CUPY_STAND_IN=1``; the child processes
+of tests/test_gpu_stand_in.py); elsewhere they are skipped.
 """
 
 import os
@@ -27,7 +31,31 @@ settings.register_profile("thorough", max_examples=1000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
-def _has_real_gpu() -> bool:
+def _install_cupy_stand_in() -> bool:
+    """With NNKIT_CUPY_STAND_IN=1 (and the simulator on): ``import cupy`` finds the NumPy-backed
+    stand-in of tests/stand_in (which teaches the simulator to launch on its arrays), and the
+    attention kernels take small tiles (the tests' sequences are short)."""
+    if os.environ.get("NNKIT_CUPY_STAND_IN") != "1":
+        return False
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "stand_in"))
+    import cupy  # noqa: F401  (raises ImportError without NUMBA_ENABLE_CUDASIM=1)
+
+    from nnkit._ext import attention_cuda
+
+    attention_cuda.block_m, attention_cuda.block_n = 8, 8
+    attention_cuda.threads_y, attention_cuda.threads_x = 2, 4
+    return True
+
+
+_CUPY_STAND_IN = _install_cupy_stand_in()
+
+
+def _cuda_tests_run() -> bool:
+    """A real GPU with CuPy, or the stand-in under the simulator."""
+    if _CUPY_STAND_IN:
+        return True  # the cuda-marked tests run on the stand-in
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         return False
     try:
@@ -39,8 +67,18 @@ def _has_real_gpu() -> bool:
         return False
 
 
+# The simulator runs kernels as NumPy scalar code, which warns where a GPU computes silently:
+# a fully masked softmax row (-inf - -inf, NaN as torch gives), or lanes a kernel pads to and
+# discards (its shared arrays are np.empty). Those warnings are not errors there.
+_SIMULATED_KERNEL_WARNINGS = pytest.mark.filterwarnings(
+    r"ignore::RuntimeWarning:nnkit\._ext\.\w+_cuda")
+
+
 def pytest_collection_modifyitems(config, items):
-    if _has_real_gpu():
+    if _CUPY_STAND_IN:
+        for item in items:
+            item.add_marker(_SIMULATED_KERNEL_WARNINGS)
+    if _cuda_tests_run():
         return
     skip = pytest.mark.skip(reason="needs a real NVIDIA GPU with CuPy (cuda marker)")
     for item in items:

@@ -2,7 +2,9 @@
 nnkit's Numba CUDA kernels and give the CPU's numbers, without host round trips in a step.
 
 The GPU tests carry the ``cuda`` marker (tests/conftest.py skips them without a real GPU and
-CuPy); the tests of ``to('cpu')``, of the error without CuPy and of the reference
+CuPy); they also run without a GPU on the NumPy-backed CuPy stand-in under Numba's simulator
+(tests/test_gpu_stand_in.py), where the guards below hook the simulator's device arrays and
+kernels. The tests of ``to('cpu')``, of the error without CuPy and of the reference
 generator run everywhere.
 
 What "no host round trip" is checked against (``host_traffic``, recorded while a step runs):
@@ -83,15 +85,15 @@ def host_traffic(monkeypatch):
     cupy = pytest.importorskip("cupy")
     from cupy._core import syncdetect
     from numba import cuda as numba_cuda
-    from numba.cuda.cudadrv import devicearray, driver
 
     traffic = HostTraffic()
     monkeypatch.setattr(syncdetect, "_declare_synchronize", _recording(
         traffic, "d2h", "CuPy device-to-host copy or device synchronisation",
         syncdetect._declare_synchronize))
-    monkeypatch.setattr(devicearray.DeviceNDArrayBase, "copy_to_host", _recording(
-        traffic, "d2h", "Numba copy_to_host", devicearray.DeviceNDArrayBase.copy_to_host))
-    for cls in (driver.Stream, driver.Context):
+    device_array, waiters = _numba_device_array_and_waiters()
+    monkeypatch.setattr(device_array, "copy_to_host", _recording(
+        traffic, "d2h", "Numba copy_to_host", device_array.copy_to_host))
+    for cls in waiters:
         monkeypatch.setattr(cls, "synchronize", _recording(
             traffic, "waits", f"Numba {cls.__name__}.synchronize (the host waits for the GPU)",
             cls.synchronize))
@@ -118,22 +120,45 @@ class KernelCounter:
 
     def overloads(self) -> int:
         """Compiled (kernel, signature) pairs held by every live Numba CUDA dispatcher."""
-        return sum(len(o.overloads) for o in gc.get_objects()  # type(): no proxy is touched
-                   if issubclass(type(o), self.dispatcher_type))
+        return sum(len(getattr(o, "overloads", ())) for o in gc.get_objects()  # type(): no
+                   if issubclass(type(o), self.dispatcher_type))  # proxy is touched
+
+
+def _numba_device_array_and_waiters():
+    """Numba's device-array class and the classes whose ``synchronize`` makes the host wait
+    (the simulator's stand-ins under NUMBA_ENABLE_CUDASIM=1, where the CuPy stand-in runs)."""
+    from numba import config
+    from numba import cuda as numba_cuda
+
+    if config.ENABLE_CUDASIM:
+        from numba.cuda.simulator import api
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        return FakeCUDAArray, (api.stream, numba_cuda)  # numba.cuda.synchronize()
+    from numba.cuda.cudadrv import devicearray, driver
+
+    return devicearray.DeviceNDArrayBase, (driver.Stream, driver.Context)
 
 
 @pytest.fixture
 def kernels(monkeypatch):
-    from numba.cuda.dispatcher import CUDADispatcher
+    """Counts Numba CUDA launches (under the simulator: its kernels' calls; no compiles)."""
+    from numba import config
 
-    counter = KernelCounter(CUDADispatcher)
-    call = CUDADispatcher.call
+    if config.ENABLE_CUDASIM:
+        from numba.cuda.simulator.kernel import FakeCUDAKernel as dispatcher
+        launch = "__call__"
+    else:
+        from numba.cuda.dispatcher import CUDADispatcher as dispatcher
+        launch = "call"
+    counter = KernelCounter(dispatcher)
+    call = getattr(dispatcher, launch)
 
     def counting_call(self, *args, **kwargs):
         counter.launches += 1
         return call(self, *args, **kwargs)
 
-    monkeypatch.setattr(CUDADispatcher, "call", counting_call)
+    monkeypatch.setattr(dispatcher, launch, counting_call)
     return counter
 
 
@@ -269,7 +294,9 @@ def test_training_on_the_gpu_matches_the_cpu(case, host_traffic, kernels):
     assert kernels.per_step[1] == kernels.per_step[2] > 0, kernels.per_step
     np.testing.assert_allclose(gpu_losses, cpu_losses, rtol=1e-10)
     for (name, pc), pg in zip(cpu.named_parameters(), gpu.parameters(), strict=True):
-        np.testing.assert_allclose(pg.data.get(), pc.data, rtol=1e-10, atol=1e-12,
+        # atol: entries whose gradient is zero but for rounding (the key bias of attention)
+        # take Adam steps of that noise, which another summation order changes
+        np.testing.assert_allclose(pg.data.get(), pc.data, rtol=1e-10, atol=1e-10,
                                    err_msg=name)
 
 

@@ -1,0 +1,3 @@
+"""CuPy's ``_core`` as far as tests reach into it: ``syncdetect``."""
+
+from . import syncdetect  # noqa: F401
