@@ -1,6 +1,8 @@
-"""nnkit's GPU code on a machine without a GPU: the end-to-end GPU tests (tests/cuda, marked
-``cuda``) run in a child pytest with Numba's CUDA simulator and the NumPy-backed CuPy
-stand-in (tests/stand_in/cupy; tests/conftest.py installs it when NNKIT_CUPY_STAND_IN=1).
+"""nnkit's GPU code on a machine without a GPU: the GPU tests (marked ``cuda``) of tests/cuda
+and those of the public functions small enough for the simulator run in child pytests with
+Numba's CUDA simulator and the NumPy-backed CuPy stand-in (tests/stand_in/cupy;
+tests/conftest.py installs it when NNKIT_CUPY_STAND_IN=1), and ``benchmarks/bench_gpu.py
+--smoke`` runs on the stand-in too.
 
 So every model of tests/cuda/test_end_to_end.py trains three steps on "CuPy" arrays through
 nnkit's Numba CUDA kernels and its CuPy compositions, against the CPU, with the checks that
