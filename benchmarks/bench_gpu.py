@@ -16,7 +16,11 @@ read + written) and the float32 matrix-product rate (CuPy/cuBLAS). Sections:
   and backward vs the bandwidth bound (a, b, h once each; backward dh, a, h, h0 read, da, db
   written), vs torch's cumsum-of-log form;
 - LSTM / GRU / RNN over the recurrent issue's shapes, forward and forward+backward, vs
-  torch.nn.LSTM/GRU/RNN (cuDNN).
+  torch.nn.LSTM/GRU/RNN (cuDNN);
+- launch: host time per launch of an empty kernel by each launch path (Numba's dispatcher,
+  its compiled kernel, Numba's PTX through CuPy, CuPy's own);
+- steps: one training step of an MLP, a CNN, an encoder layer and the digits ViT (batch
+  128): time, Numba launches and GPU kernels per step; the ViT against its torch twin.
 
 A section that fails prints its error and the rest go on. ``--smoke`` runs every section
 once at tiny shapes: a check that the script works (tests/test_gpu_stand_in.py runs it
@@ -292,9 +296,19 @@ def recurrent(roof, size):
 
 
 def launch_overhead(roof, size):
-    """Host time per Numba CUDA launch of an empty 5-argument kernel: CuPy arguments (read
-    through __cuda_array_interface__ at every launch) against Numba device arrays."""
+    """Host time per launch of one empty 5-array kernel, by each way of launching it:
+
+    - the Numba dispatcher with CuPy arguments (it reads ``__cuda_array_interface__`` and
+      types the arguments at every launch), with Numba device arrays, and with CuPy arrays
+      converted to device arrays in the call (what ``launch_views`` costs per call);
+    - Numba's compiled kernel for the signature launched directly (no dispatch, no typing);
+    - the same kernel's PTX (``cuda.compile_ptx``) loaded by CuPy's ``RawModule`` and launched
+      with its arguments packed once (Numba's array ABI: meminfo, parent, nitems, itemsize,
+      data, shape, strides per array);
+    - a CuPy ``RawKernel`` of the same body in CUDA C, and a CuPy ufunc: CuPy's own floor.
+    """
     import cupy
+    from numba import config
 
     @cuda.jit
     def touch(a, b, c, d, e):
@@ -302,19 +316,198 @@ def launch_overhead(roof, size):
         if i < a.shape[0]:
             a[i] = b[i] + c[i] + d[i] + e[i]
 
-    arrays = [cupy.ones(256, cupy.float32) for _ in range(5)]
-    device = [cuda.as_cuda_array(x) for x in arrays]
+    n = 256
+    arrays = [cupy.ones(n, cupy.float32) for _ in range(5)]
+    device = [cuda.as_cuda_array(x, sync=False) for x in arrays]
+    ways = {
+        "numba dispatcher, cupy args": lambda: touch[2, 128](*arrays),
+        "numba dispatcher, numba device args": lambda: touch[2, 128](*device),
+        "numba dispatcher, cupy converted in the call": lambda: touch[2, 128](
+            *[cuda.as_cuda_array(x, sync=False) for x in arrays]),
+    }
+    if not config.ENABLE_CUDASIM:  # compiled kernels and PTX exist only on a real device
+        ways.update(_compiled_launches(touch, arrays, device))
     rows = []
-    for name, args in (("cupy args", arrays), ("numba device args", device)):
-        t = gpu_time(lambda args=args: touch[2, 128](*args), repeats=20, inner=50)
+    for name, fn in ways.items():
+        t = gpu_time(fn, repeats=20, inner=50)
         rows.append({"section": "launch", "case": name, "us_per_launch": t * 1e6})
-    t = gpu_time(lambda: arrays[0] @ arrays[1], repeats=20, inner=50)
-    rows.append({"section": "launch", "case": "cupy dot (256)", "us_per_launch": t * 1e6})
+    t = gpu_time(lambda: cupy.add(arrays[0], arrays[1], out=arrays[2]), repeats=20, inner=50)
+    rows.append({"section": "launch", "case": "cupy ufunc add (out=)", "us_per_launch": t * 1e6})
     return rows
 
 
+def _compiled_launches(touch, arrays, device):
+    """{name: launch} for the launch paths below Numba's dispatcher (see launch_overhead)."""
+    import re
+    import tempfile
+
+    import cupy
+    from numba import float32, types
+
+    sig = types.void(*[float32[::1]] * 5)
+    touch.compile(sig)
+    kernel = touch.overloads[sig.args]
+    stream = cuda.default_stream()
+
+    ptx, _ = cuda.compile_ptx(touch.py_func, sig, cc=cuda.get_current_device().compute_capability)
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as fh:
+        fh.write(ptx)
+    entry = re.search(r"\.entry\s+([\w$.]+)\s*\(", ptx).group(1)
+    raw_numba = cupy.RawModule(path=fh.name).get_function(entry)
+    zero, n, item = np.uint64(0), np.int64(arrays[0].size), np.int64(4)
+    packed = tuple(v for x in arrays for v in (zero, zero, n, item, x, n, item))
+    raw_c = cupy.RawKernel(r"""
+    extern "C" __global__ void touch(float* a, const float* b, const float* c,
+                                     const float* d, const float* e, long long n) {
+        long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+        if (i < n) a[i] = b[i] + c[i] + d[i] + e[i];
+    }""", "touch")
+    c_args = (*arrays, n)
+    arrays[0].fill(0)
+    raw_numba((2,), (128,), packed)
+    if not bool((arrays[0] == 4).all()):  # the hand-packed ABI must compute the kernel
+        raise RuntimeError("Numba PTX launched through RawModule computed a wrong result")
+    return {
+        "numba compiled kernel .launch, numba device args":
+            lambda: kernel.launch(device, (2, 1, 1), (128, 1, 1), stream, 0),
+        "numba PTX via cupy RawModule, args packed once": lambda: raw_numba((2,), (128,), packed),
+        "cupy RawKernel (CUDA C)": lambda: raw_c((2,), (128,), c_args),
+    }
+
+
+def training_steps(roof, size):
+    """One training step (forward, cross-entropy, backward, optimizer) of four models on CuPy:
+    the time, the Numba launches, and every kernel the GPU ran (CUPTI through torch's
+    profiler: CuPy's and cuBLAS's too); the ViT also against its torch twin (torch eager)."""
+    import cupy
+
+    import nnkit.functional as F
+
+    batch, small = (2, True) if size == "smoke" else (128, False)
+    rng = np.random.default_rng(0)
+    images = rng.standard_normal((batch, 1, 8, 8)).astype(np.float32)
+    labels = rng.integers(0, 10, batch)
+    rows = []
+    models = _step_models(images, rng, small)
+    for name, (build, X, make_opt) in models.items():
+        if small and name not in ("mlp", "cnn"):  # the simulator takes minutes over attention
+            continue
+        model = build().to("cuda")
+        opt = make_opt(model.parameters())
+        Xg, yg = cupy.asarray(X), cupy.asarray(labels)
+
+        def step(model=model, opt=opt, Xg=Xg, yg=yg):
+            opt.zero_grad()
+            F.cross_entropy(model(Xg), yg).backward()
+            opt.step()
+
+        row = {"section": "steps", "case": f"{name} {tuple(X.shape)}",
+               "step_ms": gpu_time(step, repeats=10, inner=3) * 1e3,
+               "numba_launches": _numba_launches(step), "gpu_kernels": _gpu_kernels(step)}
+        if name == "vit" and not small:
+            row.update(_torch_vit_step(images, labels, step_ms=row["step_ms"]))
+        rows.append(row)
+    return rows
+
+
+def _step_models(images, rng, small):
+    """{name: (builder, input, optimizer)}: an MLP, a CNN, an encoder layer and the digits ViT
+    (``small``: narrow versions, for the smoke run under the simulator)."""
+    import nnkit as nk
+    from nnkit._vit_tour import make_digits_vit
+
+    nn, optim = nk.nn, nk.optim
+    width, heads, depth = (8, 2, 1) if small else (64, 8, 3)
+    tokens = rng.standard_normal((len(images), 17, width)).astype(np.float32)
+
+    def cnn():
+        return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(16 * 2 * 2, 10))
+
+    def encoder():
+        return nn.Sequential(nn.TransformerEncoderLayer(width, heads, 2 * width, dropout=0.0,
+                                                        batch_first=True),
+                             nn.Flatten(), nn.Linear(17 * width, 10))
+
+    def vit():
+        return make_digits_vit(0, dim=width, heads=heads, depth=depth, mlp_dim=2 * width)
+
+    return {
+        "mlp": (lambda: nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)),
+                images.reshape(len(images), 64), lambda ps: optim.Adam(ps, lr=1e-3)),
+        "cnn": (cnn, images, lambda ps: optim.SGD(ps, lr=0.05, momentum=0.9)),
+        "encoder layer": (encoder, tokens, lambda ps: optim.AdamW(ps, lr=1e-3)),
+        "vit": (vit, images, lambda ps: optim.AdamW(ps, lr=1e-3)),
+    }
+
+
+def _numba_launches(step) -> int:
+    """Numba CUDA launches made by one call of ``step``."""
+    from numba import config
+
+    if config.ENABLE_CUDASIM:
+        from numba.cuda.simulator.kernel import FakeCUDAKernel as dispatcher
+        attr = "__call__"
+    else:
+        from numba.cuda.dispatcher import CUDADispatcher as dispatcher
+        attr = "call"
+    original, count = getattr(dispatcher, attr), [0]
+
+    def counting(self, *args, **kwargs):
+        count[0] += 1
+        return original(self, *args, **kwargs)
+
+    setattr(dispatcher, attr, counting)
+    try:
+        step()
+    finally:
+        setattr(dispatcher, attr, original)
+    return count[0]
+
+
+def _gpu_kernels(step):
+    """Kernels the GPU ran during one call of ``step`` (CUPTI, any library), or None."""
+    torch = _torch()
+    if torch is None:
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    _sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        _sync()
+    return sum(e.count for e in prof.key_averages()
+               if e.device_type.name == "CUDA" and not e.key.startswith(("Memcpy", "Memset")))
+
+
+def _torch_vit_step(images, labels, step_ms):
+    """The digits ViT's torch twin (bench_vit.py), same weights, one AdamW step on CUDA."""
+    torch = _torch()
+    if torch is None:
+        return {}
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+    from bench_vit import _torch_vit
+
+    from nnkit._vit_tour import DIGITS_VIT, make_digits_vit
+
+    twin = _torch_vit(torch, DIGITS_VIT).cuda()
+    twin.load_state_dict({k: torch.tensor(v) for k, v in make_digits_vit(0).state_dict().items()})
+    opt = torch.optim.AdamW(twin.parameters(), lr=1e-3)
+    X = torch.as_tensor(images, device="cuda")
+    y = torch.as_tensor(labels, device="cuda")
+
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(twin(X), y).backward()
+        opt.step()
+
+    t = gpu_time(step, repeats=10, inner=3) * 1e3
+    return {"torch_step_ms": t, "torch/nnkit": t / step_ms, "torch_gpu_kernels": _gpu_kernels(step)}
+
+
 SECTIONS = {"launch": launch_overhead, "rows": softmax_rows, "conv": conv, "scan": scan,
-            "recurrent": recurrent}
+            "recurrent": recurrent, "steps": training_steps}
 
 
 def _fmt(v):

@@ -99,7 +99,7 @@ def test_the_gpu_benchmark_runs_every_section(tmp_path):
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
     names = {"launch": "launch", "rows": "rows", "conv": "conv2d", "scan": "linear_scan",
-             "recurrent": "recurrent"}
+             "recurrent": "recurrent", "steps": "steps"}
     assert {r["section"] for r in rows} == {"roofs"} | {names[k] for k in SECTIONS}
 
 
