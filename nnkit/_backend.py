@@ -172,12 +172,8 @@ def matmul(a, b):
             return gemm_cpu.matmul_inner_parallel(a, b, parts)
         if _gemm_flops(a, b) >= SMALL_GEMM_FLOPS:
             return a @ b
-        lib = _numpy_blas()
-        before = lib.num_threads if lib is not None else 1
-        if before > 1:
-            lib.set_num_threads(1)
-            try:
-                return a @ b
-            finally:
-                lib.set_num_threads(before)
+        from ._ext._dispatch import one_blas_thread
+
+        with one_blas_thread(_numpy_blas()):
+            return a @ b
     return a @ b

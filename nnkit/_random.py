@@ -18,13 +18,22 @@ def manual_seed(seed: int) -> np.random.Generator:
     return _state["rng"]
 
 
-def get_rng(random_state=None) -> np.random.Generator:
-    """The global generator, or one made from ``random_state`` (int, Generator, or None)."""
+def get_rng(random_state=None, name: str = "random_state") -> np.random.Generator:
+    """The global generator, or one made from ``random_state`` (int >= 0, Generator, or
+    None); anything else is refused naming ``name``."""
     if random_state is None:
         return _state["rng"]
     if isinstance(random_state, np.random.Generator):
         return random_state
-    return np.random.default_rng(random_state)
+    expected = f"{name} must be an int seed >= 0, a numpy Generator or None"
+    if isinstance(random_state, (bool, np.bool_, str, bytes, float)):
+        raise TypeError(f"{expected}, got {random_state!r:.60} ({type(random_state).__name__})")
+    try:
+        return np.random.default_rng(random_state)
+    except TypeError as exc:
+        raise TypeError(f"{expected}, got {random_state!r:.60} ({exc})") from None
+    except ValueError as exc:
+        raise ValueError(f"{expected}, got {random_state!r:.60} ({exc})") from None
 
 
 def set_rng(generator: np.random.Generator) -> None:
@@ -58,7 +67,7 @@ def device_uniform(shape, rng=None):
     """
     import cupy
 
-    seed = int(get_rng(rng).integers(0, 2**63 - 1))
+    seed = int(get_rng(rng, "rng").integers(0, 2**63 - 1))
     kernel = _device_kernels.get("uniform")
     if kernel is None:
         kernel = _device_kernels["uniform"] = cupy.ElementwiseKernel(

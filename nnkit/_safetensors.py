@@ -6,16 +6,22 @@ of a JSON header ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__m
 C order, back to back.
 
 Writes are atomic: the bytes go to a temporary file in the same folder, which is flushed,
-fsynced and renamed over the target, so a crash mid-write leaves the previous file intact.
-Reads check everything a truncated or corrupted file can get wrong and say what it is.
+fsynced, read back (its header parsed and checked as a read would) and renamed over the
+target, so a crash mid-write leaves the previous file intact, and the temporary file of a
+writer that was killed is removed by the next write to the same path. Arrays are stored
+little-endian (a big-endian array reads back little-endian, equal values), 0-d arrays with
+shape []. Reads check everything a truncated or corrupted file can get wrong and say what
+it is.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
 import secrets
+import socket
 import struct
 from pathlib import Path
 
@@ -47,16 +53,19 @@ def _code(name: str, array: np.ndarray) -> str:
 
 
 def _as_stored(name: str, array: np.ndarray) -> np.ndarray:
-    """C-contiguous and little-endian."""
+    """C-contiguous and little-endian, its shape kept (0-d too)."""
     array = np.asarray(array)
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
-    return np.ascontiguousarray(array)
+    return array if array.flags.c_contiguous else array.copy(order="C")
 
 
 def _header(tensors: dict, metadata: dict) -> tuple[bytes, list]:
     entries, order, offset = {}, [], 0
     for name, array in tensors.items():
+        if name == "__metadata__":
+            raise ValueError("cannot save a tensor named '__metadata__': safetensors keeps "
+                             "that name for the file's metadata")
         size = array.nbytes
         entries[name] = {"dtype": _code(name, array), "shape": list(array.shape),
                          "data_offsets": [offset, offset + size]}
@@ -83,7 +92,8 @@ def write_file(path, tensors: dict, metadata: dict | None = None) -> None:
         raise IsADirectoryError(f"cannot save to '{path}': it is a folder; give a file name")
     stored = {str(n): _as_stored(n, a) for n, a in tensors.items()}
     header, arrays = _header(stored, {str(k): str(v) for k, v in (metadata or {}).items()})
-    tmp = folder / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    _remove_stale_temporaries(folder, path.name)
+    tmp = folder / f".{path.name}.{_HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp"
     try:
         with open(tmp, "wb") as f:
             f.write(struct.pack("<Q", len(header)))
@@ -93,11 +103,47 @@ def write_file(path, tensors: dict, metadata: dict | None = None) -> None:
                     f.write(array.reshape(-1).view(np.uint8).data)
             f.flush()
             os.fsync(f.fileno())
+        _check_written(tmp, path)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     _fsync_folder(folder)
+
+
+_HOST = "".join(c if c.isalnum() else "_" for c in socket.gethostname())
+
+
+def _remove_stale_temporaries(folder: Path, name: str) -> None:
+    """Remove the temporary files that writers to ``folder/name`` on this host left when
+    they were killed (their process is gone); other hosts' and live writers' stay."""
+    for tmp in glob.glob(os.path.join(glob.escape(str(folder)), f".{glob.escape(name)}.*.tmp")):
+        writer = os.path.basename(tmp)[len(name) + 2:-len(".tmp")].rsplit("-", 2)
+        if len(writer) != 3 or writer[0] != _HOST or not writer[1].isdigit():
+            continue
+        try:
+            os.kill(int(writer[1]), 0)
+        except ProcessLookupError:  # the writer is gone: its file is garbage
+            Path(tmp).unlink(missing_ok=True)
+        except (PermissionError, OverflowError):  # alive under another user, or no pid
+            continue
+
+
+def _check_written(tmp: Path, path: Path) -> None:
+    """Check the header of the file just written as ``read_file`` will: a file that could
+    not be read back never replaces ``path``."""
+    try:
+        with open(tmp, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            header = _parse_header(tmp, f, size)
+            _check_metadata(tmp, header.pop("__metadata__", None))
+            end = max((_check_entry(tmp, n, e)[2][1] for n, e in header.items()), default=0)
+            if f.tell() + end != size:
+                raise FileFormatError(f"the header describes {end} bytes of tensor data, the "
+                                      f"file holds {size - f.tell()}")
+    except FileFormatError as exc:
+        raise ValueError(f"cannot save to '{path}': the file written would not read back "
+                         f"({exc})") from None
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -202,8 +248,9 @@ def read_file(path) -> tuple[dict, dict]:
                                       "the file is corrupted")
             expected = offsets[1]
         if data_start + expected != file_size:
-            what = "truncated" if data_start + expected > file_size else "has trailing bytes"
-            raise FileFormatError(f"'{path}' is {what}: the header describes {expected} bytes "
+            what = "is truncated" if data_start + expected > file_size else \
+                "has trailing bytes"
+            raise FileFormatError(f"'{path}' {what}: the header describes {expected} bytes "
                                   f"of tensor data, the file holds {file_size - data_start}")
         tensors = {}
         for (dtype, shape, _), name in entries:

@@ -24,9 +24,12 @@ __all__ = [
     "check_same_shape",
     "check_scalar",
     "check_choice",
+    "axis_or_dim",
     "check_bool",
     "check_real",
     "check_input_dtype",
+    "check_native_byte_order",
+    "describe_dtype",
     "dtype_names",
 ]
 
@@ -35,6 +38,31 @@ def dtype_names(dtypes) -> str:
     """'float32 or float64' for a tuple of dtypes."""
     names = [np.dtype(d).name for d in dtypes]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def describe_dtype(dtype) -> str:
+    """A dtype for a message: 'float64', or '>f8 (float64, big-endian)' when its byte order
+    is not this machine's (NumPy prints such a dtype as '>f8', which hides the reason)."""
+    dtype = np.dtype(dtype)
+    if dtype.isnative:
+        return str(dtype)
+    order = "big-endian" if dtype.byteorder == ">" else "little-endian"
+    return f"{dtype.str} ({dtype.newbyteorder('=').name}, {order})"
+
+
+def check_native_byte_order(arr, *, name: str):
+    """Raise ``TypeError`` when the NumPy array ``arr`` has non-native byte order.
+
+    For arrays written in place (``out=``): unlike inputs, which :func:`check_array`
+    converts, such an array cannot be replaced by a converted copy.
+    """
+    if isinstance(arr, np.ndarray) and not arr.dtype.isnative:
+        raise TypeError(
+            f"{name} has dtype {describe_dtype(arr.dtype)}, not this machine's byte order; "
+            f"it is written in place, so it cannot be converted: pass an array of native "
+            f"byte order, e.g. np.empty_like(x)"
+        )
+    return arr
 
 
 def _is_device_array(x) -> bool:
@@ -65,7 +93,10 @@ def check_array(
     ndim : int or tuple of int, optional
         Accepted rank(s).
     dtype : dtype or tuple of dtypes, optional
-        Accepted dtypes. ``x`` is never cast silently: a wrong dtype is a ``TypeError``.
+        Accepted dtypes. ``x`` is never cast silently: a wrong dtype is a ``TypeError``. A
+        NumPy array of non-native byte order (``'>f8'`` on a little-endian machine) is
+        copied to native byte order first: the same values and type, in the layout the
+        kernels read.
     min_ndim : int, optional
         Smallest accepted rank.
     finite : bool
@@ -88,6 +119,8 @@ def check_array(
             raise TypeError(f"{name} could not be converted to an array: {exc}") from None
         if arr.dtype == object:
             raise TypeError(f"{name} must hold numbers, got an object array")
+        if not arr.dtype.isnative:  # '>f8' on a little-endian machine: same values, native
+            arr = arr.astype(arr.dtype.newbyteorder("="))
     if ndim is not None:
         ndims = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         if arr.ndim not in ndims:
@@ -103,7 +136,8 @@ def check_array(
     if dtype is not None:
         dtypes = (dtype,) if not isinstance(dtype, tuple) else dtype
         if np.dtype(arr.dtype) not in [np.dtype(d) for d in dtypes]:
-            raise TypeError(f"{name} must have dtype {dtype_names(dtypes)}, got {arr.dtype}")
+            raise TypeError(f"{name} must have dtype {dtype_names(dtypes)}, got "
+                            f"{describe_dtype(arr.dtype)}")
     if finite and isinstance(arr, np.ndarray) and arr.dtype.kind in "fc":
         if not np.isfinite(arr).all():
             raise ValueError(f"{name} must be finite, but it holds NaN or infinity")
@@ -164,12 +198,36 @@ def check_scalar(
     return value
 
 
+def axis_or_dim(axis, dim, *, default, op: str):
+    """The axis given as NumPy's ``axis`` or torch's ``dim`` (both accepted, one at a time);
+    ``default`` when neither is given."""
+    if axis is not None and dim is not None:
+        raise TypeError(f"{op}: pass axis (NumPy's name) or dim (torch's), not both; got "
+                        f"axis={axis!r}, dim={dim!r}")
+    return default if axis is None and dim is None else (dim if axis is None else axis)
+
+
 def check_choice(value, *, name: str, choices) -> str:
-    """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
-    if value not in choices:
+    """``value`` if it is one of ``choices``; a ``TypeError`` when it is not even of their
+    type (None where strings are expected), else a ``ValueError``; both name ``name``."""
+    if not any(_same_choice(value, c) for c in choices):
         options = ", ".join(repr(c) for c in choices)
+        if not any(type(value) is type(c) for c in choices):
+            raise TypeError(f"{name} must be one of {options}; got {value!r} "
+                            f"({type(value).__name__})")
         raise ValueError(f"{name} must be one of {options}; got {value!r}")
     return value
+
+
+def _same_choice(value, choice) -> bool:
+    """``value == choice``, a bool only equal to a bool (True is not 1), arrays to nothing."""
+    is_bool = isinstance(value, (bool, np.bool_))
+    if is_bool != isinstance(choice, bool) or np.ndim(value) != 0:
+        return False
+    try:
+        return bool(value == choice)
+    except (TypeError, ValueError):
+        return False
 
 
 def check_bool(value, *, name: str) -> bool:
@@ -202,7 +260,7 @@ def check_input_dtype(x, expected, *, name: str, owner: str):
         return x
     fix = f"cast {name} with {name}.astype(np.{expected.name})"
     module_cast = {"float32": ".float()", "float64": ".double()"}.get(np.dtype(x.dtype).name)
-    if module_cast is not None:
+    if module_cast is not None and np.dtype(x.dtype).isnative:  # not for a '>f8' x
         fix += f", or the {owner} module with {module_cast} (or .to(np.{x.dtype}))"
-    raise TypeError(f"{name} has dtype {x.dtype} but {owner}'s parameters are {expected}; "
-                    f"{fix}")
+    raise TypeError(f"{name} has dtype {describe_dtype(x.dtype)} but {owner}'s parameters "
+                    f"are {expected}; {fix}")

@@ -23,13 +23,15 @@ array([2., 4., 6.], dtype=float32)
 from __future__ import annotations
 
 import contextlib
+import numbers
+import sys
 import threading
 
 import numpy as np
 from scipy import special
 
 from ._backend import array_module, matmul, unbroadcast
-from ._validation import check_real
+from ._validation import axis_or_dim, check_real
 
 __all__ = [
     "Tensor",
@@ -95,21 +97,31 @@ def _default_float(arr):
     return arr.astype(np.float32) if arr.dtype == np.float64 else arr
 
 
-def _to_array(data, dtype=None, copy=False):
+def _to_array(data, dtype=None, copy=False, name=None):
+    """``data`` as a NumPy or CuPy array of numbers in native byte order; ``name`` (the
+    argument it came from) is named in the errors."""
     if isinstance(data, Tensor):
         data = data.data
     if hasattr(data, "__cuda_array_interface__") and not isinstance(data, np.ndarray):
         xp = array_module(data)
         arr = xp.asarray(data, dtype=dtype)
         return arr.copy() if copy else arr
+    what = f"{name} must be an array or Tensor of numbers" if name else \
+        "a tensor must hold numbers"
     from_python = not isinstance(data, (np.ndarray, np.generic))
     try:
         arr = np.array(data, dtype=dtype, copy=copy) if copy else np.asarray(data, dtype=dtype)
     except OverflowError as exc:
-        raise ValueError(f"cannot make a tensor of dtype {dtype}: {exc}") from None
+        raise ValueError(f"{name or 'a tensor'}: cannot make an array of dtype {dtype}: "
+                         f"{exc}") from None
+    except ValueError as exc:  # ragged nested lists, strings that are not numbers
+        if not from_python:
+            raise
+        raise TypeError(f"{what}; got a {type(data).__name__} that is not one ({exc})") from None
     if arr.dtype.kind not in "biufc":
-        raise TypeError(f"cannot make a tensor of {type(data).__name__}: it holds non-numbers "
-                        f"(dtype {arr.dtype})")
+        raise TypeError(f"{what}; got {type(data).__name__} (dtype {arr.dtype})")
+    if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "<" and sys.byteorder == "big"):
+        arr = arr.astype(arr.dtype.newbyteorder("="))  # computed in native byte order
     if dtype is None and from_python:
         with np.errstate(over="ignore"):  # 1e39 -> inf in float32, as torch
             arr = _default_float(arr)
@@ -343,9 +355,13 @@ class Tensor:
         return make_result(y, (self,), lambda g: (g * _conj(y * (1 - y)),), "sigmoid")
 
     def relu(self):
+        """max(x, 0): 0 at -inf, NaN stays NaN; the gradient passes where not x <= 0 (at
+        NaN too), as torch's threshold backward."""
         x = check_real(self, name="input", op="relu").data
-        mask = x > 0
-        return make_result(x * mask, (self,), lambda g: (g * mask,), "relu")
+        xp = array_module(x)
+        y = xp.maximum(x, 0).astype(x.dtype, copy=False)
+        return make_result(y, (self,), lambda g: (xp.where(~(x <= 0), g, 0).astype(
+            g.dtype, copy=False),), "relu")
 
     def clip(self, min=None, max=None):
         """Clamp to [min, max]; the gradient flows where the value was not clamped."""
@@ -356,7 +372,9 @@ class Tensor:
         return make_result(y, (self,), lambda g: (g * inside,), "clip")
 
     # ----- reductions -------------------------------------------------------------------
-    def sum(self, axis=None, keepdims: bool = False):
+    def sum(self, axis=None, keepdims: bool = False, *, dim=None):
+        """Sum over ``axis`` (NumPy's name) or ``dim`` (torch's); all axes by default."""
+        axis = axis_or_dim(axis, dim, default=None, op="sum")
         x = self.data
         y = x.sum(axis=axis, keepdims=keepdims)
         shape = x.shape
@@ -366,7 +384,9 @@ class Tensor:
 
         return make_result(y, (self,), backward, "sum")
 
-    def mean(self, axis=None, keepdims: bool = False):
+    def mean(self, axis=None, keepdims: bool = False, *, dim=None):
+        """Mean over ``axis`` (NumPy's name) or ``dim`` (torch's); all axes by default."""
+        axis = axis_or_dim(axis, dim, default=None, op="mean")
         x = self.data
         count = x.size if axis is None else int(np.prod([x.shape[a] for a in _axes(axis)]))
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -378,13 +398,15 @@ class Tensor:
 
         return make_result(y, (self,), backward, "mean")
 
-    def max(self, axis=None, keepdims: bool = False):
-        """Largest value along ``axis``; the gradient is split evenly between ties."""
-        return self._extreme(axis, keepdims, "max")
+    def max(self, axis=None, keepdims: bool = False, *, dim=None):
+        """Largest value along ``axis`` (or torch's ``dim``); the gradient is split evenly
+        between ties."""
+        return self._extreme(axis_or_dim(axis, dim, default=None, op="max"), keepdims, "max")
 
-    def min(self, axis=None, keepdims: bool = False):
-        """Smallest value along ``axis``; the gradient is split evenly between ties."""
-        return self._extreme(axis, keepdims, "min")
+    def min(self, axis=None, keepdims: bool = False, *, dim=None):
+        """Smallest value along ``axis`` (or torch's ``dim``); the gradient is split evenly
+        between ties."""
+        return self._extreme(axis_or_dim(axis, dim, default=None, op="min"), keepdims, "min")
 
     def _extreme(self, axis, keepdims, kind):
         x = check_real(self, name="input", op=kind).data
@@ -421,6 +443,10 @@ class Tensor:
                 raise ValueError(f"{name}={d} is out of range for a {nd}-dimensional tensor "
                                  f"of shape {shape}; expected a dim in [{-nd}, {nd - 1}]")
         s, e = start_dim % nd, end_dim % nd
+        if s > e:
+            raise ValueError(f"flatten: start_dim={start_dim} comes after end_dim={end_dim} "
+                             f"for a {nd}-dimensional tensor of shape {shape}; expected "
+                             "start_dim <= end_dim")
         merged = int(np.prod(shape[s : e + 1]))
         return self.reshape(shape[:s] + (merged,) + shape[e + 1 :])
 
@@ -449,10 +475,16 @@ class Tensor:
         perm[axis1], perm[axis2] = perm[axis2], perm[axis1]
         return self.transpose(perm)
 
-    def unsqueeze(self, axis: int):
+    def unsqueeze(self, axis=None, *, dim=None):
+        """A new axis of length 1 at ``axis`` (or torch's ``dim``)."""
+        if axis is None and dim is None:
+            raise TypeError("unsqueeze needs the position of the new axis (axis or dim)")
+        axis = axis_or_dim(axis, dim, default=None, op="unsqueeze")
         return self.reshape(np.expand_dims(self.data, axis).shape)
 
-    def squeeze(self, axis=None):
+    def squeeze(self, axis=None, *, dim=None):
+        """Drop axes of length 1: ``axis`` (or torch's ``dim``), all of them by default."""
+        axis = axis_or_dim(axis, dim, default=None, op="squeeze")
         return self.reshape(self.data.squeeze(axis=axis).shape)
 
     def __getitem__(self, index):
@@ -528,6 +560,13 @@ def _run_backward(root, gradient, retain_graph):
             grads[key] = pg if key not in grads else grads[key] + pg
 
 
+# Threads running backward through shared leaves (one model's parameters) add into the same
+# ``.grad``: the read-add-write below holds this lock, since NumPy releases the GIL inside a
+# large add and an unlocked one loses another thread's contribution. One lock for all
+# leaves: it is held only for the add, a small part of a backward pass.
+_leaf_lock = threading.Lock()
+
+
 def _accumulate_leaf(t, g, own=False):
     """Add ``g`` into ``t.grad``; keep ``g`` itself only when ``own`` and not a view."""
     if isinstance(g, np.generic):
@@ -538,10 +577,11 @@ def _accumulate_leaf(t, g, own=False):
         g = g.astype(t.data.dtype)
     if g.shape != t.data.shape:
         g = unbroadcast(g, t.data.shape)
-    if t.grad is None:
-        t.grad = g if own and g.base is None and _writeable(g) else g.copy()
-    else:
-        t.grad = t.grad + g
+    with _leaf_lock:
+        if t.grad is None:
+            t.grad = g if own and g.base is None and _writeable(g) else g.copy()
+        else:
+            t.grad = t.grad + g
 
 
 # ----- op plumbing ------------------------------------------------------------------------
@@ -571,16 +611,17 @@ def make_result(data, parents, backward, name: str = "op") -> Tensor:
     return out
 
 
-def as_tensor(value, like: Tensor | None = None) -> Tensor:
-    """``value`` as a Tensor (unchanged when it is one); scalars take ``like``'s dtype."""
+def as_tensor(value, like: Tensor | None = None, name: str | None = None) -> Tensor:
+    """``value`` as a Tensor (unchanged when it is one); numbers take ``like``'s dtype.
+    ``name``: the argument ``value`` came from, named when it is not numbers."""
     if isinstance(value, Tensor):
         return value
-    if like is not None and np.isscalar(value):
+    if like is not None and isinstance(value, (numbers.Number, np.bool_)):
         xp = array_module(like.data)
         if xp is np:
             return Tensor(np.asarray(value, dtype=like.data.dtype))
         return Tensor(xp.full((), value, dtype=like.data.dtype))  # a fill kernel, no copy
-    return Tensor(value)
+    return Tensor(_to_array(value, name=name))
 
 
 def _data(value):
@@ -770,8 +811,10 @@ def _matmul(a, b):
 
 
 # ----- functions over several tensors --------------------------------------------------------
-def concat(tensors, axis: int = 0) -> Tensor:
-    """Join tensors along an existing axis (``np.concatenate``)."""
+def concat(tensors, axis: int | None = None, *, dim: int | None = None) -> Tensor:
+    """Join tensors along an existing axis (``np.concatenate``); ``axis`` or torch's ``dim``,
+    0 by default."""
+    axis = axis_or_dim(axis, dim, default=0, op="concat")
     tensors = [as_tensor(t) for t in tensors]
     if not tensors:
         raise ValueError("concat needs at least one tensor, got an empty sequence")
@@ -785,8 +828,10 @@ def concat(tensors, axis: int = 0) -> Tensor:
     return make_result(y, tuple(tensors), backward, "concat")
 
 
-def stack(tensors, axis: int = 0) -> Tensor:
-    """Join tensors along a new axis (``np.stack``)."""
+def stack(tensors, axis: int | None = None, *, dim: int | None = None) -> Tensor:
+    """Join tensors along a new axis (``np.stack``); ``axis`` or torch's ``dim``, 0 by
+    default."""
+    axis = axis_or_dim(axis, dim, default=0, op="stack")
     tensors = [as_tensor(t) for t in tensors]
     if not tensors:
         raise ValueError("stack needs at least one tensor, got an empty sequence")

@@ -8,7 +8,9 @@ Two entry points, both on ``dask.distributed`` (the ``distributed`` extra,
     per worker, each worker holding its shard and a replica of the model. Every step, each
     worker computes the gradient of its share of the global batch with nnkit's kernels, the
     gradients are summed (weighted by the share's size, so the sum is the gradient of the
-    global batch's mean loss) and the optimizer steps once.
+    global batch's mean loss) and the optimizer steps once. A worker that gives no result
+    within ``step_timeout`` (frozen, swapping, partitioned) has its shard recomputed on
+    another worker, which keeps it.
 
 ``map_experiments(fn, grid, client=None)``
     One task per point of a parameter grid, a progress bar, a table of the results; a point
@@ -40,10 +42,12 @@ import itertools
 import math
 import numbers
 import os
+import statistics
 import threading
 import time
 import traceback
 import warnings
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -83,6 +87,15 @@ def _worker_failures(distributed) -> tuple:
     from distributed.scheduler import KilledWorker
 
     return (KilledWorker, CommClosedError, FuturesCancelled, OSError, TimeoutError, *found)
+
+
+def _cancellations(distributed) -> tuple:
+    """What ``distributed.wait`` raises when one of its futures was cancelled."""
+    from concurrent.futures import CancelledError as FuturesCancelled
+
+    names = ("FuturesCancelledError", "FutureCancelledError", "CancelledError")
+    found = [getattr(distributed.client, n) for n in names if hasattr(distributed.client, n)]
+    return (FuturesCancelled, *found)
 
 
 def _worker_addresses(client) -> list[str]:
@@ -175,6 +188,34 @@ def _shard_gradient(shard, params, local_idx, loss_fn, scale):
     return shard.gradient(params, local_idx, loss_fn, scale)
 
 
+def _private_wait():
+    """distributed's coroutine behind ``wait()``, or None where it is gone."""
+    import distributed.client
+
+    return getattr(distributed.client, "_wait", None)
+
+
+async def _gather_within(client, futures, seconds, deadline_passed, cancellations):
+    """Run on the client's event loop: wait for ``futures`` (a deadline interrupts only
+    this wait, never a gather), then gather them; None if ``seconds`` pass first."""
+    try:
+        await _private_wait()(futures, timeout=seconds)
+    except deadline_passed:
+        return None
+    except cancellations:  # done too: the gather raises its error
+        pass
+    return await client.gather(futures, asynchronous=True)
+
+
+async def _scatter_async(client, shard, worker):
+    return await client.scatter(shard, workers=[worker], hash=False, asynchronous=True)
+
+
+def _keep(shard):
+    """Return ``shard``: the task that rebuilds a shard on the worker that runs it."""
+    return shard
+
+
 def _warm_up(shard, loss_fn):
     """Run one forward/backward on two rows so the first real step compiles nothing
     (numba kernels load from their on-disk cache here); return the seconds it took."""
@@ -194,6 +235,8 @@ class StepInfo:
     ``compute_seconds`` the longest worker compute time in it (forward, backward, parameter
     load); the difference is communication, serialisation and scheduling. ``message_bytes``
     counts the parameters sent to and the gradients received from one worker.
+    ``step_timeout`` is the deadline the step ran under (seconds) and ``recomputed`` the
+    number of shards recomputed on another worker because it passed.
     """
 
     step: int
@@ -204,28 +247,84 @@ class StepInfo:
     message_bytes: int
     retries: int
     warm_up_seconds: list = field(default_factory=list)
+    recomputed: int = 0
+    step_timeout: float = math.inf
+
+
+_STEP_TIMEOUT_FLOOR = 30.0  # seconds: the least an adaptive deadline waits
+_STEP_TIMEOUT_FACTOR = 10.0  # the adaptive deadline, in median step times
+_STEP_HISTORY = 20  # the steps that median is taken over
+_SLOW_LINK = 10e6  # bytes/s: moving a shard adds its bytes / this to a deadline
+
+
+def _step_deadline(step_timeout, recent, warm_up):
+    """Seconds a step waits for a shard's result before recomputing it on another worker.
+
+    ``step_timeout`` when given; else max(30 s, 10 x the median seconds of the last 20
+    steps), the warm-ups standing in for the steps before the first one.
+    """
+    if step_timeout is not None:
+        return float(step_timeout)
+    history = list(recent) or [s for s in warm_up if math.isfinite(s)]
+    if not history:
+        return _STEP_TIMEOUT_FLOOR
+    return max(_STEP_TIMEOUT_FLOOR, _STEP_TIMEOUT_FACTOR * statistics.median(history))
+
+
+@dataclass(eq=False)
+class _Attempt:
+    """One computation of a shard's gradient: its future, its worker, the shard it reads."""
+
+    future: object
+    worker: str
+    shard: object
 
 
 class _DataParallel:
-    """The driver's state: shard placement, the step loop and its retries."""
+    """The driver's state: shard placement, the step loop, its retries and its deadlines."""
 
     def __init__(self, client, model, loss_fn, X, y, n_shards, max_retries, timeout,
-                 threads=None):
+                 threads=None, step_timeout=None):
         self.distributed = _require_dask()
         self.failures = _worker_failures(self.distributed)
+        self.cancellations = _cancellations(self.distributed)
+        self.deadline_passed = (TimeoutError, self.distributed.TimeoutError)
         self.client, self.model, self.loss_fn = client, model, loss_fn
         self.X, self.y = X, y
         self.params = list(model.parameters())
         self.bounds = np.linspace(0, len(X), n_shards + 1).round().astype(np.int64)
         self.max_retries, self.timeout, self.threads = max_retries, timeout, threads
+        self.step_timeout = step_timeout
         self.expected_workers = 0
         self.shards: list = []
+        self.homes: list = []
+        self.replica = None
         self.warm_up_seconds: list = []
+        self.suspects: set = set()  # workers that missed a deadline another worker met
+        self.recent = deque(maxlen=_STEP_HISTORY)  # seconds of the last steps
         self.last_retries = 0
+        self.last_recomputed = 0
+        self.last_deadline = math.inf
 
-    def place_shards(self):
-        """Scatter every shard (rows and a fresh replica) to the live workers, round robin,
-        then warm each replica up."""
+    def _host_shard(self, k):
+        a, b = self.bounds[k], self.bounds[k + 1]
+        return _Shard(self.X[a:b], self.y[a:b], self.replica, int(a), self.threads)
+
+    def _move_seconds(self, k):
+        """What moving shard ``k`` adds to a deadline: its bytes over a slow link."""
+        a, b = self.bounds[k], self.bounds[k + 1]
+        nbytes = self.X[a:b].nbytes + self.y[a:b].nbytes + sum(p.data.nbytes
+                                                               for p in self.params)
+        return nbytes / _SLOW_LINK
+
+    def place_shards(self, stacklevel=3):
+        """Scatter every shard (rows and a fresh replica) to the live workers that are not
+        suspects, round robin, then warm each replica up.
+
+        Both within the deadline: a worker that does not take its shard becomes a suspect
+        and the next one is tried; one that does not warm up becomes a suspect and its
+        shards move (warm-up seconds NaN).
+        """
         client = self.client
         workers = _worker_addresses(client)
         if self.expected_workers and len(workers) < self.expected_workers:
@@ -235,29 +334,60 @@ class _DataParallel:
                 client.wait_for_workers(1, timeout=self.timeout)
             workers = _worker_addresses(client)
         self.expected_workers = max(self.expected_workers, len(workers))
-        replica = copy.deepcopy(self.model)
-        replica.zero_grad()
+        limit = _step_deadline(self.step_timeout, self.recent, [])
+        self.replica = copy.deepcopy(self.model)
+        self.replica.zero_grad()
         self.shards, self.homes = [], []
-        for k, (a, b) in enumerate(zip(self.bounds[:-1], self.bounds[1:], strict=True)):
-            shard = _Shard(self.X[a:b], self.y[a:b], replica, int(a), self.threads)
-            self.homes.append(workers[k % len(workers)])
-            self.shards.append(client.scatter(shard, workers=[self.homes[-1]], hash=False))
+        for k in range(len(self.bounds) - 1):
+            healthy = [w for w in workers if w not in self.suspects] or workers
+            first = k % len(healthy)
+            for worker in healthy[first:] + healthy[:first]:
+                try:
+                    self.shards.append(self._scatter(self._host_shard(k), worker,
+                                                     limit + self._move_seconds(k)))
+                    self.homes.append(worker)
+                    break
+                except self.deadline_passed:
+                    self.suspects.add(worker)
+                    warnings.warn(f"data-parallel placement: worker {worker} did not take shard "
+                                  f"{k} within step_timeout={limit:g} s; trying another",
+                                  RuntimeWarning, stacklevel=stacklevel)
+            else:
+                raise RuntimeError(
+                    f"no worker took shard {k} of the data-parallel run within "
+                    f"step_timeout={limit:g} s (tried {healthy}): they are frozen or too slow")
         warm = [client.submit(_warm_up, s, self.loss_fn, pure=False) for s in self.shards]
-        self.warm_up_seconds = client.gather(warm)
+        self.warm_up_seconds = self._results(warm, limit)
+        if self.warm_up_seconds is None:
+            self.warm_up_seconds = [f.result() if f.done() else math.nan for f in warm]
+            slow = {h for h, t in zip(self.homes, self.warm_up_seconds, strict=True)
+                    if math.isnan(t)}
+            if slow:
+                warnings.warn(f"data-parallel placement: worker(s) {sorted(slow)} did not "
+                              f"warm up within step_timeout={limit:g} s; moving their shards",
+                              RuntimeWarning, stacklevel=stacklevel)
+                self._evacuate(slow)
 
     def step(self, idx):
         """One synchronous step on global rows ``idx``: (loss, worker compute s, bytes).
 
         A lost worker (during the step or while re-placing the shards) re-places every
-        shard on the live workers and recomputes the step from the same parameters.
+        shard on the live workers and recomputes the step from the same parameters; a shard
+        with no result by the deadline is recomputed on another worker.
         """
+        self.last_deadline = _step_deadline(self.step_timeout, self.recent,
+                                            self.warm_up_seconds)
+        self.last_recomputed = 0
         replace = False
         for attempt in range(self.max_retries + 1):
             self.last_retries = attempt
             try:
                 if replace:
-                    self.place_shards()
-                return self._try_step(idx)
+                    self.place_shards(stacklevel=4)
+                start = time.perf_counter()
+                out = self._try_step(idx)
+                self.recent.append(time.perf_counter() - start)
+                return out
             except self.failures as exc:
                 if attempt == self.max_retries:
                     raise RuntimeError(
@@ -274,14 +404,20 @@ class _DataParallel:
     def _try_step(self, idx):
         params = [p.data for p in self.params]
         owner = np.searchsorted(self.bounds, idx, side="right") - 1  # shard of each row
-        futures = []
-        for k, shard in enumerate(self.shards):
+        rows = {}  # shard -> its rows of the batch, as indices into the shard
+        for k in range(len(self.shards)):
             local = idx[owner == k] - self.bounds[k]
             if len(local):
-                futures.append(self.client.submit(  # on the shard's worker while it lives
-                    _shard_gradient, shard, params, local, self.loss_fn, len(local) / len(idx),
-                    pure=False, workers=[self.homes[k]], allow_other_workers=True))
-        results = self.client.gather(futures)  # in shard order: a fixed summation order
+                rows[k] = local
+        tries = {k: [self._attempt(self.shards[k], self.homes[k], params, local, len(idx),
+                                   pinned=False)]
+                 for k, local in rows.items()}
+        results = self._results([tries[k][0].future for k in sorted(tries)],
+                                self.last_deadline)
+        if results is None:  # the deadline passed: recompute the missing shards elsewhere
+            won = self._first_results(tries, rows, params, len(idx))
+            results = self.client.gather([won[k].future for k in sorted(won)])
+        # in shard order: a fixed summation order, whichever worker computed a shard
         for i, p in enumerate(self.params):
             parts = [r[0][i] for r in results if r[0][i] is not None]
             p.grad = None if not parts else _ordered_sum(parts)
@@ -289,6 +425,164 @@ class _DataParallel:
         nbytes = sum(a.nbytes for a in params) + sum(
             g.nbytes for g in results[0][0] if g is not None)
         return loss, max(r[2] for r in results), nbytes
+
+    def _attempt(self, shard, worker, params, local, batch, pinned):
+        # unpinned: on the shard's worker while it lives, elsewhere if the data moves
+        future = self.client.submit(
+            _shard_gradient, shard, params, local, self.loss_fn, len(local) / batch,
+            pure=False, workers=[worker], allow_other_workers=not pinned)
+        return _Attempt(future, worker, shard)
+
+    def _first_results(self, tries, rows, params, batch):
+        """The first finished attempt of every shard in ``tries`` (shard -> attempts), once
+        the step's first deadline has passed.
+
+        A shard with none when a deadline passes gets one more attempt, on a worker that has
+        not tried it, from the driver's copy of its rows; the first result wins and the
+        others are never read. After max_retries + 1 deadlines without one, RuntimeError.
+        """
+        limit = self.last_deadline
+        tried = {k: {a.worker for a in t} for k, t in tries.items()}
+        won, rounds, due, recomputed = {}, 0, time.monotonic(), set()  # the first one passed
+        while True:
+            for k, t in tries.items():
+                if k not in won and (first := self._finished(t)) is not None:
+                    won[k] = first
+            pending = [k for k in tries if k not in won]
+            if not pending:
+                break
+            left = due - time.monotonic()
+            if left > 0:
+                self._wait([a.future for k in pending for a in tries[k]], left)
+                continue
+            rounds += 1
+            if rounds > self.max_retries:
+                workers = sorted({w for k in pending for w in tried[k]})
+                raise RuntimeError(
+                    f"no result for shard(s) {pending} of a data-parallel step within "
+                    f"{rounds} x step_timeout={limit:g} s from worker(s) {workers}: they are "
+                    f"frozen or too slow (max_retries={self.max_retries}); if steps "
+                    "legitimately take this long, raise step_timeout")
+            extra = 0.0  # the new copies' rows travel with their tasks
+            for k in pending:
+                worker = self._pick(exclude=tried[k])
+                if worker is None:
+                    continue  # nowhere else to go: wait another deadline
+                extra = max(extra, self._move_seconds(k))
+                tried[k].add(worker)
+                tries[k].append(self._attempt(self._relocated(k, worker), worker, params,
+                                              rows[k], batch, pinned=True))
+                recomputed.add(k)
+                warnings.warn(f"data-parallel step: no result for shard {k} within "
+                              f"step_timeout={limit:g} s (worker {self.homes[k]}); "
+                              f"recomputing it on {worker} (the first result counts)",
+                              RuntimeWarning, stacklevel=5)
+            due = time.monotonic() + limit + extra
+        self.last_recomputed += len(recomputed)
+        self._adopt(won, tries)
+        return won
+
+    def _finished(self, tries):
+        """The first finished attempt, or None. A failed attempt is dropped while another
+        runs; the last one raises its error (a lost worker: the step is retried; an error
+        of the task: as it is)."""
+        for a in tries:
+            if a.future.status == "finished":
+                return a
+        for a in [a for a in tries if a.future.done()]:
+            if len(tries) == 1:
+                a.future.result()  # raises
+            try:
+                a.future.result()
+            except self.failures:
+                tries.remove(a)
+        return None
+
+    def _scatter(self, shard, worker, seconds):
+        """``shard`` scattered to ``worker``; TimeoutError after ``seconds`` (a scatter waits
+        for the worker's answer; if a frozen worker resumes, the copy it then takes stays
+        on it until the client closes)."""
+        if math.isinf(seconds):
+            return self.client.scatter(shard, workers=[worker], hash=False)
+        return self.client.sync(_scatter_async, self.client, shard, worker,
+                                callback_timeout=seconds)
+
+    def _results(self, futures, seconds):
+        """``client.gather(futures)``, or None if they are not all done within ``seconds``
+        (then nothing is gathered and the futures live on).
+
+        One trip to the client's event loop, as a plain gather: distributed's private
+        ``_wait`` coroutine, then the gather (no measurable cost over a plain gather). A
+        public ``wait()`` and then ``gather()`` cost a second trip, 0.2-0.9 ms a step on
+        the 2-core machine (RESULTS.md); that is the fallback if ``_wait`` goes away.
+        """
+        if _private_wait() is None or math.isinf(seconds):
+            if not self._wait(futures, seconds, every=True):
+                return None
+            return self.client.gather(futures)
+        return self.client.sync(_gather_within, self.client, futures, seconds,
+                                self.deadline_passed, self.cancellations)
+
+    def _wait(self, futures, seconds, every=False):
+        """Block until one of ``futures`` is done (with ``every``, all of them) or
+        ``seconds`` pass: False if they passed. The caller reads the futures' states."""
+        with self.client.as_current():  # wait() works on the current client's futures
+            try:
+                self.distributed.wait(futures, timeout=None if math.isinf(seconds) else seconds,
+                                      return_when="ALL_COMPLETED" if every else
+                                      "FIRST_COMPLETED")
+            except self.deadline_passed:
+                return False
+            except self.cancellations:  # a cancelled future is done too
+                pass
+        return True
+
+    def _pick(self, exclude):
+        """The live worker outside ``exclude`` holding the fewest shards, suspects last;
+        None if there is none."""
+        live = [w for w in _worker_addresses(self.client) if w not in exclude]
+        if not live:
+            return None
+        load = {w: self.homes.count(w) for w in live}
+        return min(live, key=lambda w: (w in self.suspects, load[w], w))
+
+    def _relocated(self, k, worker):
+        """Shard ``k`` rebuilt on ``worker`` from the driver's rows, by a task: a scatter
+        waits for the worker's answer, so a frozen target would block the driver; the task
+        is submitted without waiting and missed deadlines catch a frozen target."""
+        import dask
+
+        with dask.config.set({"distributed.admin.large-graph-warning-threshold": 2**62}):
+            return self.client.submit(_keep, self._host_shard(k), workers=[worker],
+                                      allow_other_workers=False, pure=False)
+
+    def _adopt(self, won, tries):
+        """Keep every shard where its result came from and release the other attempts.
+
+        A shard whose first attempt lost to another worker stays on that worker; the slow
+        worker becomes a suspect (no shards while others are live) and its other shards
+        move too. Released futures are never read: a late result does not count.
+        """
+        slow = set()
+        for k, winner in won.items():
+            for a in tries[k]:
+                if a is not winner:
+                    a.future.release()
+                    if a.shard is not self.shards[k] and a.shard is not winner.shard:
+                        a.shard.release()  # a relocated copy that lost
+            if winner.shard is not self.shards[k]:
+                slow.add(self.homes[k])
+                self.shards[k].release()
+                self.shards[k], self.homes[k] = winner.shard, winner.worker
+        self._evacuate(slow)
+
+    def _evacuate(self, slow):
+        """Make the workers in ``slow`` suspects and move their shards to other workers."""
+        self.suspects |= slow
+        for j, home in enumerate(self.homes):
+            if home in slow and (worker := self._pick(exclude=slow)) is not None:
+                self.shards[j].release()
+                self.shards[j], self.homes[j] = self._relocated(j, worker), worker
 
 
 def _ordered_sum(parts):
@@ -328,7 +622,8 @@ def _check_fit_args(model, loss_fn, optimizer, callback):
 
 def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, client=None, *,
                       shuffle=True, random_state=None, n_workers=None, max_retries=3,
-                      timeout=10.0, worker_threads=None, callback=None, progress=True):
+                      timeout=10.0, step_timeout=None, worker_threads=None, callback=None,
+                      progress=True):
     """Train ``model`` in place by synchronous data-parallel SGD on a Dask cluster.
 
     The global batch schedule is a single process's: ``rng = np.random.default_rng(
@@ -351,6 +646,21 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
     retried: the shards are scattered again to the live workers and the same step is
     recomputed from unchanged parameters, so the result is the same as without the failure.
 
+    A worker that stops answering without dying (stopped by SIGSTOP, swapping, behind a
+    broken network) would stall the step until Dask's ``worker-ttl`` (5 minutes by default)
+    removes it. Instead, a shard with no result ``step_timeout`` seconds after the step's
+    submission is recomputed on another worker (the one holding the fewest shards) from the
+    driver's copy of its rows: the same rows, parameters and scale, so the same gradient,
+    summed in the same order. The first result of each shard counts and the others are
+    released unread, so the frozen worker's result, if it resumes, is ignored. When the copy
+    wins, the shard stays there, the slow worker gets no shards for the rest of the call
+    (while other workers are live) and its other shards move too: one frozen worker costs
+    one deadline, not one per step. After ``max_retries + 1`` deadlines with no result for a
+    shard (every worker frozen), a RuntimeError. Placing the shards (at the start, and after
+    a lost worker) has the same deadline: a worker that does not take its shard or warm up
+    in time gets none. A deadline that includes moving a shard (a scatter, a recomputation
+    elsewhere) grows by one second per 10 MB of it.
+
     Parameters
     ----------
     model : nn.Module
@@ -372,9 +682,18 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
     n_workers : int >= 1, optional
         Workers of the local cluster, and the number of shards (default: the workers).
     max_retries : int >= 0
-        Retries of one step after lost workers before a RuntimeError.
+        Retries of one step after lost workers before a RuntimeError; also the deadlines
+        one shard may miss after the first before a RuntimeError.
     timeout : float > 0
         Seconds to connect to an address, and to wait for restarted workers.
+    step_timeout : float > 0, math.inf or None
+        Seconds a step waits for a shard before recomputing it on another worker. None
+        (default): adaptive, ``max(30, 10 * median)`` of the last 20 steps' seconds (of the
+        warm-ups before the first step): a frozen worker costs 30 s once on fast steps,
+        and only a shard ten times slower than the usual step sets off a recomputation
+        (its first result counts either way). ``math.inf``: wait as before this option,
+        until Dask's ``worker-ttl`` drops the worker. ``StepInfo.step_timeout`` reports the
+        deadline each step ran under.
     worker_threads : int >= 1, optional
         Numba threads of each gradient task. Default: the cores divided by the workers on
         the local cluster; a given Client's workers keep their own setting.
@@ -396,6 +715,8 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
         check_scalar(n_workers, name="n_workers", kind=numbers.Integral, low=1)
     check_scalar(max_retries, name="max_retries", kind=numbers.Integral, low=0)
     check_scalar(timeout, name="timeout", low=0, low_inclusive=False)
+    if step_timeout is not None and step_timeout != math.inf:
+        check_scalar(step_timeout, name="step_timeout", low=0, low_inclusive=False)
     if worker_threads is not None:
         check_scalar(worker_threads, name="worker_threads", kind=numbers.Integral, low=1)
     rng = np.random.default_rng(random_state)
@@ -403,7 +724,7 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
     with _client_context(client, n_workers, timeout) as (cl, threads):
         shards = n_workers or len(_worker_addresses(cl)) or 1
         run = _DataParallel(cl, model, loss_fn, X, y, min(shards, len(X)), max_retries,
-                            timeout, worker_threads or threads)
+                            timeout, worker_threads or threads, step_timeout)
         run.place_shards()
         bar = tqdm(total=epochs * steps_per_epoch, desc="data-parallel", unit="step",
                    disable=not progress)
@@ -416,7 +737,8 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
                     loss, compute, nbytes = run.step(idx)
                     optimizer.step()
                     info = StepInfo(step, epoch, loss, time.perf_counter() - start, compute,
-                                    nbytes, run.last_retries, list(run.warm_up_seconds))
+                                    nbytes, run.last_retries, list(run.warm_up_seconds),
+                                    run.last_recomputed, run.last_deadline)
                     bar.update()
                     bar.set_postfix(loss=f"{loss:.4f}")
                     if callback is not None:

@@ -17,7 +17,15 @@ from scipy import special
 from . import kernels
 from ._backend import array_module, is_gpu_array, matmul
 from ._random import device_uniform, get_rng
-from ._validation import check_array, check_bool, check_choice, check_real, check_scalar
+from ._validation import (
+    axis_or_dim,
+    check_array,
+    check_bool,
+    check_choice,
+    check_real,
+    check_scalar,
+    describe_dtype,
+)
 from .autograd import Tensor, _conj, as_tensor, make_result, unbroadcast
 
 __all__ = [
@@ -48,7 +56,7 @@ _REDUCTIONS = ("mean", "sum", "none")
 
 
 def _float_tensor(x, name: str) -> Tensor:
-    t = as_tensor(x)
+    t = as_tensor(x, name=name)
     if t.dtype.kind not in "fc":
         raise TypeError(f"{name} must be a floating-point array or Tensor, got dtype {t.dtype}")
     return t
@@ -64,7 +72,8 @@ def _same_dtype(t: Tensor, name: str, weight: Tensor) -> None:
     complex, and a silent promotion would give a float32 model float64 gradients."""
     if t.dtype != weight.dtype:
         raise TypeError(
-            f"linear: {name} has dtype {t.dtype} but weight has dtype {weight.dtype}; they "
+            f"linear: {name} has dtype {describe_dtype(t.dtype)} but weight has dtype "
+            f"{describe_dtype(weight.dtype)}; they "
             f"must have the same dtype (cast {name} or weight with .astype, or a module "
             "with .float() / .double())"
         )
@@ -137,8 +146,16 @@ def tanh(x) -> Tensor:
 
 
 def relu(x) -> Tensor:
-    """max(x, 0); the gradient at 0 is 0, as torch."""
-    return _real_tensor(x, "x", "relu").relu()
+    """max(x, 0), as torch: relu(-inf) = 0 and NaN stays NaN. The gradient is 0 where
+    x <= 0 (at 0 and -inf too) and the upstream one elsewhere (NaN included), as torch's
+    threshold_backward; selected, not multiplied by a mask: x * (x > 0) made
+    relu(-inf) = -inf * 0 = NaN, and an infinite upstream gradient NaN where it is off."""
+    x = _real_tensor(x, "x", "relu")
+    xd = x.data
+    xp = array_module(xd)
+    passes = ~(xd <= 0)  # bool, x's shape: x > 0 or NaN
+    y = xp.maximum(xd, xd.dtype.type(0))  # NaN propagates through maximum
+    return make_result(y, (x,), lambda g: (xp.where(passes, g, g.dtype.type(0)),), "relu")
 
 
 def gelu(x, approximate: str = "none") -> Tensor:
@@ -187,16 +204,20 @@ def _erf(x):
     return gpu_special.erf(x)
 
 
-def softmax(x, axis: int = -1) -> Tensor:
-    """exp(x - max) / sum exp(x - max) along ``axis`` (fused kernel, forward and backward)."""
+def softmax(x, dim: int | None = None, *, axis: int | None = None) -> Tensor:
+    """exp(x - max) / sum exp(x - max) along ``dim`` (torch's name) or ``axis`` (NumPy's),
+    -1 by default (fused kernel, forward and backward)."""
+    axis = axis_or_dim(axis, dim, default=-1, op="softmax")
     x = _real_tensor(x, "x", "softmax")
     y = kernels.softmax_forward(x.data, axis=axis)
     return make_result(y, (x,), lambda g: (kernels.softmax_backward(g, y, axis=axis),),
                        "softmax")
 
 
-def log_softmax(x, axis: int = -1) -> Tensor:
-    """x - logsumexp(x) along ``axis`` (fused kernel, forward and backward)."""
+def log_softmax(x, dim: int | None = None, *, axis: int | None = None) -> Tensor:
+    """x - logsumexp(x) along ``dim`` (torch's name) or ``axis`` (NumPy's), -1 by default
+    (fused kernel, forward and backward)."""
+    axis = axis_or_dim(axis, dim, default=-1, op="log_softmax")
     x = _real_tensor(x, "x", "log_softmax")
     y = kernels.log_softmax_forward(x.data, axis=axis)
     return make_result(y, (x,), lambda g: (kernels.log_softmax_backward(g, y, axis=axis),),
@@ -291,7 +312,8 @@ def mse_loss(pred, target, reduction: str = "mean") -> Tensor:
     """Mean (or sum, or elementwise) squared error; shapes must match or broadcast."""
     check_choice(reduction, name="reduction", choices=_REDUCTIONS)
     pred = _real_tensor(pred, "pred", "mse_loss")
-    target = check_real(as_tensor(target, like=pred), name="target", op="mse_loss")
+    target = check_real(as_tensor(target, like=pred, name="target"), name="target",
+                        op="mse_loss")
     try:
         np.broadcast_shapes(pred.shape, target.shape)
     except ValueError:
@@ -314,9 +336,12 @@ def binary_cross_entropy_with_logits(logits, target, weight=None, pos_weight=Non
     check_choice(reduction, name="reduction", choices=_REDUCTIONS)
     op = "binary_cross_entropy_with_logits"
     x = _real_tensor(logits, "logits", op)
+    if target is None:
+        raise TypeError(f"{op}: target must be an array of probabilities of the logits' "
+                        "shape, got None")
     for name, value in (("target", target), ("weight", weight), ("pos_weight", pos_weight)):
         if value is not None:
-            check_real(as_tensor(value), name=name, op=op)
+            check_real(as_tensor(value, name=name), name=name, op=op)
     xd = x.data
     xp = array_module(xd)
     y = xp.asarray(target.data if isinstance(target, Tensor) else target, dtype=x.dtype)
@@ -325,6 +350,10 @@ def binary_cross_entropy_with_logits(logits, target, weight=None, pos_weight=Non
     p = 1.0 if pos_weight is None else xp.asarray(getattr(pos_weight, "data", pos_weight),
                                                     dtype=xd.dtype)
     w = 1.0 if weight is None else xp.asarray(getattr(weight, "data", weight), dtype=xd.dtype)
+    for name, value in (("weight", w), ("pos_weight", p)):
+        if np.ndim(value) and not _broadcasts_to(value.shape, x.shape):
+            raise ValueError(f"{op}: {name} has shape {value.shape}, which does not "
+                             f"broadcast to the logits' shape {x.shape}")
     coef = p * y + 1 - y
     # log(1 + exp(-|x|)) + max(-x, 0) = -log sigmoid(x), without overflow
     softplus_neg = xp.log1p(xp.exp(-xp.abs(xd))) + xp.maximum(-xd, 0)
@@ -336,6 +365,13 @@ def binary_cross_entropy_with_logits(logits, target, weight=None, pos_weight=Non
 
     per_elem = make_result(xp.asarray(loss, dtype=xd.dtype), (x,), backward, "bce_with_logits")
     return _reduce(per_elem, reduction)
+
+
+def _broadcasts_to(shape, target) -> bool:
+    try:
+        return np.broadcast_shapes(shape, target) == tuple(target)
+    except ValueError:
+        return False
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
@@ -386,7 +422,8 @@ def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
     if xp is not np:  # drawn on the device (no host mask, no copy)
         mask = xp.asarray(device_uniform(x.data.shape, rng) >= p, dtype=x.dtype) / (1.0 - p)
         return x * mask
-    y, mask = kernels.dropout_forward(x.data, p, int(get_rng(rng).integers(0, 2**63 - 1)))
+    seed = int(get_rng(rng, "rng").integers(0, 2**63 - 1))
+    y, mask = kernels.dropout_forward(x.data, p, seed)
     return make_result(y, (x,), lambda g: (g * mask,), "dropout")
 
 

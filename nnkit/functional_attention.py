@@ -52,8 +52,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     >>> scaled_dot_product_attention(q, kv, kv).numpy()[0, 0].round(3).tolist()
     [0.333, 0.333, 0.333, 0.0]
     """
-    q, k, v = as_tensor(query), as_tensor(key), as_tensor(value)
-    mask = None if attn_mask is None else as_tensor(attn_mask)
+    q, k, v = (as_tensor(query, name="query"), as_tensor(key, name="key"),
+               as_tensor(value, name="value"))
+    mask = None if attn_mask is None else as_tensor(attn_mask, name="attn_mask")
     seed = None
     if dropout_p is not None and not isinstance(dropout_p, bool) and isinstance(
             dropout_p, numbers.Real) and dropout_p > 0:
@@ -71,6 +72,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         return dq, dk, dv
 
     return make_result(out, parents, backward, "scaled_dot_product_attention")
+
+
+_MAX_ENCODING = 2**31 - 1  # entries of one encoding (16 GiB in float64)
 
 
 def sinusoidal_positional_encoding(T, d, base=10000.0, dtype=np.float32) -> Tensor:
@@ -101,9 +105,17 @@ def sinusoidal_positional_encoding(T, d, base=10000.0, dtype=np.float32) -> Tens
     """
     T = check_scalar(T, name="T", kind=numbers.Integral, low=0)
     d = check_scalar(d, name="d", kind=numbers.Integral, low=0)
+    if T * d > _MAX_ENCODING:
+        raise ValueError(f"T={T} positions of d={d} features make {T * d} entries, more than "
+                         f"{_MAX_ENCODING} (2**31 - 1); encode fewer positions")
     base = check_scalar(base, name="base", low=0.0, low_inclusive=False)
-    if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"dtype must be float32 or float64, got {np.dtype(dtype)}")
+    try:
+        known = dtype is not None and np.dtype(dtype) in (np.dtype(np.float32),
+                                                         np.dtype(np.float64))
+    except TypeError:  # not a dtype at all ('foo', an object)
+        known = False
+    if not known:
+        raise TypeError(f"dtype must be float32 or float64, got {dtype!r:.60}")
     t = np.arange(T, dtype=np.float64)[:, None]  # (T, 1)
     two_i = (np.arange(d) // 2 * 2).astype(np.float64)  # (d,): 2i for columns 2i and 2i+1
     angle = t / np.power(float(base), two_i / d) if d > 0 else np.zeros((T, 0))  # (T, d)

@@ -3,7 +3,8 @@
 
 Each is one autograd op calling a forward/backward pair of ``nnkit.kernels.conv``; inputs
 are ``nk.Tensor``s or arrays (wrapped as constants). The input gradient is skipped when x
-does not require grad (a network's first layer), as torch does.
+does not require grad (a network's first layer), as torch does. As in torch, an unbatched
+input ((C, L) for conv1d, (C, H, W) for the others) is a batch of one, and so is its result.
 """
 
 from __future__ import annotations
@@ -16,22 +17,39 @@ __all__ = ["conv1d", "conv2d", "max_pool2d", "avg_pool2d"]
 
 
 def _float_tensor(x, name: str) -> Tensor:
-    t = as_tensor(x)
+    t = as_tensor(x, name=name)
     if t.dtype.kind != "f":
         raise TypeError(f"{name} must be a float32 or float64 array or Tensor, got dtype "
                         f"{t.dtype}")
     return t
 
 
-def _conv(forward, backward, x, weight, bias, stride, padding, dilation, groups, name):
-    x, weight = _float_tensor(x, "x"), _float_tensor(weight, "weight")
+_LAYOUTS = {1: ("(C, L)", "(N, C, L)"), 2: ("(C, H, W)", "(N, C, H, W)")}
+
+
+def _batched(x, nd: int, name: str):
+    """``x`` as a float Tensor with a batch axis, and whether it came without one (torch
+    reads a (C, *spatial) input as a batch of one and drops the axis from the result)."""
+    x = _float_tensor(x, "x")
+    if x.ndim == nd + 1:
+        return x.unsqueeze(0), True  # (1, C, *spatial)
+    if x.ndim != nd + 2:
+        one, many = _LAYOUTS[nd]
+        raise ValueError(f"x must be {nd + 1}-D {one} unbatched or {nd + 2}-D {many} for "
+                         f"{name}, got shape {x.shape}")
+    return x, False
+
+
+def _conv(forward, backward, x, weight, bias, stride, padding, dilation, groups, name, nd):
+    (x, unbatched), weight = _batched(x, nd, name), _float_tensor(weight, "weight")
     b = _float_tensor(bias, "bias") if bias is not None else None
     y, cache = forward(x.data, weight.data, None if b is None else b.data, stride, padding,
                        dilation, groups)
     parents = (x, weight) if b is None else (x, weight, b)
     if not records(parents):
         K.release(cache)  # no backward will read the cols
-        return make_result(y, parents, None, name)
+        out = make_result(y, parents, None, name)
+        return out.squeeze(0) if unbatched else out
 
     def grad_fn(g):
         dx, dw, db = backward(g, cache, needs_input_grad=x.requires_grad,
@@ -39,7 +57,8 @@ def _conv(forward, backward, x, weight, bias, stride, padding, dilation, groups,
                                   b is not None and b.requires_grad))
         return (dx, dw) if b is None else (dx, dw, db)
 
-    return make_result(y, parents, grad_fn, name)
+    out = make_result(y, parents, grad_fn, name)
+    return out.squeeze(0) if unbatched else out  # (K, Ho, Wo) for a (C, H, W) x
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
@@ -49,13 +68,14 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> T
 
     Parameters
     ----------
-    x : Tensor (N, C, H, W); weight : Tensor (K, C / groups, kh, kw); bias : (K,) or None
+    x : Tensor (N, C, H, W), or unbatched (C, H, W)
+    weight : Tensor (K, C / groups, kh, kw); bias : (K,) or None
     stride, dilation : int or (int, int); padding : int, pair, 'valid' or 'same'
     groups : int dividing C and K
 
     Returns
     -------
-    Tensor (N, K, Ho, Wo)
+    Tensor (N, K, Ho, Wo), or (K, Ho, Wo) for an unbatched x
 
     Examples
     --------
@@ -67,7 +87,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> T
     (1, 2, 4, 4)
     """
     return _conv(K.conv2d_forward, K.conv2d_backward, x, weight, bias, stride, padding,
-                 dilation, groups, "conv2d")
+                 dilation, groups, "conv2d", 2)
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
@@ -75,15 +95,16 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> T
 
     Parameters
     ----------
-    x : Tensor (N, C, L); weight : Tensor (K, C / groups, k); bias : (K,) or None
+    x : Tensor (N, C, L), or unbatched (C, L)
+    weight : Tensor (K, C / groups, k); bias : (K,) or None
     stride, dilation : int; padding : int, 'valid' or 'same'; groups : int
 
     Returns
     -------
-    Tensor (N, K, Lo), Lo = floor((L + 2 p - d (k - 1) - 1) / s) + 1
+    Tensor (N, K, Lo) ((K, Lo) for an unbatched x), Lo = floor((L + 2 p - d (k - 1) - 1) / s) + 1
     """
     return _conv(K.conv1d_forward, K.conv1d_backward, x, weight, bias, stride, padding,
-                 dilation, groups, "conv1d")
+                 dilation, groups, "conv1d", 1)
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
@@ -95,22 +116,28 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
 
     Parameters
     ----------
-    x : Tensor (N, C, H, W); kernel_size : int or pair; stride : default kernel_size;
+    x : Tensor (N, C, H, W) or unbatched (C, H, W); kernel_size : int or pair;
+    stride : default kernel_size;
     padding : at most half the kernel; dilation : int or pair
     ceil_mode : bool, round the output size up (the last window starts inside the input or
         its left padding); return_indices : bool
 
     Returns
     -------
-    Tensor (N, C, Ho, Wo); with ``return_indices`` also an int64 Tensor (N, C, Ho, Wo) of
-    h W + w, each maximum's position in its (H, W) plane (no gradient)
+    Tensor (N, C, Ho, Wo) ((C, Ho, Wo) for an unbatched x); with ``return_indices`` also an
+    int64 Tensor of that shape of h W + w, each maximum's position in its (H, W) plane (no
+    gradient)
     """
-    x = _float_tensor(x, "x")
+    x, unbatched = _batched(x, 2, "max_pool2d")
     return_indices = check_bool(return_indices, name="return_indices")
     y, cache = K.max_pool2d_forward(x.data, kernel_size, stride, padding, dilation, ceil_mode)
     out = make_result(y, (x,), lambda g: (K.max_pool2d_backward(g, cache),), "max_pool2d")
+    if unbatched:
+        out = out.squeeze(0)  # (C, Ho, Wo)
+    if not return_indices:
+        return out
     # the indices are the user's: a copy, so that editing them cannot change the backward
-    return (out, Tensor(cache.idx.copy())) if return_indices else out
+    return out, Tensor((cache.idx[0] if unbatched else cache.idx).copy())
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
@@ -123,14 +150,16 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
 
     Parameters
     ----------
-    x : Tensor (N, C, H, W); kernel_size, stride, padding : as ``max_pool2d``
-    ceil_mode, count_include_pad : bool; divisor_override : nonzero int or None
+    x : Tensor (N, C, H, W) or unbatched (C, H, W); kernel_size, stride, padding : as
+    ``max_pool2d``; ceil_mode, count_include_pad : bool; divisor_override : nonzero int or
+    None
 
     Returns
     -------
-    Tensor (N, C, Ho, Wo)
+    Tensor (N, C, Ho, Wo), or (C, Ho, Wo) for an unbatched x
     """
-    x = _float_tensor(x, "x")
+    x, unbatched = _batched(x, 2, "avg_pool2d")
     y, cache = K.avg_pool2d_forward(x.data, kernel_size, stride, padding, ceil_mode,
                                     count_include_pad, divisor_override)
-    return make_result(y, (x,), lambda g: (K.avg_pool2d_backward(g, cache),), "avg_pool2d")
+    out = make_result(y, (x,), lambda g: (K.avg_pool2d_backward(g, cache),), "avg_pool2d")
+    return out.squeeze(0) if unbatched else out  # (C, Ho, Wo) for a (C, H, W) x

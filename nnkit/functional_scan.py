@@ -38,8 +38,8 @@ def linear_scan(a, b, h0=None, reverse=False):
     >>> h.sum().backward(); a.grad[0, :, 0].tolist()
     [0.0, 1.5, 1.5]
     """
-    a, b = as_tensor(a), as_tensor(b)
-    parents = (a, b) if h0 is None else (a, b, as_tensor(h0))
+    a, b = as_tensor(a, name="a"), as_tensor(b, name="b")
+    parents = (a, b) if h0 is None else (a, b, as_tensor(h0, name="h0"))
     h0_data = None if h0 is None else parents[2].data
     h = K.linear_scan_forward(a.data, b.data, h0_data, reverse)
 
@@ -71,8 +71,9 @@ def log_linear_scan(log_a, log_b, log_h0=None):
     >>> np.exp(out.numpy()).ravel().tolist()
     [1.0, 1.5]
     """
-    log_a, log_b = as_tensor(log_a), as_tensor(log_b)
-    parents = (log_a, log_b) if log_h0 is None else (log_a, log_b, as_tensor(log_h0))
+    log_a, log_b = as_tensor(log_a, name="log_a"), as_tensor(log_b, name="log_b")
+    parents = (log_a, log_b) if log_h0 is None else (log_a, log_b,
+                                                      as_tensor(log_h0, name="log_h0"))
     h0 = None if log_h0 is None else parents[2].data
     log_h = K.log_linear_scan_forward(log_a.data, log_b.data, h0)
 

@@ -71,7 +71,7 @@ import numpy as np
 
 from ._backend import array_module, to_host
 from ._ext.optim_cpu import adam_update_cpu
-from ._validation import check_bool, check_scalar
+from ._validation import check_bool, check_scalar, describe_dtype, dtype_names
 from .autograd import Tensor, enable_grad
 
 __all__ = ["Optimizer", "SGD", "Adagrad", "Adam", "AdamW", "clip_grad_norm_"]
@@ -137,6 +137,8 @@ class Optimizer(abc.ABC):
     # array of the parameter's shape), and the least valid ``step`` (None: no step count).
     _state_buffers: dict = {}
     _first_step: int | None = None
+    # The parameter dtypes the update supports; None: any (floating-point or complex).
+    _param_dtypes: tuple | None = None
 
     def __init__(self, params, defaults: dict):
         self.defaults = dict(defaults)
@@ -201,12 +203,45 @@ class Optimizer(abc.ABC):
         for other in self.param_groups:
             if not ids.isdisjoint(id(p) for p in other["params"]):
                 raise ValueError("some parameters appear in more than one parameter group")
+        first = sum(len(g["params"]) for g in self.param_groups)
+        for i, p in enumerate(params):
+            self._check_param(p, first + i, len(self.param_groups))
         group["params"] = params
         for name, default in self.defaults.items():
             group.setdefault(name, default)
         self._check_options(group, where=f" (param group {len(self.param_groups)})")
         self.param_groups.append(group)
         self._init_group_state(group)
+
+    def _check_param(self, p, index: int, group_index: int) -> None:
+        """Refuse a parameter the in-place update cannot write: a dtype outside
+        ``_param_dtypes`` (``TypeError``) or a read-only NumPy array (``ValueError``); the
+        message numbers it as ``state_dict`` does."""
+        data = p.data
+        where = (f"{type(self).__name__}: parameter {index} (param group {group_index}, "
+                 f"shape {p.shape})")
+        dtype = np.dtype(data.dtype)
+        if self._param_dtypes is not None and dtype not in self._param_dtypes:
+            native = dtype.newbyteorder("=")
+            cast = native if native in self._param_dtypes else np.dtype(np.float32)
+            raise TypeError(f"{where} has dtype {describe_dtype(dtype)}; "
+                            f"{type(self).__name__} updates {dtype_names(self._param_dtypes)} "
+                            f"parameters: cast it with p.data = p.data.astype(np.{cast.name})"
+                            + (" (or the model with .float())" if cast == np.float32 else ""))
+        if isinstance(data, np.ndarray) and not data.flags.writeable:
+            raise ValueError(f"{where} is read-only (an array with writeable=False, such as a "
+                             f"view from np.broadcast_to); the optimizer updates parameters in "
+                             f"place: give it a writeable copy, p.data = p.data.copy()")
+
+    def _check_params(self) -> None:
+        """``_check_param`` on every parameter the step will update (a parameter's data may
+        have been replaced since the optimizer was made), before any of them moves."""
+        index = 0
+        for group_index, group in enumerate(self.param_groups):
+            for p in group["params"]:
+                if p.grad is not None:
+                    self._check_param(p, index, group_index)
+                index += 1
 
     def _init_group_state(self, group: dict) -> None:  # noqa: B027 (optional hook)
         """Eager per-parameter state (Adagrad's accumulator, as torch); lazy elsewhere."""
@@ -237,6 +272,7 @@ class Optimizer(abc.ABC):
                                 f"{type(closure).__name__}")
             with enable_grad():
                 loss = closure()
+        self._check_params()
         self._follow_parameters()
         with np.errstate(all="ignore"):
             self._update()
@@ -632,7 +668,8 @@ class Adam(Optimizer):
     On C-contiguous NumPy arrays the update runs as one fused Numba pass per parameter
     (about 5x faster than torch.optim.Adam on a small MLP, see the note at ``_USE_NUMBA``);
     on CuPy arrays, other layouts and complex dtypes as in-place ufuncs with ``out=`` into a
-    cached scratch array.
+    cached scratch array. Parameters must be float32, float64, complex64 or complex128
+    (torch also takes float16; here it is a ``TypeError`` naming the parameter).
 
     Examples
     --------
@@ -648,6 +685,9 @@ class Adam(Optimizer):
 
     _state_buffers = {"exp_avg": True, "exp_avg_sq": True, "max_exp_avg_sq": False}
     _first_step = 1  # made by the first step (step -1 would divide by 1 - beta1**0 = 0)
+    # The fused Numba kernel's dtypes, and complex (the array path); not float16 as torch
+    _param_dtypes = tuple(np.dtype(d) for d in (np.float32, np.float64, np.complex64,
+                                                 np.complex128))
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  amsgrad=False, maximize=False, *, decoupled_weight_decay=False):

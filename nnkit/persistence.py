@@ -4,9 +4,10 @@ One safetensors file (see ``nnkit._safetensors``): the arrays as tensors, and in
 under the key ``"nnkit"`` a JSON config that says how to rebuild the object — the module
 class and its constructor arguments, an estimator's parameters, an optimizer's
 hyper-parameters, the format version, each tensor's dtype, shape and CRC32, and a CRC32 of
-the config itself. Nothing is pickled: loading runs
-no code from the file. Classes are looked up only inside the ``nnkit`` package, or among the
-classes passed to ``load(..., classes=...)``.
+the config itself. Nothing is pickled, and a class
+name from the file is only ever a key into a table: nnkit's public modules, optimizers and
+estimators (``_nnkit_classes``), and the classes passed to ``load(..., classes=...)``. Any
+other name is refused before anything is imported, built or called.
 
 What can be saved (nested freely inside dicts, lists and tuples, which is how a checkpoint
 looks: ``{"model": m, "optimizer": opt, "rng": rng, "step": 100}``):
@@ -43,6 +44,7 @@ stored under names like ``"0.args.0/weight"``, sharing not recorded) still load.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import inspect
 import json
@@ -54,12 +56,13 @@ from pathlib import Path
 import numpy as np
 
 from ._backend import to_host
+from ._budget import BudgetExceeded, allocation_budget
 from ._safetensors import FileFormatError, read_file, write_file
 from .autograd import Tensor
 from .nn.module import Module, ModuleList, Parameter, Sequential
 from .optim import Optimizer
 
-__all__ = ["save", "load", "FileFormatError", "FORMAT_VERSION"]
+__all__ = ["save", "load", "FileFormatError", "UnknownClassError", "FORMAT_VERSION"]
 
 FORMAT_VERSION = 2
 _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
@@ -67,6 +70,10 @@ _CONFIG_KEYS = ("nnkit", "nnkit_crc32")  # the metadata keys of the config
 _MAX_CONFIG_DEPTH = 200  # JSON nesting of a config; bounds the decoder's recursion
 _SCALAR_KINDS = "biuf"  # the NumPy scalars that save writes as {"__scalar__": [dtype, value]}
 _ARGUMENT_SLACK = 4096  # how far a module's int argument may exceed the file's element count
+MAX_BYTES = 256 << 20  # what loading may allocate beyond the file's tensors, by default
+# The namespaces whose public classes (their __all__) a file may name: a fixed list, never
+# taken from a file.
+_CLASS_NAMESPACES = ("nnkit.nn", "nnkit.optim", "nnkit.classic", "nnkit.models", "nnkit.approx")
 
 
 # ----- encoding ------------------------------------------------------------------------------
@@ -120,11 +127,12 @@ class _Encoder:
             raise TypeError(f"cannot save '{name}': an array of Python objects")
         if array.dtype.kind == "c":
             self.complex.append(name)
-            stored = np.ascontiguousarray(array).view(array.real.dtype).reshape(*array.shape, 2)
+            pairs = np.array(array, order="C", ndmin=1).view(array.real.dtype)  # (..., 2 n)
+            stored = pairs.reshape(*array.shape, 2)
         else:
             stored = array
-        if name in self.tensors:  # {"a.b": x, "a": {"b": y}}: both named 'a.b'
-            name = next(f"{name}#{i}" for i in range(2, len(self.tensors) + 3)
+        if name in self.tensors or name == "__metadata__":  # {"a.b": x, "a": {"b": y}}: both
+            name = next(f"{name}#{i}" for i in range(2, len(self.tensors) + 3)  # named 'a.b'
                         if f"{name}#{i}" not in self.tensors)
             if array.dtype.kind == "c":
                 self.complex[-1] = name
@@ -329,8 +337,9 @@ def _is_seed(name: str) -> bool:
 
 
 class _Decoder:
-    def __init__(self, path, tensors, classes, version=FORMAT_VERSION):
+    def __init__(self, path, tensors, classes, version=FORMAT_VERSION, max_bytes=MAX_BYTES):
         self.path = path
+        self.max_bytes = max_bytes
         self.tensors = tensors
         self.classes = classes
         self.version = version
@@ -421,28 +430,28 @@ class _Decoder:
             raise self.bad(path, f"__scalar__ value {value!r:.100} is not a {dtype} "
                                  f"({exc})") from None
 
-    def resolve(self, name, base, path=""):
-        """The class called ``name`` ('module:qualname'): nnkit's own, or one passed in."""
+    def resolve(self, name, kind, path=""):
+        """The class called ``name`` ('module:qualname') for a node of ``kind`` ('module',
+        'optimizer' or 'estimator'): a key of the caller's ``classes`` or of nnkit's table,
+        nothing else (no import, no attribute lookup)."""
         if not isinstance(name, str):
             raise self.bad(path, f"the class name is {name!r:.100}, not a string")
-        if name in self.classes:
-            cls = self.classes[name]
-        else:
-            module_name, _, qualname = str(name).partition(":")
-            if not (module_name == "nnkit" or module_name.startswith("nnkit.")):
-                raise TypeError(
-                    f"'{self.path}' holds a {name.replace(':', '.')}, which is not part of "
-                    f"nnkit; pass classes=[{qualname}] to nk.load to allow it")
-            try:
-                cls = importlib.import_module(module_name)
-            except (ImportError, ValueError, TypeError):
-                raise self.bad(path, f"the class {name!r:.100} names a module that is not in "
-                                     "this nnkit") from None
-            for part in qualname.split("."):
-                cls = getattr(cls, part, None)
-        if not (isinstance(cls, type) and (base is None or issubclass(cls, base))):
+        base = _KIND_BASES[kind]
+        cls = self.classes.get(name)
+        if cls is None:
+            cls, nnkit_kind = _nnkit_classes().get(name, (None, None))
+            if cls is None:
+                short = name.rpartition(":")[2].rpartition(".")[2]
+                raise UnknownClassError(
+                    f"'{self.path}' names the class {name!r:.100} (for {_where(path)}), which is "
+                    f"not one of nnkit's public classes; if it is yours, pass "
+                    f"classes=[{short:.60}] to nk.load to allow it")
+            if nnkit_kind != kind:
+                raise self.bad(path, f"{name!r:.100} is nnkit's {nnkit_kind} class, where "
+                                     f"the file needs its {kind} class")
+        elif base is not None and not issubclass(cls, base):
             raise FileFormatError(f"'{self.path}': {name!r:.100} (at '{path}') is not a "
-                                  f"{base.__name__ if base else 'class'} in this nnkit")
+                                  f"{base.__name__}")
         return cls
 
     def module(self, node, path):
@@ -515,14 +524,26 @@ class _Decoder:
                                  "object")
 
     def construct(self, cls, args, kwargs, path):
-        """``cls(*args, **kwargs)``; arguments that do not fit it are a corrupted file."""
+        """``cls(*args, **kwargs)``; arguments that do not fit it are a corrupted file, and
+        arguments that would allocate past the budget are refused by name."""
         try:
             return cls(*args, **kwargs)
+        except BudgetExceeded as exc:
+            raise self.too_big(cls, args, kwargs, exc, path) from None
         except MemoryError:  # the machine's limit, not a corrupted file
             raise
         except Exception as exc:  # the arguments come from the file
             raise self.bad(path, f"its arguments do not fit {cls.__name__} ({type(exc).__name__}"
                                  f": {exc})") from exc
+
+    def too_big(self, cls, args, kwargs, exc, path):
+        """The FileFormatError of a build that would allocate past ``max_bytes``."""
+        call = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+        return FileFormatError(
+            f"'{self.path}': {cls.__name__}({call:.300}) (for {_where(path)}) would allocate "
+            f"{exc.nbytes} bytes for {exc.what}, beyond what loading may allocate (the "
+            f"file's tensors plus max_bytes={self.max_bytes}; {exc.left} bytes were left); "
+            "if you trust the file, pass a larger max_bytes to nk.load")
 
     def check_sizes(self, cls, arguments, path):
         """Refuse, before ``cls`` is built, an int among its constructor ``arguments``
@@ -556,7 +577,7 @@ class _Decoder:
                                      "sizes could match the file's")
 
     def build(self, node, path):
-        cls = self.resolve(node["class"], Module, path)
+        cls = self.resolve(node["class"], "module", path)
         self._arguments += 1
         try:
             if "children" in node:
@@ -601,7 +622,7 @@ class _Decoder:
                                  "{class, params: {}, fitted: {}}")
         if any(k.startswith("__") for k in node["fitted"]):
             raise self.bad(path, "a fitted attribute name starts with '__'")
-        cls = self.resolve(node["class"], None, path)
+        cls = self.resolve(node["class"], "estimator", path)
         params = {k: self.decode(v, _join(path, k)) for k, v in node["params"].items()}
         est = self.construct(cls, (), params, path)
         fitted = {k: self.decode(v, _join(path, k)) for k, v in node["fitted"].items()}
@@ -611,6 +632,8 @@ class _Decoder:
             else:
                 for k, v in fitted.items():
                     setattr(est, k, v)
+        except BudgetExceeded as exc:
+            raise self.too_big(cls, (), params, exc, path) from None
         except Exception as exc:  # the fitted values come from the file
             raise self.bad(path, f"its fitted values do not fit {cls.__name__} "
                                  f"({type(exc).__name__}: {exc})") from exc
@@ -630,7 +653,7 @@ class _Decoder:
         state_dict = self.decode(node["state_dict"], path)
         if params_node is None:
             return state_dict  # its parameters were not saved with it: opt.load_state_dict
-        cls = self.resolve(node["class"], Optimizer, path)
+        cls = self.resolve(node["class"], "optimizer", path)
         groups_node = state_dict.get("param_groups") if isinstance(state_dict, dict) else None
         if not (isinstance(groups_node, list) and all(
                 isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups_node)):
@@ -756,6 +779,9 @@ def save(obj, path) -> None:
     TypeError
         For an object that cannot be saved (naming where it sits in ``obj``); nothing is
         written.
+    ValueError
+        ``obj`` nests dicts, lists and tuples deeper than ``load`` reads (its config would
+        be more than 200 JSON levels deep: about 65 nested dicts); nothing is written.
     FileNotFoundError
         When the folder of ``path`` does not exist.
 
@@ -768,11 +794,19 @@ def save(obj, path) -> None:
     >>> type(nk.load(path)).__name__
     'Sequential'
     """
-    encoder = _Encoder(obj)
-    tree = encoder.encode(obj)
+    too_deep = ValueError(f"cannot save to '{path}': the object nests too deeply (its config "
+                          f"would be more than {_MAX_CONFIG_DEPTH} JSON levels deep, which "
+                          "load refuses); flatten its dicts and lists")
+    try:
+        encoder = _Encoder(obj)
+        tree = encoder.encode(obj)
+    except RecursionError:
+        raise too_deep from None
     config = {"format": "nnkit", "format_version": FORMAT_VERSION,
               "nnkit_version": _version(), "object": tree, "complex": encoder.complex,
               "tensors": {name: _fingerprint(a) for name, a in encoder.tensors.items()}}
+    if _depth(config) > _MAX_CONFIG_DEPTH:  # load's limit, checked before writing
+        raise too_deep
     text = json.dumps(config, separators=(",", ":"), allow_nan=False)
     # the other names of tensors stored once, as safetensors.torch.save_model records them
     metadata = {name: stored for name, stored in encoder.aliases.items()
@@ -781,15 +815,22 @@ def save(obj, path) -> None:
     write_file(path, encoder.tensors, metadata)
 
 
-def load(path, *, classes=None):
+def load(path, *, classes=None, max_bytes=MAX_BYTES):
     """Load what ``save`` wrote to ``path`` (NumPy arrays; move a model with ``.to``).
 
     Parameters
     ----------
     path : str or os.PathLike
     classes : list of classes or dict {'module:qualname' or qualname: class}, optional
-        Classes from outside nnkit (your own Module subclasses) that the file may name;
-        nothing else outside nnkit is ever imported.
+        Classes from outside nnkit (your own Module subclasses) that the file may name.
+        Besides these, a file can name only nnkit's public modules, optimizers and
+        estimators; a class name is looked up in that table, never imported or resolved
+        through attributes, so loading runs no code that the file chooses.
+    max_bytes : int >= 0 or None, default 256 MiB
+        How much loading may allocate beyond the bytes of the file's tensors: constructor
+        arguments read from the file (a ``Linear(100000, 100000)``, a dense
+        ``Hopfield(n_neurons=16000)`` whose couplings are n^2 floats) are refused before
+        they allocate past it. None: no limit (for files you trust).
 
     A safetensors file written by another tool (no nnkit config) loads as a dict
     {name: ndarray}, ready for ``model.load_state_dict``.
@@ -805,8 +846,9 @@ def load(path, *, classes=None):
         built: no tensor it sizes could match the file's); the message says which.
     ValueError
         The saved tensors do not fit the class they belong to (names the tensors).
-    TypeError
-        The file names a class outside nnkit that ``classes`` does not allow.
+    UnknownClassError (a FileFormatError and a TypeError)
+        The file names a class that is neither one of nnkit's public classes nor in
+        ``classes``; nothing is imported or built.
     """
     path = Path(path)
     tensors, metadata = read_file(path)
@@ -831,8 +873,12 @@ def load(path, *, classes=None):
         pairs = tensors[name]
         tensors[name] = np.ascontiguousarray(pairs).view(
             np.result_type(pairs.dtype, np.complex64)).reshape(pairs.shape[:-1])
-    decoder = _Decoder(path, tensors, _class_table(classes), config["format_version"])
-    return decoder.decode(config["object"])
+    decoder = _Decoder(path, tensors, _class_table(classes), config["format_version"],
+                       _check_max_bytes(max_bytes))
+    if max_bytes is None:
+        return decoder.decode(config["object"])
+    with allocation_budget(sum(int(a.nbytes) for a in tensors.values()) + max_bytes):
+        return decoder.decode(config["object"])
 
 
 def _check_config(path, config, tensors):
@@ -862,6 +908,13 @@ def _check_config(path, config, tensors):
                                   "the file is corrupted")
 
 
+def _check_max_bytes(max_bytes):
+    if max_bytes is not None and (not isinstance(max_bytes, numbers.Integral) or
+                                  isinstance(max_bytes, bool) or max_bytes < 0):
+        raise TypeError(f"max_bytes must be an int >= 0 or None, got {max_bytes!r:.100}")
+    return max_bytes
+
+
 def _depth(node) -> int:
     """How deeply a parsed JSON value nests (iteratively: no recursion on hostile input)."""
     deepest, stack = 0, [(node, 1)]
@@ -876,8 +929,59 @@ def _depth(node) -> int:
 
 def _fingerprint(array) -> list:
     """[dtype, shape, CRC32 of the bytes]: what the config says each tensor must be."""
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array)
+    if array.dtype.byteorder == ">":  # stored little-endian (see _safetensors)
+        array = array.astype(array.dtype.newbyteorder("<"))
+    array = array if array.flags.c_contiguous else array.copy(order="C")
     return [array.dtype.str, list(array.shape), zlib.crc32(array.reshape(-1).view(np.uint8))]
+
+
+class UnknownClassError(FileFormatError, TypeError):
+    """The file names a class that is neither nnkit's nor among ``load``'s ``classes``."""
+
+
+_KIND_BASES = {"module": Module, "optimizer": Optimizer, "estimator": None}
+
+
+@functools.cache
+def _nnkit_classes() -> dict:
+    """{'module:qualname': (class, kind)}: every class of nnkit a file may name.
+
+    The public classes (``__all__``) of ``_CLASS_NAMESPACES`` that are modules, optimizers
+    or estimators, each under its public name ('nnkit.nn:Linear') and the name of its
+    defining module ('nnkit.nn.linear:Linear', what ``save`` writes), plus the sub-module
+    classes that nnkit's own modules build (``Bert``'s embeddings).
+    """
+    table = {}
+    for namespace in _CLASS_NAMESPACES:
+        module = importlib.import_module(namespace)
+        for name in module.__all__:
+            cls = getattr(module, name)
+            kind = _class_kind(cls)
+            if kind is not None:
+                table[f"{namespace}:{name}"] = (cls, kind)
+                table[f"{cls.__module__}:{cls.__qualname__}"] = (cls, kind)
+    stack = [cls for cls, kind in table.values() if kind == "module"]
+    while stack:  # sub-classes defined in nnkit, public by name (BertEmbeddings)
+        for sub in stack.pop().__subclasses__():
+            key = f"{sub.__module__}:{sub.__qualname__}"
+            if sub.__module__.startswith("nnkit.") and not sub.__qualname__.startswith("_") \
+                    and "<locals>" not in sub.__qualname__ and "._" not in sub.__module__:
+                table.setdefault(key, (sub, "module"))
+                stack.append(sub)
+    return table
+
+
+def _class_kind(cls):
+    """'module', 'optimizer', 'estimator' or None for a class of nnkit's public namespaces."""
+    if not (isinstance(cls, type) and cls.__module__.startswith("nnkit.")):
+        return None
+    if issubclass(cls, Module):
+        return "module"
+    if issubclass(cls, Optimizer):
+        return "optimizer"
+    return "estimator" if cls.__module__.startswith("nnkit.classic") or \
+        hasattr(cls, "get_params") else None
 
 
 def _class_table(classes):

@@ -68,6 +68,9 @@ SEP_TOKEN, MASK_TOKEN = "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
 PREFIX = "##"
 IGNORE_INDEX = -100
+# Padding makes max_length tokens per encoding (Python tuples and int64 arrays, about 100
+# bytes a token); a longer pad is refused before anything is allocated.
+_MAX_PAD_LENGTH = 2**24
 
 
 # ----------------------------------------------------------------------------------------
@@ -465,8 +468,11 @@ class WordPieceTokenizer:
         path = os.fspath(path)
         if os.path.isdir(path):
             path = os.path.join(path, "vocab.txt")
-        with open(path, encoding="utf-8") as f:
-            tokens = [line.rstrip("\r\n") for line in f]
+        try:
+            with open(path, encoding="utf-8") as f:
+                tokens = [line.rstrip("\r\n") for line in f]
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(path, exc) from None
         while tokens and tokens[-1] == "":
             tokens.pop()
         return cls(tokens, lowercase=lowercase, max_input_chars_per_word=max_input_chars_per_word)
@@ -534,7 +540,8 @@ class WordPieceTokenizer:
             ``max_length`` is a ``ValueError``.
         padding : bool or {'longest', 'max_length'}
             ``'max_length'`` (or ``True`` with a ``max_length``) pads with ``[PAD]`` to
-            ``max_length``; ``False`` and ``'longest'`` leave one sequence unpadded.
+            ``max_length`` (at most 2**24 tokens); ``False`` and ``'longest'`` leave one
+            sequence unpadded.
         add_special_tokens : bool
             Add ``[CLS]`` and ``[SEP]``.
 
@@ -605,6 +612,12 @@ class WordPieceTokenizer:
         if padding == "max_length" and max_length is None:
             raise ValueError("padding='max_length' needs a max_length")
         if padding in (True, "max_length") and max_length is not None:
+            if max_length > _MAX_PAD_LENGTH:
+                raise ValueError(
+                    f"max_length={max_length} is too large to pad to: padding={padding!r} "
+                    f"makes every encoding max_length tokens long, and nnkit pads to at most "
+                    f"{_MAX_PAD_LENGTH} (2**24) tokens; pass padding='longest' (encode_batch) "
+                    f"or padding=False to keep max_length as a bound only")
             return max_length
         return None
 
@@ -676,6 +689,23 @@ class WordPieceTokenizer:
 
     def __repr__(self) -> str:
         return (f"WordPieceTokenizer(vocab_size={self.vocab_size}, lowercase={self.lowercase})")
+
+
+def _not_utf8(path: str, exc: UnicodeDecodeError) -> ValueError:
+    """The error for a vocabulary file that is not UTF-8: the file, the first bad byte's
+    offset in the file and its line (``exc`` counts from the start of a read chunk)."""
+    data, start, reason = exc.object, exc.start, exc.reason
+    with open(path, "rb") as f:
+        whole = f.read()
+    try:
+        whole.decode("utf-8")
+    except UnicodeDecodeError as full:
+        data, start, reason = whole, full.start, full.reason
+    line = data.count(b"\n", 0, start) + 1
+    return ValueError(f"'{path}' is not UTF-8 text: byte 0x{data[start]:02x} at offset {start} "
+                      f"(line {line}) cannot be decoded ({reason}); expected a vocab.txt "
+                      f"encoded in UTF-8, one token per line (re-encode it, e.g. "
+                      f"iconv -f latin1 -t utf-8)")
 
 
 def _longest_first(n_a: int, n_b: int, budget: int) -> tuple[int, int]:

@@ -124,3 +124,23 @@ def test_float32_cdf_is_within_a_few_ulps_of_the_exact_one():
     _, cdf = gelu_forward(x)
     exact = ndtr(x.astype(np.float64))
     assert np.max(np.abs(cdf - exact) / exact) < 2e-7  # measured 1.64e-7
+
+
+def test_relu_of_infinities_and_nan_as_torch():
+    """relu(-inf) = 0 (x * (x > 0) gave -inf * 0 = NaN), relu(inf) = inf, NaN propagates;
+    the gradient is 0 at -inf, 0 and NaN, as torch's threshold_backward, even for an infinite
+    upstream gradient. nn.ReLU is F.relu."""
+    torch = pytest.importorskip("torch")
+    x = np.array([-np.inf, -2.0, -0.0, 0.0, 3.0, np.inf, np.nan])
+    g = np.array([5.0, 1.0, 2.0, 3.0, 4.0, 6.0, 7.0])
+    xt = torch.tensor(x, requires_grad=True)
+    torch.relu(xt).backward(torch.tensor(g))
+    for relu in (F.relu, nk.nn.ReLU()):
+        xn = nk.tensor(x, requires_grad=True)
+        y = relu(xn)
+        np.testing.assert_array_equal(y.numpy(), torch.relu(torch.tensor(x)).numpy())
+        y.backward(g)
+        np.testing.assert_array_equal(xn.grad, xt.grad.numpy())
+    xn = nk.tensor(np.array([-np.inf, 1.0]), requires_grad=True)
+    F.relu(xn).backward(np.array([np.inf, 2.0]))  # inf * 0 where the mask is off: 0, not NaN
+    np.testing.assert_array_equal(xn.grad, [0.0, 2.0])

@@ -728,3 +728,51 @@ def test_leaf_gradients_never_share_memory():
     e = nk.tensor(np.ones((2, 3)), requires_grad=True)
     e.backward(g)  # the caller keeps g: the leaf must not alias it
     assert not np.shares_memory(e.grad, g)
+
+
+def test_tensor_relu_of_infinities_and_nan_as_torch():
+    """max(x, 0): -inf gives 0, not -inf * 0 = NaN; NaN stays NaN and passes the gradient."""
+    x = nk.tensor([-np.inf, -1.0, 0.0, 2.0, np.inf, np.nan], requires_grad=True)
+    y = x.relu()
+    y.backward(np.full(6, 2.0))
+    np.testing.assert_array_equal(y.numpy(), [0.0, 0.0, 0.0, 2.0, np.inf, np.nan])
+    np.testing.assert_array_equal(x.grad, [0.0, 0.0, 0.0, 2.0, 2.0, 2.0])
+    assert y.dtype == x.dtype
+
+
+@pytest.mark.parametrize("method", ["sum", "mean", "max", "min"])
+def test_reductions_take_torchs_dim_or_numpys_axis(method):
+    x = nk.tensor(np.arange(6.0).reshape(2, 3))
+    by_axis = getattr(x, method)(axis=1).numpy()
+    np.testing.assert_array_equal(getattr(x, method)(dim=1).numpy(), by_axis)
+    with pytest.raises(TypeError, match="axis .* or dim .*, not both"):
+        getattr(x, method)(axis=1, dim=0)
+
+
+def test_shape_functions_take_dim_or_axis():
+    a, b = nk.tensor(np.ones((2, 3))), nk.tensor(np.zeros((2, 3)))
+    assert nk.concat([a, b], dim=1).shape == nk.concat([a, b], axis=1).shape == (2, 6)
+    assert nk.stack([a, b], dim=2).shape == (2, 3, 2)
+    assert a.unsqueeze(dim=0).shape == a.unsqueeze(0).shape == (1, 2, 3)
+    assert a.unsqueeze(0).squeeze(dim=0).shape == (2, 3)
+    with pytest.raises(TypeError, match="not both"):
+        nk.concat([a, b], axis=0, dim=1)
+
+
+def test_flatten_start_after_end_is_named():
+    with pytest.raises(ValueError, match="start_dim=2 comes after end_dim=1"):
+        nk.tensor(np.ones((2, 3, 4))).flatten(2, 1)
+
+
+def test_big_endian_data_becomes_native():
+    t = nk.tensor(np.arange(3, dtype=">f8"))
+    assert t.dtype == np.dtype(np.float64) and t.dtype.isnative
+    np.testing.assert_array_equal(t.numpy(), [0.0, 1.0, 2.0])
+
+
+@pytest.mark.parametrize("bad", ["abc", None, object(), [["a"]], [[1.0], [1.0, 2.0]]])
+def test_as_tensor_names_the_argument(bad):
+    from nnkit.autograd import as_tensor
+
+    with pytest.raises(TypeError, match="^weight must be an array or Tensor of numbers"):
+        as_tensor(bad, name="weight")

@@ -128,15 +128,42 @@ FUNCTIONAL = {
                                                 "ignore_index": -100, "reduction": "mean"}),
     "mse_loss": (F.mse_loss, lambda: {"pred": _x(2, 3), "target": np.ones((2, 3)),
                                       "reduction": "mean"}),
-    "bce": (F.binary_cross_entropy_with_logits,
-            lambda: {"logits": _x(2, 3), "target": np.ones((2, 3), np.float32),
-                     "weight": np.ones(3, np.float32), "pos_weight": np.ones(3, np.float32),
-                     "reduction": "sum"}),
+    "binary_cross_entropy_with_logits": (
+        F.binary_cross_entropy_with_logits,
+        lambda: {"logits": _x(2, 3), "target": np.ones((2, 3), np.float32),
+                 "weight": np.ones(3, np.float32), "pos_weight": np.ones(3, np.float32),
+                 "reduction": "sum"}),
     "layer_norm": (F.layer_norm, lambda: {"x": _x(2, 3), "normalized_shape": (3,),
                                           "weight": _x(3), "bias": _x(3), "eps": 1e-5}),
     "dropout": (F.dropout, lambda: {"x": _x(2, 3), "p": 0.5, "training": True, "rng": 0}),
     "embedding": (F.embedding, lambda: {"ids": np.array([[0, 2], [1, 1]]), "weight": _x(4, 3)}),
+    "conv1d": (F.conv1d, lambda: {"x": _x(1, 2, 6), "weight": _x(3, 2, 3), "bias": _x(3),
+                                  "stride": 1, "padding": 1, "dilation": 1, "groups": 1}),
+    "conv2d": (F.conv2d, lambda: {"x": _x(1, 2, 5, 5), "weight": _x(3, 2, 3, 3), "bias": _x(3),
+                                  "stride": 1, "padding": 1, "dilation": 1, "groups": 1}),
+    "max_pool2d": (F.max_pool2d, lambda: {"x": _x(1, 2, 4, 4), "kernel_size": 2, "stride": 2,
+                                          "padding": 0, "dilation": 1, "ceil_mode": False,
+                                          "return_indices": False}),
+    "avg_pool2d": (F.avg_pool2d, lambda: {"x": _x(1, 2, 4, 4), "kernel_size": 2, "stride": None,
+                                          "padding": 0, "ceil_mode": False,
+                                          "count_include_pad": True, "divisor_override": None}),
+    "linear_scan": (F.linear_scan, lambda: {"a": _x(2, 5, 3), "b": _x(2, 5, 3), "h0": _x(2, 3),
+                                            "reverse": False}),
+    "log_linear_scan": (F.log_linear_scan, lambda: {"log_a": _x(2, 5, 3), "log_b": _x(2, 5, 3),
+                                                    "log_h0": _x(2, 3)}),
+    "scaled_dot_product_attention": (
+        F.scaled_dot_product_attention,
+        lambda: {"query": _x(1, 2, 4, 8), "key": _x(1, 2, 4, 8), "value": _x(1, 2, 4, 8),
+                 "attn_mask": np.tril(np.ones((4, 4), bool)), "dropout_p": 0.0,
+                 "is_causal": False, "scale": None}),
+    "sinusoidal_positional_encoding": (
+        F.sinusoidal_positional_encoding,
+        lambda: {"T": 4, "d": 6, "base": 10000.0, "dtype": np.float32}),
 }
+
+
+def test_functional_table_covers_every_public_function():
+    assert set(FUNCTIONAL) == set(F.__all__)
 
 
 @pytest.mark.parametrize("name", sorted(FUNCTIONAL))
@@ -170,6 +197,9 @@ def test_functional_valid_arguments_work(name):
     pytest.param(lambda: nk.tensor(2**63, dtype=np.int32), id="tensor-int-overflow"),
     pytest.param(lambda: F.softmax(np.ones((2, 3)), axis=1.5), id="softmax-float-axis"),
     pytest.param(lambda: F.softmax(np.ones((2, 3)), axis=5), id="softmax-axis-out-of-range"),
+    pytest.param(lambda: F.avg_pool2d(np.ones((1, 1, 2, 2), np.float32), 2,
+                                      divisor_override=-(2**70)),
+                 id="avg-pool-huge-divisor-override"),  # a Numba TypingError
 ])
 def test_pinned_boundary_crashes(call):
     with pytest.raises(ALLOWED):

@@ -307,3 +307,50 @@ def test_log_space_scan_of_infinities_is_infinite():
 
     inf = np.full((1, 3, 1), np.inf)
     assert np.all(log_linear_scan_forward(inf, inf, np.zeros((1, 1))) == np.inf)
+
+
+# ----- byte order ---------------------------------------------------------------------------------
+def test_big_endian_inputs_are_read_as_native(rng):
+    """'>f8' arrays (read from a file, say) said "must have dtype float32 or float64, got
+    >f8"; the checked inputs are now converted (a copy), as NumPy users expect."""
+    from nnkit import functional_conv as FC
+    from nnkit.kernels.softmax import softmax_forward
+
+    x = rng.standard_normal((2, 3, 5))
+    be = x.astype(">f8")
+    for fn in (softmax_forward, lambda a: F.softmax(a, axis=-1).numpy(),
+               lambda a: F.layer_norm(a, 5).numpy(),
+               lambda a: FC.conv1d(a, np.ones((2, 3, 2))).numpy()):
+        np.testing.assert_array_equal(fn(be), fn(x))
+    assert softmax_forward(be).dtype == np.float64  # native
+
+
+def test_big_endian_out_is_refused_naming_the_byte_order(rng):
+    """out= is written in place, so it cannot be converted: a message, not a silent copy."""
+    from nnkit.kernels.scan import linear_scan_forward
+    from nnkit.kernels.softmax import softmax_forward
+
+    x = rng.standard_normal((2, 3, 4))
+    out = np.empty((2, 3, 4), ">f8")
+    match = r"out has dtype >f8 \(float64, big-endian\), not this machine's byte order"
+    with pytest.raises(TypeError, match=match):
+        softmax_forward(x, out=out)
+    with pytest.raises(TypeError, match=match):
+        linear_scan_forward(x, x, out=out)
+    assert softmax_forward(x.astype(">f8"), out=np.empty_like(x)).dtype == np.float64
+
+
+def test_wrong_dtype_message_names_a_foreign_byte_order():
+    from nnkit._validation import check_array, describe_dtype
+
+    assert describe_dtype(">f2") == ">f2 (float16, big-endian)"
+    assert describe_dtype(np.float64) == "float64"
+    # a non-native float16 is converted, then refused for its type alone
+    with pytest.raises(TypeError, match="x must have dtype float32 or float64, got float16$"):
+        check_array(np.zeros(2, ">f2"), name="x", dtype=(np.float32, np.float64))
+    # Tensors are made in native byte order: modules take big-endian inputs as they are
+    native = np.random.default_rng(0).normal(size=(1, 2, 3))
+    be = native.astype(">f8")
+    assert nk.tensor(be).dtype == np.float64
+    for layer in (nk.nn.Linear(3, 2).double(), nk.nn.LayerNorm(3).double()):
+        np.testing.assert_array_equal(layer(be).numpy(), layer(native).numpy())

@@ -498,7 +498,7 @@ def test_float32_large_layer_matches_float64(rng):
     ((2, 3, 5, 5), (4, 2, 3, 3), {}, r"channel mismatch: x has shape \(2, 3, 5, 5\)"),
     ((2, 4, 5, 5), (6, 2, 3, 3), dict(groups=3), r"groups=3 must divide .*\(2, 4, 5, 5\)"),
     ((2, 3, 2, 5), (4, 3, 3, 3), {}, r"larger than the padded input: x has shape \(2, 3, 2, 5\)"),
-    ((3, 5, 5), (4, 3, 3, 3), {}, r"x must be 4-D .* got shape \(3, 5, 5\)"),
+    ((5, 5), (4, 3, 3, 3), {}, r"x must be 3-D .* or 4-D .* got shape \(5, 5\)"),
     ((2, 3, 5, 5), (4, 3, 3), {}, r"weight must be 4-D .* got shape \(4, 3, 3\)"),
     ((2, 3, 5, 5), (4, 3, 3, 3), dict(padding="same", stride=2), "stride 1"),
     ((2, 3, 5, 5), (4, 3, 3, 3), dict(padding="full"), "padding must be"),
@@ -506,6 +506,70 @@ def test_float32_large_layer_matches_float64(rng):
 def test_conv2d_bad_shapes_raise_naming_them(x_shape, w_shape, kw, match):
     with pytest.raises(ValueError, match=match):
         FC.conv2d(np.zeros(x_shape, np.float32), np.zeros(w_shape, np.float32), **kw)
+
+
+_UNBATCHED = [  # (nnkit module, torch module name, args, unbatched input shape)
+    (Conv2d, "Conv2d", (3, 4, 3), dict(padding=1, stride=(1, 2)), (3, 6, 7)),
+    (Conv2d, "Conv2d", (4, 6, (2, 3)), dict(groups=2, bias=False), (4, 5, 5)),
+    (Conv1d, "Conv1d", (3, 4, 3), dict(padding="same", dilation=2), (3, 9)),
+    (MaxPool2d, "MaxPool2d", (3, 2, 1), {}, (2, 7, 6)),
+    (AvgPool2d, "AvgPool2d", (2,), dict(ceil_mode=True), (2, 5, 7)),
+]
+
+
+@pytest.mark.parametrize("cls, torch_name, args, kw, shape", _UNBATCHED)
+def test_unbatched_input_matches_torch(rng, cls, torch_name, args, kw, shape):
+    # torch treats a (C, H, W) / (C, L) input as a batch of one and drops the batch axis;
+    # before, the modules blamed in_channels and the functions asked for 4-D
+    torch = import_torch()
+    tm = getattr(torch.nn, torch_name)(*args, **kw).double()
+    m = cls(*args, **kw)
+    if list(tm.state_dict()):
+        m.load_state_dict(tm.state_dict())
+        m.double()
+    x = rng.standard_normal(shape)
+    xt = torch.tensor(x, requires_grad=True)
+    ty = tm(xt)
+    xn = nk.tensor(x, requires_grad=True)
+    y = m(xn)
+    assert y.shape == tuple(ty.shape) == m(x[None]).shape[1:]
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-12, atol=1e-12)
+    dy = rng.standard_normal(y.shape)
+    ty.backward(torch.tensor(dy))
+    y.backward(dy)
+    np.testing.assert_allclose(xn.grad, xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+    for (name, p), tp in zip(m.named_parameters(), tm.parameters(), strict=True):
+        np.testing.assert_allclose(p.grad, tp.grad.numpy(), rtol=1e-12, atol=1e-12,
+                                   err_msg=name)
+
+
+def test_unbatched_max_pool_indices_as_torch(rng):
+    torch = import_torch()
+    x = rng.standard_normal((2, 6, 5))
+    y, idx = FC.max_pool2d(x, 2, return_indices=True)
+    ty, tidx = torch.nn.functional.max_pool2d(torch.tensor(x), 2, return_indices=True)
+    np.testing.assert_array_equal(idx.numpy(), tidx.numpy())
+    np.testing.assert_array_equal(y.numpy(), ty.numpy())
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: Conv2d(3, 4, 3)(np.zeros((8, 8), np.float32)),
+     r"x must be 3-D \(C, H, W\) unbatched or 4-D \(N, C, H, W\) for Conv2d, got shape \(8, 8\)"),
+    (lambda: Conv1d(3, 4, 3)(np.zeros((1, 2, 3, 8), np.float32)),
+     r"x must be 2-D \(C, L\) unbatched or 3-D \(N, C, L\) for Conv1d, got shape \(1, 2, 3, 8\)"),
+    (lambda: Conv2d(3, 4, 3)(np.zeros((2, 8, 8), np.float32)),
+     r"x has 2 channels \(shape \(2, 8, 8\), unbatched \(C, H, W\)\) but Conv2d was built "
+     r"with in_channels=3; expected shape \(3, H, W\) or \(N, 3, H, W\)"),
+    (lambda: FC.conv2d(np.zeros((8, 8)), np.zeros((4, 3, 3, 3))),
+     r"x must be 3-D \(C, H, W\) unbatched or 4-D \(N, C, H, W\) for conv2d, got shape"),
+    (lambda: FC.max_pool2d(np.zeros((8, 8)), 2),
+     r"x must be 3-D \(C, H, W\) unbatched or 4-D \(N, C, H, W\) for max_pool2d"),
+    (lambda: FC.avg_pool2d(np.zeros((1, 1, 1, 8, 8)), 2),
+     r"x must be 3-D \(C, H, W\) unbatched or 4-D \(N, C, H, W\) for avg_pool2d"),
+])
+def test_wrong_rank_names_the_accepted_ranks(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
 
 
 def test_bad_types_and_bias():
@@ -538,7 +602,7 @@ def test_bad_types_and_bias():
     (lambda x: FC.max_pool2d(x, (2, 2, 2)), TypeError, "kernel_size"),
     (lambda x: FC.max_pool2d(x, 5), ValueError, r"output size \(0, 0\) is too small"),
     (lambda x: FC.avg_pool2d(x, 3, 1, 0, True), ValueError, "too small"),
-    (lambda x: FC.max_pool2d(x[0], 2), ValueError, "4-D"),
+    (lambda x: FC.max_pool2d(x[0, 0], 2), ValueError, "3-D .* or 4-D"),
     (lambda x: FC.avg_pool2d(x.astype(np.int64), 2), TypeError, "float32 or float64"),
     (lambda x: MaxPool2d(2, 2, 0, 1, 1), TypeError, "return_indices"),
     (lambda x: MaxPool2d(3, 1, 2), ValueError, "at most half"),
@@ -827,6 +891,29 @@ def test_public_functions_on_gpu_match_cpu(rng, dtype):
         np.testing.assert_allclose(cupy.asnumpy(gy), y, **tol)
         dy = rng.standard_normal(y.shape).astype(dtype)
         np.testing.assert_allclose(cupy.asnumpy(bwd(cupy.asarray(dy), gc)), bwd(dy, c), **tol)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 0, 4), (1, 1, 4, 0), (2, 3, 0, 0)])
+@pytest.mark.parametrize("call", [
+    lambda x: FC.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+    lambda x: FC.avg_pool2d(x, 2, 1, 1),
+    lambda x: FC.avg_pool2d(x, 2),
+    lambda x: FC.max_pool2d(x, 2, 1, 1, ceil_mode=True),
+    lambda x: K.avg_pool2d_forward(x, 2, 2, 1, True, False),
+    lambda x: AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False)(x),
+    lambda x: MaxPool2d(2, 1, 1)(x),
+])
+def test_pool_refuses_an_empty_plane(call, shape):
+    """H = 0 or W = 0 with padding gave windows wholly in the padding: avg_pool2d returned
+    zeros and max_pool2d -inf, where torch (and these calls without padding) refuse the
+    input. Now a ValueError naming the input shape, with or without padding."""
+    x = np.zeros(shape, np.float32)
+    with pytest.raises(ValueError, match=rf"x has shape \({shape[0]}, {shape[1]}, {shape[2]}, "
+                                         rf"{shape[3]}\), an empty \(H, W\) plane"):
+        call(x)
+    torch = import_torch()
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.avg_pool2d(torch.zeros(shape), 3, 2, 1, True, False)
 
 
 if __name__ == "__main__":

@@ -186,6 +186,40 @@ def _layer_norm(small):
         assert_matches_reference(dw, rdw, factor=256, err_msg="dweight at offset 1e4")
 
 
+def _layer_norm_huge_rows():
+    """float64 rows beyond |x| ~ 1e154 (whose squares overflow) normalised as the CPU kernels
+    do, not zeroed; a constant row gives y = b, a row holding inf gives NaN."""
+    from helpers import assert_matches_reference
+
+    from nnkit._ext import layer_norm_cpu, layer_norm_cuda
+
+    _configure(small=True)
+    rng = np.random.default_rng(4)
+    x0 = rng.uniform(-1.0, 1.0, (4, 9))
+    x0[1], x0[2, 0] = 0.75, 1.0
+    w, b, dy = rng.standard_normal(9), rng.standard_normal(9), rng.standard_normal((4, 9))
+    for scale in (1e200, 2.0**1023):
+        x = x0 * scale
+        y, mean, rstd = np.empty_like(x), np.empty(4), np.empty(4)
+        layer_norm_cuda.layer_norm_rows(x, w, b, 1e-5, y, mean, rstd)
+        cy, cmean, crstd = np.empty_like(x), np.empty(4), np.empty(4)
+        layer_norm_cpu.layer_norm_rows(x, w, b, 1e-5, cy, cmean, crstd)
+        assert_matches_reference(y, cy, factor=8, err_msg=f"y at {scale:g}")
+        assert_matches_reference(rstd * scale, crstd * scale, factor=8, err_msg="rstd")
+        np.testing.assert_array_equal(y[1], b)
+        if scale == 1e200:
+            dx, dw, db = np.empty_like(x), np.empty(9), np.empty(9)
+            layer_norm_cuda.layer_norm_backward_rows(dy, x, mean, rstd, w, dx, dw, db)
+            cdx, cdw, cdb = np.empty_like(x), np.empty(9), np.empty(9)
+            layer_norm_cpu.layer_norm_backward_rows(dy, x, mean, rstd, w, cdx, cdw, cdb)
+            assert_matches_reference(dx * scale, cdx * scale, factor=64, err_msg="dx")
+            assert_matches_reference(dw, cdw, factor=64, err_msg="dweight")
+    x = np.array([[1e200, np.inf, 0.0], [1e200, -1e200, 1.0]])
+    y, mean, rstd = np.empty_like(x), np.empty(2), np.empty(2)
+    layer_norm_cuda.layer_norm_rows(x, np.ones(3), np.zeros(3), 1e-5, y, mean, rstd)
+    assert np.isnan(y[0]).all() and np.isfinite(y[1]).all()
+
+
 def _device_arrays():
     """The launchers also take numba device arrays (cuda.to_device)."""
     from helpers import assert_matches_reference
@@ -252,6 +286,7 @@ CASES = {
     "cross_entropy_default_blocks": lambda: _cross_entropy(False),
     "layer_norm_small_blocks": lambda: _layer_norm(True),
     "layer_norm_default_blocks": lambda: _layer_norm(False),
+    "layer_norm_huge_rows": _layer_norm_huge_rows,
     "device_arrays": _device_arrays,
 }
 

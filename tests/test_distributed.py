@@ -1,12 +1,17 @@
 """nk.distributed on a LocalCluster of 2 worker processes (one thread each).
 
 Data-parallel training against single-process training on the same global batches, a
-worker killed mid-training, experiment grids with a failing point, and the bad inputs.
+worker killed mid-training, a worker frozen mid-training (SIGSTOP, on a cluster of its own),
+experiment grids with a failing point, and the bad inputs.
 """
 
+import math
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 import warnings
 
 import numpy as np
@@ -19,6 +24,7 @@ from nnkit.training import minibatches
 distributed = pytest.importorskip("distributed")
 import dask  # noqa: E402
 
+import nnkit.distributed  # noqa: E402
 from nnkit.distributed import (  # noqa: E402
     ExperimentTable,
     StepInfo,
@@ -132,6 +138,13 @@ def test_callback_receives_step_information(client, data):
     assert first.message_bytes == 2 * 8 * n_params  # parameters out, gradients back
     assert len(first.warm_up_seconds) == 2
     assert np.isfinite(first.loss) and infos[-1].loss < first.loss
+    # the adaptive deadline: max(30 s, 10 x the median of the warm-ups, then of the steps)
+    assert first.step_timeout == pytest.approx(max(30.0, 10 * np.median(first.warm_up_seconds)))
+    assert all(i.step_timeout == 30.0 and i.recomputed == 0 for i in infos[1:])
+    infos.clear()
+    _parallel(X, y, np.float64, _sgd, 40, 1, client, step_timeout=math.inf,
+              callback=infos.append)
+    assert [i.step_timeout for i in infos] == [math.inf] * 3
 
 
 def test_worker_errors_propagate_unchanged(client, data):
@@ -175,6 +188,131 @@ def test_out_of_retries_is_a_clear_error(client, data):
             _parallel(X, y, np.float64, _sgd, 20, 2, client, max_retries=0,
                       callback=_kill_one_worker_after(client, 1))
     client.wait_for_workers(2, timeout=30)
+
+
+# ----- a frozen worker (SIGSTOP) ---------------------------------------------------------------
+posix_signals = pytest.mark.skipif(not hasattr(signal, "SIGSTOP"),
+                                   reason="freezes workers with SIGSTOP (POSIX only)")
+
+
+@pytest.fixture(scope="module")
+def three_workers():
+    """A cluster of its own, whose workers the tests freeze; not the default client."""
+    with distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster, set_as_default=False) as cl:
+        cl.wait_for_workers(3, timeout=30)
+        yield cl
+
+
+def _within(seconds, fn, unfreeze):
+    """``fn()`` in a thread joined for at most ``seconds``: a stall fails the test instead of
+    hanging it (``unfreeze`` resumes the workers so that the thread can end)."""
+    box = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    start = time.monotonic()
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        unfreeze()
+        thread.join(60)
+        pytest.fail(f"fit_data_parallel stalled on a frozen worker: no return within "
+                    f"{seconds} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"], time.monotonic() - start
+
+
+def _signal_all(pids, sig):
+    for pid in pids:
+        os.kill(pid, sig)
+
+
+@posix_signals
+def test_frozen_worker_costs_one_timeout_not_the_run(three_workers, data):
+    # Shards go round robin over the sorted worker addresses: shard 1 lives on the victim.
+    # Frozen after step 2, step 3 waits step_timeout for it and recomputes shard 1 on another
+    # worker, which keeps it; resumed after step 6, the victim's late result of step 3 must
+    # not count. Training equals the single process's, and no later step waits again.
+    X, y = data
+    want = _single_process(X, y, np.float64, _adam, batch_size=20, epochs=2)
+    pids = three_workers.run(os.getpid)
+    victim = pids[sorted(pids)[1]]
+    infos = []
+
+    def callback(info):
+        infos.append(info)
+        if info.step == 2:
+            os.kill(victim, signal.SIGSTOP)
+        elif info.step == 6:
+            os.kill(victim, signal.SIGCONT)
+
+    try:
+        with pytest.warns(RuntimeWarning, match=r"no result for shard 1 within step_timeout=4 s"):
+            got, _ = _within(
+                120, lambda: _parallel(X, y, np.float64, _adam, 20, 2, three_workers,
+                                       step_timeout=4, callback=callback),
+                lambda: os.kill(victim, signal.SIGCONT))
+    finally:
+        os.kill(victim, signal.SIGCONT)
+    _assert_same(got, want, 1e-9)
+    assert [i.step for i in infos] == list(range(12))
+    assert [i.step for i in infos if i.recomputed] == [3] and infos[3].recomputed == 1
+    assert infos[3].seconds >= 4 and all(i.step_timeout == 4 for i in infos)
+
+
+@posix_signals
+def test_worker_frozen_before_the_run_gets_no_shard(three_workers, data):
+    # Shard 0's scatter to the victim times out; the shard goes to the next worker.
+    X, y = data
+    want = _single_process(X, y, np.float64, _sgd, batch_size=30, epochs=1)
+    pids = three_workers.run(os.getpid)
+    victim = pids[sorted(pids)[0]]
+    os.kill(victim, signal.SIGSTOP)
+    infos = []
+    try:
+        with pytest.warns(RuntimeWarning, match=r"did not take shard 0 within step_timeout=3 s"):
+            got, _ = _within(120, lambda: _parallel(X, y, np.float64, _sgd, 30, 1,
+                                                    three_workers, step_timeout=3,
+                                                    callback=infos.append),
+                             lambda: os.kill(victim, signal.SIGCONT))
+    finally:
+        os.kill(victim, signal.SIGCONT)
+    _assert_same(got, want, 1e-9)
+    assert len(infos) == 4 and all(i.recomputed == 0 for i in infos)
+
+
+@posix_signals
+@pytest.mark.parametrize("private_wait", [True, False], ids=["one-trip", "public-fallback"])
+def test_every_worker_frozen_is_a_clear_error_not_a_hang(three_workers, data, private_wait,
+                                                         monkeypatch):
+    # The fallback (distributed.wait, then gather) runs if distributed's _wait goes away.
+    if not private_wait:
+        monkeypatch.setattr(nnkit.distributed, "_private_wait", lambda: None)
+    X, y = data
+    pids = list(three_workers.run(os.getpid).values())
+
+    def callback(info):
+        if info.step == 0:
+            _signal_all(pids, signal.SIGSTOP)
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            with pytest.raises(RuntimeError, match=r"within 2 x step_timeout=1 s.*max_retries=1"):
+                _within(60, lambda: _parallel(X, y, np.float64, _sgd, 20, 1, three_workers,
+                                              step_timeout=1, max_retries=1,
+                                              callback=callback),
+                        lambda: _signal_all(pids, signal.SIGCONT))
+    finally:
+        _signal_all(pids, signal.SIGCONT)
 
 
 # ----- experiment grids -----------------------------------------------------------------------
@@ -276,6 +414,9 @@ def test_bad_fit_arguments(data, client):
         (dict(epochs=1.5), TypeError, "epochs must be an integer"),
         (dict(client=3), TypeError, "client must be None"),
         (dict(callback="print"), TypeError, "callback must be callable"),
+        (dict(step_timeout=0), ValueError, "step_timeout must be > 0"),
+        (dict(step_timeout="60"), TypeError, "step_timeout must be a real number"),
+        (dict(step_timeout=math.nan), ValueError, "step_timeout must be finite"),
     ]
     for change, error, match in cases:
         args = dict(model=model, loss_fn=F.cross_entropy, optimizer=opt, X=X, y=y,

@@ -380,3 +380,47 @@ def test_boundary_fuzz_raises_value_or_type_error(which, bad_array, bad_ns, bad_
             args[which] = {"x": bad_array, "normalized_shape": bad_ns, "eps": bad_eps,
                            "weight": bad_param, "bias": bad_param}[which]
             layer_norm_forward(**args)
+
+
+@pytest.mark.parametrize("scale", [1e154, 1e200, 1e300, 2.0**1023])
+def test_float64_rows_beyond_1e154_are_normalised_not_zeroed(scale):
+    """In float64 the squares of |x| > ~1.3e154 overflow: the variance was inf, rstd 0 and y
+    all zeros (torch gives NaN). Such rows are now normalised in units of a power of two near
+    max |x|: y as for the unscaled row (eps is negligible there), mean and rstd scaled, the
+    backward scaled by 1 / scale; a constant row gives y = 0, as at any scale. Both kernel
+    builds."""
+    rng = np.random.default_rng(21)
+    x0 = rng.uniform(-1.0, 1.0, (5, 7))
+    x0[2] = 0.75  # constant row: var 0, y = 0
+    x0[3, 0] = 1.0  # max |x| exactly the scale (2**1023 + its negation do not overflow x - mean)
+    x = x0 * scale
+    w, b = rng.standard_normal(7), rng.standard_normal(7)
+    expected = reference.layer_norm(x0, w, b, eps=1e-300)  # row 2: 0 / 1e-150 = 0, y = b
+    y, mean, rstd = layer_norm_forward(x, 7, w, b)
+    assert_matches_reference(y, expected)
+    np.testing.assert_allclose(mean / scale, x0.mean(axis=1), rtol=1e-14, atol=1e-15)
+    std = x0.std(axis=1)
+    np.testing.assert_allclose(rstd[std > 0], 1.0 / (std[std > 0] * scale), rtol=1e-14)
+    assert rstd[2] == 1.0 / math.sqrt(1e-5)
+    for build in (layer_norm_cpu.layer_norm_rows.serial, layer_norm_cpu.layer_norm_rows.parallel):
+        y2, mean2, rstd2 = np.empty_like(x), np.empty(5), np.empty(5)
+        build(x, w, b, 1e-5, y2, mean2, rstd2)
+        np.testing.assert_array_equal(y2, y)
+    if scale <= 1e200:  # x - mean stays finite in the backward
+        dy = rng.standard_normal((5, 7))
+        dx, dw, db = layer_norm_backward(dy, x, mean, rstd, w, b)
+        keep = std > 0
+        rdx, rdw, rdb = reference.layer_norm_backward(dy[keep], x0[keep], w, eps=1e-300)
+        assert_matches_reference(dx[keep] * scale, rdx, factor=256)
+        g = dy[2] * w  # constant row: xhat = 0, dx = rstd (g - mean g)
+        assert_matches_reference(dx[2], (g - g.mean()) / math.sqrt(1e-5), factor=256)
+        assert_matches_reference(dw, rdw, factor=256)
+        assert_matches_reference(db, dy.sum(axis=0))
+
+
+def test_float64_rows_with_inf_or_nan_stay_nan():
+    """The overflow path leaves NaN and inf inputs as they were: NaN rows (as torch)."""
+    x = np.array([[1e200, np.inf, 0.0], [1e200, np.nan, -1e200], [np.nan, 1.0, 2.0]])
+    with np.errstate(invalid="ignore"):
+        y, _, rstd = layer_norm_forward(x, 3)
+    assert np.isnan(y).all() and np.isnan(rstd).all()

@@ -479,3 +479,23 @@ def test_flatten_rejects_out_of_range_dims():
     # torch raises IndexError; nnkit should raise ValueError rather than wrap the index
     with pytest.raises(ValueError):
         nn.Flatten(5, 7)(np.ones((2, 3), dtype=np.float32))
+    with pytest.raises(ValueError, match=r"end_dim=7 is out of range for a 2-dimensional"):
+        nn.Flatten(1, 7)(np.ones((2, 3), dtype=np.float32))
+
+
+def test_flatten_start_after_end_names_both_dims():
+    # NumPy's "cannot reshape array of size 120 into shape (2,3,4,1,4,5)" came out before;
+    # torch raises at the forward, nnkit already in __init__ when no input can fit
+    for start, end in [(3, 1), (-1, -3)]:
+        with pytest.raises(ValueError, match=rf"Flatten: start_dim={start} comes after "
+                                             rf"end_dim={end}"):
+            nn.Flatten(start, end)
+    with pytest.raises(TypeError, match="start_dim must be an integer"):
+        nn.Flatten(1.0)
+    x = np.ones((2, 3, 4, 5), dtype=np.float32)
+    flatten = nn.Flatten(2, -3)  # signs differ: it depends on the input's ndim
+    with pytest.raises(ValueError, match=r"start_dim=2 comes after end_dim=-3 \(dim 1\) for "
+                                         r"an input of shape \(2, 3, 4, 5\) \(4-dimensional\)"):
+        flatten(x)
+    assert flatten(np.ones((2, 3, 4, 5, 6, 7))).shape == (2, 3, 20, 6, 7)
+    assert nn.Flatten(2, 2)(x).shape == x.shape  # a single dim: unchanged, as torch

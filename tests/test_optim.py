@@ -537,6 +537,55 @@ def test_gradient_shape_mismatch_is_an_error():
         opt.step()
 
 
+@pytest.mark.parametrize("cls", [optim.Adam, optim.AdamW])
+def test_adam_refuses_float16_parameters_naming_them(cls):
+    # torch.optim.Adam takes float16; nnkit's fused kernel does not (it raised numba's
+    # "NotImplementedError: float16" at the first step)
+    ok = nk.nn.Parameter(np.zeros(2, np.float32))
+    half = nk.nn.Parameter(np.zeros((2, 3), np.float16))
+    with pytest.raises(TypeError, match=rf"{cls.__name__}: parameter 1 \(param group 0, shape "
+                                        r"\(2, 3\)\) has dtype float16; .*float32, float64, "
+                                        r"complex64 or complex128.*astype\(np.float32\)"):
+        cls([ok, half])
+    opt = cls([ok])
+    with pytest.raises(TypeError, match=r"parameter 1 \(param group 1, shape \(2, 3\)\)"):
+        opt.add_param_group({"params": [half]})
+    # cast after the optimizer was made: refused at the step, before anything is updated
+    ok.data = ok.data.astype(np.float16)
+    ok.grad = np.ones(2, np.float16)
+    with pytest.raises(TypeError, match=r"parameter 0 .* has dtype float16"):
+        opt.step()
+    assert not opt.state[ok]
+    big_endian = nk.nn.Parameter(np.zeros(2, ">f8"))  # made native, so updated as float64
+    assert big_endian.dtype == np.float64 and big_endian.dtype.isnative
+    cls([big_endian])
+
+
+def test_sgd_and_adagrad_still_take_float16():
+    for cls in (optim.SGD, optim.Adagrad):
+        p = nk.nn.Parameter(np.zeros(2, np.float16))
+        opt = cls([p], lr=0.5)
+        p.grad = np.ones(2, np.float16)
+        opt.step()
+        assert p.data.dtype == np.float16 and (p.data < 0).all()
+
+
+@pytest.mark.parametrize("cls", [optim.SGD, optim.Adagrad, optim.Adam, optim.AdamW])
+def test_read_only_parameters_are_refused_naming_them(cls):
+    # Adam raised a long numba TypingError, SGD NumPy's "output array is read-only"
+    frozen = np.zeros(3)
+    frozen.setflags(write=False)
+    ok, ro = nk.nn.Parameter(np.zeros(3)), nk.nn.Parameter(frozen)
+    with pytest.raises(ValueError, match=rf"{cls.__name__}: parameter 1 \(param group 0, "
+                                         r"shape \(3,\)\) is read-only.*p.data = p.data.copy\(\)"):
+        cls([ok, ro], lr=0.1)
+    opt = cls([ok], lr=0.1)
+    ok.data = np.broadcast_to(np.zeros(1), (3,))  # a read-only view, swapped in later
+    ok.grad = np.ones(3)
+    with pytest.raises(ValueError, match=r"parameter 0 .* is read-only"):
+        opt.step()
+
+
 # ----- clip_grad_norm_ ---------------------------------------------------------------------
 def _grads_with_params(rng, dtype, scale):
     params = [nk.nn.Parameter(np.zeros(s, dtype=dtype)) for s in [(3, 4), (5,), (2, 2)]]

@@ -528,7 +528,8 @@ def test_classes_outside_nnkit_need_permission(tmp_path):
     path = tmp_path / "net.safetensors"
     net = Net(3)
     nk.save(net, path)
-    with pytest.raises(TypeError, match=r"not part of nnkit; pass classes=\[Net\]"):
+    with pytest.raises(TypeError, match=r"not one of nnkit's public classes; if it is yours, "
+                                        r"pass classes=\[Net\]"):
         nk.load(path)
     _same_state(net, nk.load(path, classes=[Net]))
     _same_state(net, nk.load(path, classes={"Net": Net}))
@@ -741,3 +742,269 @@ def test_killed_writer_leaves_previous_checkpoint(tmp_path):
     ckpt = nk.load(path)
     assert ckpt["version"] == 1
     np.testing.assert_array_equal(ckpt["w"], np.zeros(10))
+    assert len(list(tmp_path.glob(".*.tmp"))) == 1  # the killed writer's
+    nk.save({"version": 3}, path)  # the next save to that path removes it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.safetensors"]
+    assert nk.load(path)["version"] == 3
+
+
+def test_live_writers_temporary_files_are_kept(tmp_path):
+    """Only a dead writer's temporary file is garbage: a live one's, or another host's,
+    may still become the file."""
+    from nnkit._safetensors import _HOST
+
+    live = tmp_path / f".ckpt.safetensors.{_HOST}-{os.getpid()}-00000000.tmp"
+    other_host = tmp_path / ".ckpt.safetensors.otherhost-1-00000000.tmp"
+    other_file = tmp_path / f".other.safetensors.{_HOST}-999999999-00000000.tmp"
+    for p in (live, other_host, other_file):
+        p.write_bytes(b"partial")
+    nk.save({"version": 1}, tmp_path / "ckpt.safetensors")
+    assert all(p.exists() for p in (live, other_host, other_file))
+
+
+# ----- class names from a file are keys, never code (issue: nk.load ran code) --------------
+def _with_object(obj):
+    """A file whose nnkit config holds ``obj`` as the whole object (no tensors)."""
+    text = json.dumps({"format": "nnkit", "format_version": 2, "nnkit_version": "0",
+                       "object": obj, "complex": [], "tensors": {}})
+    return _handmade({"__metadata__": {"nnkit": text,
+                                       "nnkit_crc32": str(zlib.crc32(text.encode()))}})
+
+
+def _estimator(cls, **params):
+    return {"__estimator__": {"class": cls, "params": params, "fitted": {}}}
+
+
+def _module(cls, *args, **kwargs):
+    return {"__module__": {"class": cls, "training": True, "args": list(args),
+                           "kwargs": kwargs}}
+
+
+def _optimizer(cls):
+    return {"__dict__": [
+        ["model", _module("nnkit.nn:Linear", 2, 3)],
+        ["opt", {"__optimizer__": {"class": cls, "defaults": {"__dict__": []},
+                                   "state_dict": {"__dict__": [
+                                       ["state", {"__dict__": []}],
+                                       ["param_groups", [{"__dict__": [["params", [0, 1]]]}]]]},
+                                   "params": [["model", "weight"], ["model", "bias"]]}}]]}
+
+
+_MARKER = "nnkit-hostile-marker"
+HOSTILE = {  # what the file names -> the node that names it
+    "shell through nnkit.text's numpy": _estimator(
+        "nnkit.text:np.f2py.subprocess.Popen", args=["sh", "-c", f"touch {_MARKER}"]),
+    "any shared library": _estimator("nnkit._malloc:ctypes.CDLL", name="libc.so.6"),
+    "a builtin": _estimator("builtins:eval", source="__import__('os')"),
+    "os.system": _estimator("os:system", command=f"touch {_MARKER}"),
+    "subprocess": _module("subprocess:Popen", ["sh", "-c", f"touch {_MARKER}"]),
+    "a module object": _estimator("nnkit:np"),
+    "a module of nnkit": _estimator("nnkit:persistence"),
+    "a private class": _estimator("nnkit.persistence:_Decoder", path="x", tensors={},
+                                  classes={}),
+    "a private module": _module("nnkit._rnn_tour:_Regressor"),
+    "a function": _estimator("nnkit.cli:main", argv=["tour"]),
+    "type via a class": _estimator("nnkit.nn:Linear.__class__", name="X"),
+    "object via a base": _estimator("nnkit.optim:Optimizer.__base__"),
+    "globals of a method": _estimator("nnkit.classic:Hopfield.__init__.__globals__"),
+    "an import at the class's module": _module("nnkit.nn.module:np.lib.format.open_memmap",
+                                               f"{_MARKER}.npy", mode="w+", shape=[9]),
+    "a module not in nnkit": _module("numpy:memmap", f"{_MARKER}.bin", mode="w+", shape=[9]),
+    "an optimizer that is not": _optimizer("os:system"),
+    "a module named as an estimator": _estimator("nnkit.nn:Linear", in_features=2,
+                                                 out_features=3),
+    "an estimator named as a module": _module("nnkit.classic:Perceptron"),
+    "a module named as an optimizer": _optimizer("nnkit.nn:Linear"),
+}
+
+
+@pytest.mark.parametrize("node", HOSTILE.values(), ids=HOSTILE)
+def test_hostile_class_names_are_refused_without_side_effects(node, tmp_path, monkeypatch):
+    """Whatever a file names, loading imports nothing, builds nothing outside nnkit's
+    public classes and runs nothing: each of these is a FileFormatError."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "hostile.safetensors"
+    path.write_bytes(_with_object(node))
+    modules = set(sys.modules)
+    with pytest.raises(FileFormatError):
+        nk.load(path)
+    time.sleep(0.2)  # a shell started by the load would have touched its file by now
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hostile.safetensors"]
+    assert set(sys.modules) == modules, "loading imported a module"
+
+
+def test_every_public_class_loads_by_its_names():
+    """The table holds each public module, optimizer and estimator under its public name
+    and under the name ``save`` writes; nothing in it is private or outside nnkit."""
+    from nnkit.persistence import _nnkit_classes
+
+    table = _nnkit_classes()
+    for name in ("nnkit.nn:Linear", "nnkit.nn.layers:Linear", "nnkit.optim:AdamW",
+                 "nnkit.classic:Hopfield", "nnkit.models:ViT", "nnkit.nn:LSTM",
+                 "nnkit.models.bert:BertEmbeddings"):
+        assert name in table, name
+    for name, (_cls, kind) in table.items():
+        module, qualname = name.split(":")
+        assert module.startswith("nnkit.") and "._" not in module, name
+        assert not qualname.startswith("_") and "." not in qualname, name
+        assert kind in ("module", "optimizer", "estimator")
+
+
+def test_unknown_class_error_is_both_file_format_and_type_error(tmp_path):
+    """Files of your own classes, loaded without ``classes``, keep raising TypeError."""
+    from nnkit.persistence import UnknownClassError
+
+    assert issubclass(UnknownClassError, FileFormatError)
+    assert issubclass(UnknownClassError, TypeError)
+
+
+# ----- constructor arguments from a file allocate only what the file pays for --------------
+def _hopfield_file(tmp_path, n, name="hop.safetensors"):
+    net = nk.classic.Hopfield(n, storage="patterns").store(np.ones((1, n), np.int8))
+    net.storage = "dense"  # a 16 KB file that asks for n^2 couplings
+    path = tmp_path / name
+    nk.save(net, path)
+    return path
+
+
+def test_dense_hopfield_from_a_small_file_is_refused_by_name(tmp_path):
+    path = _hopfield_file(tmp_path, 16000)
+    assert path.stat().st_size < 20_000
+    with pytest.raises(FileFormatError, match=r"Hopfield\(n_neurons=16000, storage='dense'\)"
+                                              r".* 1024000000 bytes for the couplings of "
+                                              r"n_neurons=16000.*max_bytes=268435456"):
+        nk.load(path)
+
+
+def test_max_bytes_is_the_callers_limit(tmp_path):
+    path = _hopfield_file(tmp_path, 1000)  # 4 MB of couplings
+    assert nk.load(path).couplings_.shape == (1000, 1000)
+    with pytest.raises(FileFormatError, match="4000000 bytes .*max_bytes=1000000"):
+        nk.load(path, max_bytes=1_000_000)
+    assert nk.load(path, max_bytes=None).couplings_.shape == (1000, 1000)
+    for bad in (-1, 1.5, "1", True):
+        with pytest.raises(TypeError, match="max_bytes must be an int >= 0 or None"):
+            nk.load(path, max_bytes=bad)
+
+
+@pytest.mark.parametrize("node, what", [
+    (_module("nnkit.nn:Conv2d", 4000, 4000, 4000),
+     r"Conv2d\(4000, 4000, 4000\).* 1024000000000000 bytes for a parameter of shape "
+     r"\(4000, 4000, 4000, 4000\)"),
+    (_module("nnkit.nn:LayerNorm", [4000, 4000, 4000]),
+     r"256000000000 bytes for normalized_shape=\(4000, 4000, 4000\)"),
+    (_module("nnkit.nn:LRU", 4000, 4000), "512000000 bytes for input_size=4000, state_size"),
+    (_module("nnkit.nn:Linear", 4000, 4000), r"64000000 bytes for a parameter of shape"),
+    (_module("nnkit.nn:LSTM", 4000, 4000), r"256000000 bytes for a parameter of shape"),
+], ids=["conv2d", "layer-norm", "lru", "linear", "lstm"])
+def test_modules_are_refused_before_they_allocate(node, what, tmp_path):
+    """Each int argument is within the per-argument bound; together they would allocate
+    far more than the file holds: refused before the memory is touched (a MemoryError or
+    a machine out of memory otherwise)."""
+    path = tmp_path / "big.safetensors"
+    path.write_bytes(_with_object(node))
+    with pytest.raises(FileFormatError, match=what):
+        nk.load(path, max_bytes=1_000_000)
+
+
+# ----- whatever save writes, load reads back -----------------------------------------------
+class ScalarNet(nn.Module):
+    """A module with a 0-d Parameter (a learnable temperature)."""
+
+    def __init__(self):
+        super().__init__()
+        self.temperature = nn.Parameter(np.array(2.5))
+
+
+ROUND_TRIPS = {
+    "big-endian float64": np.arange(5, dtype=">f8"),
+    "big-endian int32": np.arange(-2, 3, dtype=">i4"),
+    "big-endian complex128": np.arange(3, dtype=">c16") * (1 - 2j),
+    "big-endian in a dict": {"w": np.ones((2, 3), dtype=">f4")},
+    "0-d float64": np.array(2.5),
+    "0-d int64": np.array(-7),
+    "0-d bool": np.array(True),
+    "0-d complex64": np.array(1 + 2j, dtype=np.complex64),
+    "0-d Parameter": nn.Parameter(np.array(3.0)),
+    "safetensors' reserved name as a key": {"__metadata__": np.ones(2), "x": np.zeros(3)},
+    "reserved names of the config": {"nnkit": np.ones(1), "nnkit_crc32": np.ones(2),
+                                     "__metadata__": 5},
+    "nested reserved name": {"a": {"__metadata__": np.arange(3)}},
+    "a non-contiguous view": np.arange(12.0).reshape(3, 4)[:, ::2],
+    "deep but within the limit": {"k": [{"k": (np.ones(1),)}] * 3},
+}
+
+
+@pytest.mark.parametrize("obj", ROUND_TRIPS.values(), ids=ROUND_TRIPS)
+def test_what_save_writes_load_reads_back_equal(obj, tmp_path):
+    """Values, shapes (0-d included) and kinds come back; a big-endian array comes back
+    in native (little-endian) byte order, as safetensors stores it."""
+    loaded = _round_trip(obj, tmp_path)
+
+    def same(a, b):
+        if isinstance(a, dict):
+            assert isinstance(b, dict) and list(a) == list(b)
+            for k in a:
+                same(a[k], b[k])
+        elif isinstance(a, (list, tuple)):
+            assert type(a) is type(b) and len(a) == len(b)
+            for x, y in zip(a, b, strict=True):
+                same(x, y)
+        elif isinstance(a, (np.ndarray, nk.Tensor)):
+            a = a.data if isinstance(a, nk.Tensor) else a
+            assert isinstance(b, np.ndarray) and b.shape == a.shape, (a, b)
+            assert b.dtype == a.dtype.newbyteorder("="), (a.dtype, b.dtype)
+            np.testing.assert_array_equal(b, a)
+        else:
+            assert a == b
+
+    same(obj, loaded)
+
+
+def test_a_0d_parameter_of_a_module_keeps_its_shape(tmp_path):
+    net = ScalarNet()
+    loaded = _round_trip(net, tmp_path, classes=[ScalarNet])
+    assert loaded.temperature.shape == () and float(loaded.temperature.data) == 2.5
+
+
+def test_nesting_that_load_refuses_is_refused_at_save(tmp_path):
+    path = tmp_path / "deep.safetensors"
+    nk.save({"version": 1}, path)
+    for depth in (100, 5000):  # past the config's depth limit; past Python's recursion
+        deep = np.ones(1)
+        for _ in range(depth):
+            deep = {"k": deep}
+        with pytest.raises(ValueError, match="nests too deeply"):
+            nk.save(deep, path)
+    assert nk.load(path) == {"version": 1}  # nothing was replaced
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep.safetensors"]
+    deepest = 1
+    for _ in range(60):
+        deepest = {"k": deepest}
+    assert _round_trip(deepest, tmp_path) == deepest
+
+
+def test_a_file_that_would_not_read_back_never_replaces_the_old_one(tmp_path, monkeypatch):
+    """The written header is read back before the rename; a broken writer (here: offsets
+    one byte short) raises, the previous file stays, no temporary file is left."""
+    from nnkit import _safetensors
+
+    path = tmp_path / "ckpt.safetensors"
+    nk.save({"version": 1}, path)
+    header = _safetensors._header
+
+    def broken_header(tensors, metadata):
+        raw, order = header(tensors, metadata)
+        return raw.replace(b'"data_offsets":[0,16]', b'"data_offsets":[0,15]'), order
+
+    monkeypatch.setattr(_safetensors, "_header", broken_header)
+    with pytest.raises(ValueError, match="would not read back"):
+        nk.save({"w": np.ones(2)}, path)
+    assert nk.load(path) == {"version": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.safetensors"]
+
+
+def test_write_file_refuses_the_reserved_tensor_name(tmp_path):
+    with pytest.raises(ValueError, match="tensor named '__metadata__'"):
+        write_file(tmp_path / "x.safetensors", {"__metadata__": np.ones(1)})
+    assert list(tmp_path.iterdir()) == []

@@ -154,3 +154,22 @@ def test_fit_fuzz_raises_only_value_or_type_errors(X, y):
                 est.fit(X, y)
             except (ValueError, TypeError):
                 pass
+
+
+def test_logistic_regression_overflow_is_an_error_not_nan_coefficients():
+    """On X scaled by 1e200 the SGD steps overflowed: NaN coefficients, and predict gave one
+    class for every sample, silently. Now a ValueError that says to scale X, as
+    scikit-learn's SGDClassifier (and nnkit's Perceptron) raise; the fit itself warns
+    nothing."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 3))
+    y = (X @ np.array([1.0, -2.0, 0.5]) > 0).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the silent NaN fit warned at most
+        with pytest.raises(ValueError, match=r"overflowed .* epoch 1 .*e\+200\); scale X"):
+            LogisticRegression(random_state=0).fit(X * 1e200, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="overflowed"):
+            LogisticRegression(random_state=0).fit(X * 1e200, y)
+    assert LogisticRegression(random_state=0).fit(X, y).score(X, y) > 0.9

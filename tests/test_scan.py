@@ -586,5 +586,29 @@ def test_public_scan_on_gpu_matches_cpu(dtype, shape, reverse):
         np.testing.assert_allclose(cupy.asnumpy(g), w, **tol, err_msg=name)
 
 
+def test_log_linear_scan_propagates_nan_as_logaddexp():
+    """NaN anywhere (log_a, log_b, log_h0) makes log h NaN from there on, as NumPy's logaddexp
+    (a NaN in log_b was taken for -inf and gave finite numbers); logaddexp(-inf, -inf) = -inf
+    and logaddexp(inf, inf) = inf stay. The public op, and both kernel builds, against the
+    twin."""
+    rng = np.random.default_rng(21)
+    values = np.array([np.nan, np.inf, -np.inf, 0.0, -1.5, 2.0, -40.0])
+    la, lb = rng.choice(values, (3, 7, 4)), rng.choice(values, (3, 7, 4))
+    lh0 = rng.choice(values, (3, 4))
+    lb[0, 2, 0], la[0, :, 0], lh0[0, 0] = np.nan, 0.0, 0.0  # only log_b's NaN in this lane
+    with np.errstate(invalid="ignore"):  # inf - inf and NaN in the twin's NumPy ops
+        expected = R.log_linear_scan(la, lb, lh0)
+        assert np.isnan(expected[0, 2:, 0]).all()
+        got = nk.functional.log_linear_scan(la, lb, lh0).numpy()
+        np.testing.assert_allclose(got, expected, **tolerance(np.float64))
+        for build in (scan_cpu.log_scan_rows.serial, scan_cpu.log_scan_rows.parallel):
+            out = np.empty_like(la)
+            build(la, lb, lh0, out, False, 2)
+            np.testing.assert_allclose(out, expected, **tolerance(np.float64))
+        lb32 = np.array([[[0.0], [np.nan], [0.0]]], np.float32)
+        got32 = K.log_linear_scan_forward(np.zeros_like(lb32), lb32)
+    np.testing.assert_array_equal(got32.ravel(), [0.0, np.nan, np.nan])
+
+
 if __name__ == "__main__":
     run_simulator_cases({"scan": _case_scan_kernels}, sys.argv[1])

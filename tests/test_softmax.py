@@ -393,3 +393,29 @@ def test_boundary_fuzz_raises_only_value_or_type_errors(call):
         fn()
     except (ValueError, TypeError):
         pass
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("fn, twin", [(S.softmax_forward, ref.softmax),
+                                      (S.log_softmax_forward, ref.log_softmax)])
+def test_out_overlapping_x_gives_the_result_of_a_fresh_out(fn, twin, dtype):
+    """An ``out`` sharing memory with x (x itself, or shifted by a row or by one element) was
+    overwritten while the kernel still read x: wrong numbers. Now the result is computed
+    aside and copied into out, as NumPy's ufuncs handle overlapping out= (x is then
+    overwritten, as asked)."""
+    rng = np.random.default_rng(6)
+    buf = rng.standard_normal(4 * 5 + 1).astype(dtype)
+    views = {
+        "out is x": (slice(0, 20), slice(0, 20)),
+        "out one row on": (slice(0, 15), slice(5, 20)),
+        "out one row back": (slice(5, 20), slice(0, 15)),
+        "out one element on": (slice(0, 20), slice(1, 21)),
+    }
+    for name, (xs, outs) in views.items():
+        for axis in (-1, 0):
+            b = buf.copy()
+            x = b[xs].reshape(-1, 5)  # (M, 5), C-contiguous
+            out = b[outs].reshape(-1, 5)
+            expected = _twin_along(twin, axis, x.copy())
+            assert fn(x, axis=axis, out=out) is out
+            assert_matches_reference(out, expected, err_msg=f"{name}, axis {axis}")

@@ -303,6 +303,31 @@ def test_encode_bad_input(tok):
         tok.encode_batch(["a", "b"], ["c"])
 
 
+def test_padding_to_a_huge_max_length_is_refused_before_allocating(tok):
+    # a bare MemoryError came out of the padding lists before
+    for call in (lambda: tok.encode("the queen", max_length=2**40, padding="max_length"),
+                 lambda: tok.encode_batch(["a", "b"], max_length=2**40, padding=True)):
+        with pytest.raises(ValueError, match=r"max_length=1099511627776 is too large to pad "
+                                             r"to: .*at most 16777216 .*padding='longest'"):
+            call()
+    # as a bound alone (truncation, or padding to the longest) it allocates nothing
+    assert len(tok.encode("the queen", max_length=2**40, truncation=True)) == 4
+    assert tok.encode_batch(["the", "the queen"], max_length=2**40,
+                            padding="longest").ids.shape == (2, 4)
+
+
+def test_loading_a_vocab_that_is_not_utf8_names_the_file_and_byte(tmp_path):
+    # a raw UnicodeDecodeError ("'utf-8' codec can't decode byte 0xe9 ...") came out before
+    path = tmp_path / "vocab.txt"
+    path.write_bytes("\n".join(SPECIALS + ["caf"]).encode() + b"\xe9\nb\n")  # Latin-1 'é'
+    with pytest.raises(ValueError, match=r"vocab.txt' is not UTF-8 text: byte 0xe9 at offset "
+                                         r"34 \(line 6\) .*expected a vocab.txt encoded in "
+                                         r"UTF-8") as info:
+        WordPieceTokenizer.load(path)
+    assert not isinstance(info.value, UnicodeDecodeError)
+    assert str(path) in str(info.value)
+
+
 def test_matches_the_tokenizers_package(tok, corpus, tmp_path):
     tokenizers = pytest.importorskip("tokenizers")
     path = tok.save_vocab(tmp_path)

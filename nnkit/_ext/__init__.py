@@ -1,3 +1,42 @@
 """Private compiled kernels: Numba CPU (``*_cpu.py``), Numba CUDA (``*_cuda.py``) and
 Cython (``*.pyx``, built by setup.py). No validation here: C-contiguous arrays and a
 preallocated ``out`` in, nothing allocated inside the loops. Use ``nnkit.kernels``."""
+
+import os
+import sys
+
+
+def _after_fork_in_child() -> None:
+    """Let a forked child run the parallel kernels, on one thread.
+
+    Numba's ``omp`` layer (GNU OpenMP on Linux) kills a child forked after the parent ran a
+    parallel kernel when the child starts one ("fork() called from a process already using
+    GNU OpenMP"): the child has none of the parent's OpenMP threads, and a parallel region
+    that waits for them hangs. Its check compares the pid that ``launch_threads`` recorded
+    with the child's parent pid; calling ``launch_threads(1)`` again in the child records
+    the child's pid, and with one thread (this thread's setting, and the default of threads
+    started later) a parallel region starts no OpenMP thread. Spawned children, and the
+    ``tbb`` and ``workqueue`` layers, start their own threads and are left alone. Why this
+    and not another layer: benchmarks/RESULTS.md, "Threading layer and fork safety".
+    """
+    numba = sys.modules.get("numba")
+    if numba is None:
+        return
+    try:
+        layer = numba.threading_layer()
+    except ValueError:  # no parallel kernel has run: the child starts its threads afresh
+        return
+    if layer != "omp":
+        return
+    import ctypes
+
+    from numba.np.ufunc import omppool
+
+    if getattr(omppool, "openmp_vendor", "GNU") != "GNU":
+        return  # numba stops forked children under GNU OpenMP only
+    ctypes.CFUNCTYPE(None, ctypes.c_int)(omppool.launch_threads)(1)
+    numba.set_num_threads(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

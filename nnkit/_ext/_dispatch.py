@@ -20,11 +20,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 import types
 
 import numba
 
-__all__ = ["PARALLEL_MIN_ELEMENTS", "serial_or_parallel", "serial_step_blas"]
+__all__ = ["PARALLEL_MIN_ELEMENTS", "one_blas_thread", "serial_or_parallel", "serial_step_blas"]
 
 PARALLEL_MIN_ELEMENTS = 1 << 16
 
@@ -89,16 +90,37 @@ def _scipy_blas():
     return None
 
 
+_one_thread_lock = threading.Lock()
+_one_thread_users = {}  # id(lib) -> [threads inside, the thread count to restore]
+
+
 @contextlib.contextmanager
-def serial_step_blas():
-    """Run the block with numba's (SciPy's) BLAS on one thread."""
-    lib = _scipy_blas()
+def one_blas_thread(lib):
+    """Run the block with the BLAS of threadpoolctl's controller ``lib`` on one thread.
+
+    The setting is process-wide, so threads inside at once share it: the first one in sets
+    one thread, the last one out restores the count the first one found (each thread
+    restoring what it found could leave BLAS on one thread for good).
+    """
     if lib is None:
         yield
         return
-    before = lib.num_threads
-    lib.set_num_threads(1)
+    with _one_thread_lock:
+        entry = _one_thread_users.setdefault(id(lib), [0, None])
+        if entry[0] == 0:
+            entry[1] = lib.num_threads
+            if entry[1] > 1:
+                lib.set_num_threads(1)
+        entry[0] += 1
     try:
         yield
     finally:
-        lib.set_num_threads(before)
+        with _one_thread_lock:
+            entry[0] -= 1
+            if entry[0] == 0 and entry[1] > 1:
+                lib.set_num_threads(entry[1])
+
+
+def serial_step_blas():
+    """A context in which numba's (SciPy's) BLAS runs on one thread."""
+    return one_blas_thread(_scipy_blas())

@@ -20,6 +20,11 @@ therefore treats the cached mean as a shift ``c`` and corrects it in the same pa
 the row sums: with u = x - c, the exact mean is c + mean(u), and mean(g * xhat) =
 rstd * (mean(g u) - mean(u) mean(g)). This costs nothing extra (the row is read anyway).
 
+Huge rows. In float64 the squares of |x| > ~1.3e154 overflow; such a row (its sum of squares
+not finite) has its mean and rstd recomputed in units of a power of two near max|x|
+(``rescaled_moments``), so y is the normalised row, not zeros. The backward is right while
+x - mean and the row sums of g (x - mean) stay finite (|x| up to ~1e300 for modest D).
+
 Parameter gradients. dweight and dbias are sums over rows. Rows are split into
 ``n_chunks = min(M, MAX_CHUNKS)`` contiguous blocks (a number that depends on M only, never
 on the thread count); ``prange`` runs over the blocks, each adding its rows into its own row
@@ -57,6 +62,42 @@ __all__ = [
 
 MAX_CHUNKS = 64
 _FASTMATH = {"reassoc"}
+_DBL_MAX = float(np.finfo(np.float64).max)
+
+
+def _rescaled_moments(xr, eps):
+    """(mean, 1 / sqrt(var + eps)) of the row ``xr`` (D,) computed in units of c, the power
+    of two in (max|x| / 2, max|x|], about the first entry: with z_j = x_j / c - x_0 / c
+    (|z_j| < 4, z = 0 exactly for a constant row), mean = x_0 + c mean(z) and
+    std = c sqrt(var(z)). Where std^2 overflows, eps is below its rounding and
+    rstd = 1 / std. NaN and inf in the row give NaN."""
+    D = xr.shape[0]
+    m = 0.0
+    for j in range(D):
+        a = abs(float(xr[j]))
+        if a > m:  # NaN skipped: it propagates through z below
+            m = a
+    if not m <= _DBL_MAX:  # inf in the row
+        return math.nan, math.nan
+    c = math.ldexp(1.0, math.frexp(m)[1] - 1) if m > 0.0 else 1.0
+    inv = 1.0 / c  # exact: c is a power of two
+    z0 = float(xr[0]) * inv
+    sz = 0.0
+    for j in range(D):
+        sz += float(xr[j]) * inv - z0
+    mz = sz / D
+    sv = 0.0
+    for j in range(D):
+        u = float(xr[j]) * inv - z0 - mz
+        sv += u * u
+    sd = c * math.sqrt(sv / D)  # the standard deviation, <= max|x|
+    var = sd * sd
+    r = 1.0 / math.sqrt(var + eps) if var <= _DBL_MAX else 1.0 / sd
+    return float(xr[0]) + c * mz, r
+
+
+# No fastmath: reassociating c sqrt(v) squared into c^2 v overflows (a rare path, not a hot one).
+rescaled_moments = numba.njit(cache=True)(_rescaled_moments)
 
 
 def _layer_norm_rows(x, weight, bias, eps, y, mean, rstd):
@@ -71,7 +112,10 @@ def _layer_norm_rows(x, weight, bias, eps, y, mean, rstd):
         for j in range(D):
             u = float(x[i, j]) - mu
             ss += u * u
-        r = 1.0 / math.sqrt(ss / D + eps)
+        if ss <= _DBL_MAX:
+            r = 1.0 / math.sqrt(ss / D + eps)
+        else:  # the squares overflowed (|x| > ~1e154 in float64), or x holds inf/NaN
+            mu, r = rescaled_moments(x[i], eps)
         for j in range(D):
             y[i, j] = (float(x[i, j]) - mu) * r * float(weight[j]) + float(bias[j])
         mean[i] = mu
@@ -105,7 +149,9 @@ def _layer_norm_backward_chunks(dy, x, mean, rstd, weight, dx, dweight_ws, dbias
                 sgu += g * u
             d = su / D  # exact mean = shift + d
             mean_g = sg / D
-            mean_gxhat = r * (sgu / D - d * mean_g)
+            # divided by 1 / r, not multiplied by r: reassoc folded r * this with the r of
+            # xhat below into r * r, which underflows for std > ~1e154 (dx lost its last term)
+            mean_gxhat = (sgu / D - d * mean_g) / (1.0 / r)
             if param_grads:
                 for j in range(D):
                     xhat = (float(x[i, j]) - shift - d) * r
@@ -131,7 +177,9 @@ def _sum_chunks(ws, out):
 
 
 layer_norm_rows = serial_or_parallel(_layer_norm_rows, fastmath=_FASTMATH)
-layer_norm_backward_chunks = serial_or_parallel(_layer_norm_backward_chunks, fastmath=_FASTMATH)
+# error_model="numpy": rstd = 0 (a caller's cache) makes 1 / r inf, as before, not an error
+layer_norm_backward_chunks = serial_or_parallel(_layer_norm_backward_chunks, fastmath=_FASTMATH,
+                                                error_model="numpy")
 # No fastmath here: the order of the block sums is the determinism guarantee.
 sum_chunks = serial_or_parallel(_sum_chunks)
 

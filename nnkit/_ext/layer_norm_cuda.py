@@ -1,8 +1,9 @@
 """Layer normalisation over the rows of a C-contiguous (M, D) array: Numba CUDA kernels.
 
 The same mathematics, numerics and launcher signatures as ``nnkit._ext.layer_norm_cpu``
-(read its docstring): float64 accumulators, two passes over the row for mean and variance,
-and the backward corrects the cached mean (stored in x's dtype) in float64.
+(read its docstring): float64 accumulators, two passes over the row for mean and variance
+(rescaled where the squares overflow), and the backward corrects the cached mean (stored in
+x's dtype) in float64.
 
 - forward and the dx part of the backward: one thread block per row, threads striding over
   the row, shared-memory tree reductions (``softmax_cuda._block_sum``);
@@ -25,11 +26,44 @@ from numba import cuda, float64
 
 from .._backend import launch_views
 from .layer_norm_cpu import n_chunks_for
-from .softmax_cuda import MAX_THREADS, _block_sum, threads_for
+from .softmax_cuda import MAX_THREADS, _block_max, _block_sum, threads_for
 
 __all__ = ["layer_norm_rows", "layer_norm_backward_rows"]
 
 col_threads = 128  # columns per block of the dweight/dbias kernels (the tests lower it)
+_DBL_MAX = float(np.finfo(np.float64).max)
+
+
+@cuda.jit(device=True)
+def _rescaled_moments(x, i, eps, buf, tid):
+    """(mean, rstd) of row i whose squares overflowed, as ``layer_norm_cpu``'s
+    ``rescaled_moments``: in units of c, the power of two in (max|x| / 2, max|x|], about the
+    row's first entry; NaN when the row holds inf. Every thread of the block calls it."""
+    step = cuda.blockDim.x
+    D = x.shape[1]
+    m = 0.0
+    for j in range(tid, D, step):
+        a = abs(float64(x[i, j]))
+        if a > m:  # NaN skipped: it propagates through z below
+            m = a
+    m = _block_max(buf, tid, m)
+    if not m <= _DBL_MAX:  # inf in the row
+        return math.nan, math.nan
+    c = math.ldexp(1.0, math.frexp(m)[1] - 1) if m > 0.0 else 1.0
+    inv = 1.0 / c  # exact: c is a power of two
+    z0 = float64(x[i, 0]) * inv
+    sz = 0.0
+    for j in range(tid, D, step):
+        sz += float64(x[i, j]) * inv - z0
+    mz = _block_sum(buf, tid, sz) / D
+    sv = 0.0
+    for j in range(tid, D, step):
+        u = float64(x[i, j]) * inv - z0 - mz
+        sv += u * u
+    sd = c * math.sqrt(_block_sum(buf, tid, sv) / D)  # the standard deviation, <= max|x|
+    var = sd * sd
+    r = 1.0 / math.sqrt(var + eps) if var <= _DBL_MAX else 1.0 / sd
+    return float64(x[i, 0]) + c * mz, r
 
 
 @cuda.jit
@@ -47,7 +81,11 @@ def _layer_norm_kernel(x, weight, bias, eps, y, mean, rstd):
     for j in range(tid, D, step):
         u = float64(x[i, j]) - mu
         ss += u * u
-    r = 1.0 / math.sqrt(_block_sum(buf, tid, ss) / D + eps)
+    ss = _block_sum(buf, tid, ss)  # the same in every thread: the branch is uniform
+    if ss <= _DBL_MAX:
+        r = 1.0 / math.sqrt(ss / D + eps)
+    else:  # the squares overflowed (|x| > ~1e154 in float64), or x holds inf/NaN
+        mu, r = _rescaled_moments(x, i, eps, buf, tid)
     for j in range(tid, D, step):
         y[i, j] = (float64(x[i, j]) - mu) * r * float64(weight[j]) + float64(bias[j])
     if tid == 0:

@@ -235,7 +235,8 @@ def _chunk_apply(a, b, bounds, carry, out, reverse, lanes):
 
 def _log_scan_rows(la, lb, lh0, out, reverse, block):
     """The scan in the log semiring (real): out_t = logaddexp(la_t + out_{t-1}, lb_t), i.e.
-    log h_t for h_t = a_t h_{t-1} + b_t with a, b > 0 given as logs (-inf allowed)."""
+    log h_t for h_t = a_t h_{t-1} + b_t with a, b > 0 given as logs (-inf allowed); NaN
+    propagates, as NumPy's logaddexp."""
     B, T, D = la.shape
     nblk = (D + block - 1) // block
     step = -1 if reverse else 1
@@ -251,7 +252,9 @@ def _log_scan_rows(la, lb, lh0, out, reverse, block):
                 x = la[i, t, d] + prev
                 y = lb[i, t, d]
                 hi = max(x, y)
-                if hi == -np.inf or hi == np.inf:  # logaddexp(inf, inf) = inf
+                if x != x or y != y:  # NaN in, NaN out (max(x, NaN) is x)
+                    out[i, t, d] = x + y
+                elif hi == -np.inf or hi == np.inf:  # logaddexp(inf, inf) = inf
                     out[i, t, d] = hi
                 else:
                     out[i, t, d] = hi + np.log1p(np.exp(min(x, y) - hi))

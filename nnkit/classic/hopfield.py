@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._budget import reserve
 from .._ext import hopfield as _cy
 from .._ext import hopfield_cpu as _cpu
 from .._random import get_rng
@@ -242,6 +243,8 @@ class Hopfield(_StoresPatterns):
         self.couplings_ = self._patterns_f = self._patterns_rows_f = None
         self._patterns_rows_i8 = None
         if self.storage_ == "dense":
+            reserve(n * n * np.dtype(dtype).itemsize, f"the couplings of n_neurons={n}, "
+                    "storage='dense'")
             xi = self.patterns_
             xf = xi.astype(dtype)
             c = xf.T @ xf  # (n, n), integers, exact in dtype

@@ -100,7 +100,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         w <- w - lr * (1/B) sum_{i in batch} (sigma(w^T x_i + b) - y_i) x_i,
         b <- b - lr * (1/B) sum_{i in batch} (sigma(w^T x_i + b) - y_i),
 
-    from w = 0, b = 0, for ``max_epochs`` passes (``batch_size=1`` is plain SGD).
+    from w = 0, b = 0, for ``max_epochs`` passes (``batch_size=1`` is plain SGD). A pass
+    whose weights or activations overflow to inf/NaN (unscaled X, |x| ~ 1e200) raises
+    ``ValueError``, as scikit-learn's ``SGDClassifier`` does: scale X first.
 
     Parameters
     ----------
@@ -163,13 +165,22 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         w = np.zeros(A.shape[1])
         rng = get_rng(self.random_state)
         self.loss_curve_ = []
-        for _ in range(self.max_epochs):
+        for epoch in range(self.max_epochs):
             order = rng.permutation(A.shape[0]) if self.shuffle else np.arange(A.shape[0])
-            for start in range(0, A.shape[0], self.batch_size):
-                idx = order[start:start + self.batch_size]
-                residual = expit(A[idx] @ w) - y01[idx]                      # sigma(w.x) - y
-                w -= self.lr * (residual @ A[idx]) / idx.size
-            self.loss_curve_.append(float(-np.mean(log_expit((2 * y01 - 1) * (A @ w)))))
+            # huge X (|x| ~ 1e200) makes w.x overflow: checked below, once per pass
+            with np.errstate(over="ignore", invalid="ignore"):
+                for start in range(0, A.shape[0], self.batch_size):
+                    idx = order[start:start + self.batch_size]
+                    residual = expit(A[idx] @ w) - y01[idx]                  # sigma(w.x) - y
+                    w -= self.lr * (residual @ A[idx]) / idx.size
+                loss = float(-np.mean(log_expit((2 * y01 - 1) * (A @ w))))
+            if not (np.isfinite(w).all() and np.isfinite(loss)):
+                raise ValueError(
+                    f"LogisticRegression's weights or activations overflowed to inf/NaN at "
+                    f"epoch {epoch + 1} (largest |X| entry {float(np.abs(X).max()):.3g}); "
+                    f"scale X, e.g. with sklearn.preprocessing.StandardScaler, or lower lr "
+                    f"(lr={self.lr})")
+            self.loss_curve_.append(loss)
         self.n_iter_ = self.max_epochs
         self.coef_ = w[:X.shape[1]].reshape(1, -1)                            # (1, D)
         self.intercept_ = w[X.shape[1]:] if self.fit_intercept else np.zeros(1)

@@ -555,7 +555,8 @@ def check_divisor(divisor_override):
     """divisor_override as an int, 0 for None; torch's rule: a nonzero int."""
     if divisor_override is None:
         return 0
-    check_scalar(divisor_override, name="divisor_override", kind=numbers.Integral)
+    check_scalar(divisor_override, name="divisor_override", kind=numbers.Integral,
+                 low=-(2**63 - 1), high=2**63 - 1)
     if divisor_override == 0:
         raise ValueError("divisor_override must be a nonzero int or None (as torch), got 0")
     return int(divisor_override)
@@ -596,6 +597,9 @@ def _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, what):
     ceil_mode = check_bool(ceil_mode, name="ceil_mode")
     out_hw = tuple(pool_output_size(s, k, st, p, d, ceil_mode) for s, k, st, p, d
                    in zip(x.shape[2:], kernel, stride, pad, dilation, strict=True))
+    if min(x.shape[2:]) < 1:  # padding alone would make room for windows, all in the padding
+        raise ValueError(f"{what}: x has shape {tuple(x.shape)}, an empty (H, W) plane; H and W "
+                         f"must be >= 1 (as torch)")
     if min(out_hw) < 1:
         raise ValueError(f"{what}: output size {out_hw} is too small: x has shape "
                          f"{tuple(x.shape)}, kernel_size {kernel}, stride {stride}, padding "

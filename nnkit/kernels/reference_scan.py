@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["linear_scan", "linear_scan_backward"]
+__all__ = ["linear_scan", "linear_scan_backward", "log_linear_scan"]
 
 
 def _wide(x):
@@ -64,3 +64,21 @@ def linear_scan_backward(dh, a, h, h0=None, reverse=False):
             if T > 0:
                 dh0[i, d] = np.conj(a[i, forward[0], d]) * g
     return da.astype(dtype), db.astype(dtype), dh0.astype(dtype)
+
+
+def log_linear_scan(log_a, log_b, log_h0=None):
+    """log h_t = logaddexp(log a_t + log h_{t-1}, log b_t) for t = 0..T-1, log h_{-1} =
+    log_h0 (-inf when None), with NumPy's ``logaddexp`` (NaN in, NaN out). log_a, log_b
+    (B, T, D), log_h0 (B, D) -> log_h (B, T, D)."""
+    dtype = np.asarray(log_a).dtype
+    log_a, log_b = _wide(log_a), _wide(log_b)
+    B, T, D = log_a.shape
+    log_h0 = np.full((B, D), -np.inf) if log_h0 is None else _wide(log_h0)
+    log_h = np.zeros_like(log_a)
+    for i in range(B):
+        for d in range(D):
+            state = log_h0[i, d]
+            for t in range(T):
+                state = np.logaddexp(log_a[i, t, d] + state, log_b[i, t, d])
+                log_h[i, t, d] = state
+    return log_h.astype(dtype)

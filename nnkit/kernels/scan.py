@@ -57,7 +57,7 @@ import numpy as np
 
 from .._backend import is_gpu_array
 from .._ext import scan_cpu
-from .._validation import COMPLEX, FLOATS, check_array, check_bool
+from .._validation import COMPLEX, FLOATS, check_array, check_bool, check_native_byte_order
 
 __all__ = ["linear_scan_forward", "linear_scan_backward", "log_linear_scan_forward",
            "log_linear_scan_backward", "CHUNK_MAX_SEQUENCES", "CHUNK_MIN_T"]
@@ -89,19 +89,23 @@ def _check_pair(a, b, name_a="a", name_b="b"):
     return a, b
 
 
-def _check_h0(h0, a):
+def _check_h0(h0, a, names=("h0", "a", "b")):
+    """The initial state (B, D) of ``a`` (B, T, D); ``names``: (state, a, b) as the caller
+    calls them (the log-space scan's log_h0, log_a, log_b)."""
+    h, na, nb = names
     B, _, D = a.shape
     if h0 is None:
         xp = _xp(a)
         return xp.zeros((B, D), dtype=a.dtype)
-    h0 = check_array(h0, name="h0", ndim=2, dtype=SCAN_DTYPES)
+    h0 = check_array(h0, name=h, ndim=2, dtype=SCAN_DTYPES)
     if h0.dtype != a.dtype:
-        raise TypeError(f"h0 must have the dtype of a and b ({a.dtype}), got {h0.dtype}")
+        raise TypeError(f"{h} must have the dtype of {na} and {nb} ({a.dtype}), got {h0.dtype}")
     if tuple(h0.shape) != (B, D):
-        raise ValueError(f"h0 must have shape (B, D) = {(B, D)} to match a of shape "
+        raise ValueError(f"{h} must have shape (B, D) = {(B, D)} to match {na} of shape "
                          f"{tuple(a.shape)}, got {tuple(h0.shape)}")
     if is_gpu_array(h0) != is_gpu_array(a):
-        raise TypeError("h0 must live where a and b live (both NumPy or both GPU arrays)")
+        raise TypeError(f"{h} must live where {na} and {nb} live (both NumPy or both GPU "
+                        "arrays)")
     return h0
 
 
@@ -111,6 +115,7 @@ def _check_out(out, like, name):
     xp = _xp(like)
     if not isinstance(out, xp.ndarray):
         raise TypeError(f"{name} must be a {xp.__name__} array, got {type(out).__name__}")
+    check_native_byte_order(out, name=name)  # written in place: never a converted copy
     if out.shape != like.shape or out.dtype != like.dtype:
         raise ValueError(f"{name} must have shape {tuple(like.shape)} and dtype {like.dtype}, "
                          f"got {tuple(out.shape)} and {out.dtype}")
@@ -277,7 +282,7 @@ def log_linear_scan_forward(log_a, log_b, log_h0=None):
         raise TypeError(f"log_a and log_b must be real NumPy arrays, got {log_a.dtype}")
     B, T, D = log_a.shape
     log_h0 = (np.full((B, D), -np.inf, log_a.dtype) if log_h0 is None
-              else _check_h0(log_h0, log_a))
+              else _check_h0(log_h0, log_a, ("log_h0", "log_a", "log_b")))
     out = np.empty_like(log_a)
     mode, n = _plan(B, T, D)
     scan_cpu.log_scan_rows(log_a, log_b, log_h0, out, False, n if mode == "rows" else D)

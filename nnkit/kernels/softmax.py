@@ -46,7 +46,14 @@ import numpy as np
 
 from .._backend import array_module, is_gpu_array
 from .._ext import softmax_cpu
-from .._validation import FLOATS, INTEGERS, check_array, check_same_shape, check_scalar
+from .._validation import (
+    FLOATS,
+    INTEGERS,
+    check_array,
+    check_native_byte_order,
+    check_same_shape,
+    check_scalar,
+)
 
 __all__ = [
     "softmax_forward",
@@ -90,6 +97,7 @@ def _check_out(out, like, name="out"):
         raise ValueError(
             f"{name} has shape {tuple(out.shape)} but the result has shape {tuple(like.shape)}"
         )
+    check_native_byte_order(out, name=name)  # written in place: never a converted copy
     if out.dtype != like.dtype:
         raise TypeError(f"{name} has dtype {out.dtype} but the result has dtype {like.dtype}")
     if not out.flags.c_contiguous:
@@ -122,6 +130,12 @@ def _rowwise(launcher, inputs, axis, out):
     """Run ``launcher(*rows, out_rows)`` over ``axis`` of ``inputs`` (all one shape)."""
     first = inputs[0]
     xp = array_module(first)
+    if out is not None and any(xp.may_share_memory(out, a) for a in inputs):
+        # the kernels write a row of out while they read the row of x (log-softmax keeps its
+        # exponentials in out): an out overlapping x, even x itself, gave wrong numbers. So
+        # the result goes to a fresh array first, as NumPy's ufuncs do with such an out.
+        out[...] = _rowwise(launcher, inputs, axis, None)
+        return out
     if out is None:
         out = xp.empty(first.shape, dtype=first.dtype)
     if first.size == 0:
@@ -148,7 +162,8 @@ def softmax_forward(x, axis=-1, out=None):
     axis : int
         The axis the probabilities sum over.
     out : ndarray, optional
-        Preallocated C-contiguous result of ``x``'s shape and dtype.
+        Preallocated C-contiguous result of ``x``'s shape and dtype. It may overlap ``x``
+        (``out=x`` for in place): the result is then computed aside and copied in.
 
     Returns
     -------

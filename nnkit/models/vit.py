@@ -167,7 +167,7 @@ class ViT(Module):
         dtype = _dtype(dtype)
         self.patch_embed = Linear(in_channels * ph * pw, dim, dtype=dtype)
         self.cls_token = Parameter(np.zeros((1, 1, dim), dtype=dtype))
-        self.pos_embed = Parameter(np.empty((1, self.num_patches + 1, dim), dtype=dtype))
+        self.pos_embed = Parameter.empty((1, self.num_patches + 1, dim), dtype)
         init.normal_(self.pos_embed, 0.0, 0.02)
         self.dropout = Dropout(dropout)
         layer = TransformerEncoderLayer(dim, heads, dim_feedforward=mlp_dim, dropout=dropout,

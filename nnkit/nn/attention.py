@@ -229,22 +229,22 @@ class MultiheadAttention(Module):
         dtype = _dtype(dtype)
         E = embed_dim
         if self._qkv_same_embed_dim:  # registration order as torch, for state_dict order
-            self.in_proj_weight = Parameter(np.empty((3 * E, E), dtype=dtype))
+            self.in_proj_weight = Parameter.empty((3 * E, E), dtype)
             for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
                 self.register_parameter(name, None)
         else:
-            self.q_proj_weight = Parameter(np.empty((E, E), dtype=dtype))
-            self.k_proj_weight = Parameter(np.empty((E, self.kdim), dtype=dtype))
-            self.v_proj_weight = Parameter(np.empty((E, self.vdim), dtype=dtype))
+            self.q_proj_weight = Parameter.empty((E, E), dtype)
+            self.k_proj_weight = Parameter.empty((E, self.kdim), dtype)
+            self.v_proj_weight = Parameter.empty((E, self.vdim), dtype)
             self.register_parameter("in_proj_weight", None)
         if bias:
-            self.in_proj_bias = Parameter(np.empty(3 * E, dtype=dtype))
+            self.in_proj_bias = Parameter.empty(3 * E, dtype)
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = Linear(E, E, bias=bias, dtype=dtype)
         if add_bias_kv:
-            self.bias_k = Parameter(np.empty((1, 1, E), dtype=dtype))
-            self.bias_v = Parameter(np.empty((1, 1, E), dtype=dtype))
+            self.bias_k = Parameter.empty((1, 1, E), dtype)
+            self.bias_v = Parameter.empty((1, 1, E), dtype)
         else:
             self.register_parameter("bias_k", None)
             self.register_parameter("bias_v", None)

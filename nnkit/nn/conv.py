@@ -72,9 +72,9 @@ class _ConvNd(Module):
             self.padding = _tuple(padding, n, "padding", 0)
         dtype = _dtype(dtype)
         shape = (out_channels, in_channels // groups, *self.kernel_size)
-        self.weight = Parameter(np.empty(shape, dtype=dtype))
+        self.weight = Parameter.empty(shape, dtype)
         if bias:
-            self.bias = Parameter(np.empty(out_channels, dtype=dtype))
+            self.bias = Parameter.empty(out_channels, dtype)
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -88,11 +88,20 @@ class _ConvNd(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def _check_input(self, x):
+        """``x`` as a Tensor (N, C, *spatial) or unbatched (C, *spatial), as torch takes."""
         x = as_tensor(x)
-        if x.ndim != self._nd + 2 or x.shape[1] != self.in_channels:
-            dims = "H, W" if self._nd == 2 else "L"
-            raise ValueError(f"x has shape {x.shape} but {type(self).__name__} was built with "
-                             f"in_channels={self.in_channels}; expected shape "
+        nd = self._nd
+        dims = "H, W" if nd == 2 else "L"
+        name = type(self).__name__
+        if x.ndim not in (nd + 1, nd + 2):
+            raise ValueError(f"x must be {nd + 1}-D (C, {dims}) unbatched or {nd + 2}-D "
+                             f"(N, C, {dims}) for {name}, got shape {x.shape}")
+        channels = x.shape[-nd - 1]
+        if channels != self.in_channels:
+            layout = f"unbatched (C, {dims})" if x.ndim == nd + 1 else f"(N, C, {dims})"
+            raise ValueError(f"x has {channels} channels (shape {x.shape}, {layout}) but "
+                             f"{name} was built with in_channels={self.in_channels}; expected "
+                             f"shape ({self.in_channels}, {dims}) or "
                              f"(N, {self.in_channels}, {dims})")
         return x
 
@@ -110,6 +119,8 @@ class _ConvNd(Module):
 
 class Conv2d(_ConvNd):
     """2-D convolution layer (cross-correlation, as torch): (N, C, H, W) -> (N, K, Ho, Wo).
+
+    An unbatched (C, H, W) input gives (K, Ho, Wo), as torch.
 
     Parameters
     ----------
@@ -145,6 +156,8 @@ class Conv2d(_ConvNd):
 class Conv1d(_ConvNd):
     """1-D convolution layer: (N, C, L) -> (N, K, Lo); torch's arguments and parameters.
 
+    An unbatched (C, L) input gives (K, Lo), as torch.
+
     Attributes
     ----------
     weight : Parameter (out_channels, in_channels / groups, k)
@@ -160,7 +173,8 @@ class Conv1d(_ConvNd):
 
 
 class MaxPool2d(Module):
-    """Max pooling over windows (``F.max_pool2d``): (N, C, H, W) -> (N, C, Ho, Wo).
+    """Max pooling over windows (``F.max_pool2d``): (N, C, H, W) -> (N, C, Ho, Wo), or
+    unbatched (C, H, W) -> (C, Ho, Wo).
 
     torch's arguments in torch's order; stride defaults to kernel_size, padding is at most
     half the kernel. With ``return_indices`` the forward returns (y, indices), indices int64
@@ -185,7 +199,8 @@ class MaxPool2d(Module):
 
 
 class AvgPool2d(Module):
-    """Average pooling over windows (``F.avg_pool2d``): (N, C, H, W) -> (N, C, Ho, Wo).
+    """Average pooling over windows (``F.avg_pool2d``): (N, C, H, W) -> (N, C, Ho, Wo), or
+    unbatched (C, H, W) -> (C, Ho, Wo).
 
     torch's arguments in torch's order; stride defaults to kernel_size; divisor_override, a
     nonzero int, replaces every window's divisor.

@@ -11,7 +11,8 @@ import numpy as np
 
 from .. import functional as F
 from .._backend import array_module
-from .._validation import check_choice, check_input_dtype, check_scalar
+from .._budget import ensure_room
+from .._validation import axis_or_dim, check_choice, check_input_dtype, check_scalar
 from ..autograd import Tensor, as_tensor
 from . import init
 from .module import Module, Parameter
@@ -70,9 +71,9 @@ class Linear(Module):
         self.in_features = _check_size(in_features, "in_features")
         self.out_features = _check_size(out_features, "out_features")
         dtype = _dtype(dtype)
-        self.weight = Parameter(np.empty((out_features, in_features), dtype=dtype))
+        self.weight = Parameter.empty((out_features, in_features), dtype)
         if bias:
-            self.bias = Parameter(np.empty(out_features, dtype=dtype))
+            self.bias = Parameter.empty(out_features, dtype)
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -112,7 +113,7 @@ class Embedding(Module):
                          low=-num_embeddings, high=num_embeddings - 1)
             padding_idx = padding_idx % num_embeddings
         self.padding_idx = padding_idx
-        self.weight = Parameter(np.empty((num_embeddings, embedding_dim), dtype=_dtype(dtype)))
+        self.weight = Parameter.empty((num_embeddings, embedding_dim), _dtype(dtype))
         init.normal_(self.weight)
         if padding_idx is not None:
             self.weight.data[padding_idx] = 0
@@ -147,6 +148,7 @@ class LayerNorm(Module):
         self.elementwise_affine = elementwise_affine
         dtype = _dtype(dtype)
         if elementwise_affine:
+            ensure_room(self.normalized_shape, dtype, f"normalized_shape={self.normalized_shape}")
             self.weight = Parameter(np.ones(self.normalized_shape, dtype=dtype))
             if bias:
                 self.bias = Parameter(np.zeros(self.normalized_shape, dtype=dtype))
@@ -205,23 +207,43 @@ class GELU(Module):
 
 
 class Softmax(Module):
-    def __init__(self, dim: int = -1):
+    """Softmax along ``dim`` (torch's name; NumPy's ``axis`` is accepted too)."""
+
+    def __init__(self, dim: int | None = None, *, axis: int | None = None):
         super().__init__()
-        self.dim = dim
+        self.dim = axis_or_dim(axis, dim, default=-1, op="Softmax")
 
     def forward(self, x):
         return F.softmax(x, axis=self.dim)
 
 
 class Flatten(Module):
-    """Merge axes ``start_dim..end_dim`` (default: all but the batch axis), as torch."""
+    """Merge axes ``start_dim..end_dim`` (default: all but the batch axis), as torch.
+
+    ``start_dim`` must not come after ``end_dim``: when both have one sign that is checked
+    here, otherwise (and the range of both) against each input's ndim.
+    """
 
     def __init__(self, start_dim: int = 1, end_dim: int = -1):
         super().__init__()
-        self.start_dim, self.end_dim = start_dim, end_dim
+        check_scalar(start_dim, name="start_dim", kind=numbers.Integral)
+        check_scalar(end_dim, name="end_dim", kind=numbers.Integral)
+        if (start_dim < 0) == (end_dim < 0) and start_dim > end_dim:
+            raise ValueError(f"Flatten: start_dim={start_dim} comes after end_dim={end_dim}, "
+                             f"for an input of any ndim; Flatten merges dims start_dim.."
+                             f"end_dim, so pass start_dim <= end_dim")
+        self.start_dim, self.end_dim = int(start_dim), int(end_dim)
 
     def forward(self, x):
-        return as_tensor(x).flatten(self.start_dim, self.end_dim)
+        x = as_tensor(x)
+        nd, start, end = x.ndim, self.start_dim, self.end_dim
+        if nd and -nd <= start < nd and -nd <= end < nd and start % nd > end % nd:
+            def dim(name, d):  # 'end_dim=-3 (dim 1)'
+                return f"{name}={d}" + (f" (dim {d % nd})" if d < 0 else "")
+            raise ValueError(f"Flatten: {dim('start_dim', start)} comes after "
+                             f"{dim('end_dim', end)} for an input of shape {x.shape} "
+                             f"({nd}-dimensional); expected start_dim <= end_dim")
+        return x.flatten(start, end)  # out-of-range dims: its message names them
 
 
 class Identity(Module):

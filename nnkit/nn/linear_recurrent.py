@@ -21,6 +21,7 @@ import numbers
 import numpy as np
 
 from .._backend import array_module
+from .._budget import ensure_room
 from .._random import get_rng
 from .._validation import check_bool, check_real, check_scalar
 from ..autograd import Tensor, as_tensor, make_result, where
@@ -258,6 +259,7 @@ class LRU(Module):
         dtype = _dtype(dtype)
         rng = get_rng(random_state)
         P, F = self.state_size, self.input_size
+        ensure_room((4, P, F), np.float64, f"input_size={F}, state_size={P}")  # B and C
         u1, u2 = rng.random(P), rng.random(P)
         radius2 = np.clip(u1 * (r_max ** 2 - r_min ** 2) + r_min ** 2, 1e-12, 1 - 1e-7)
         self.nu = Parameter(np.log(-0.5 * np.log(radius2)).astype(dtype))

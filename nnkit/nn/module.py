@@ -12,6 +12,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .._backend import to_host
+from .._budget import ensure_room, reserve
 from ..autograd import Tensor
 
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList"]
@@ -23,8 +24,17 @@ class Parameter(Tensor):
     __slots__ = ()
 
     def __init__(self, data, requires_grad: bool = True):
-        super().__init__(data.data if isinstance(data, Tensor) else data,
-                         requires_grad=requires_grad)
+        data = data.data if isinstance(data, Tensor) else data
+        reserve(getattr(data, "nbytes", 0), f"a parameter of shape {np.shape(data)}")
+        super().__init__(data, requires_grad=requires_grad)
+
+    @classmethod
+    def empty(cls, shape, dtype) -> Parameter:
+        """A Parameter of uninitialised memory; refused before it is allocated when
+        ``nk.load``'s allocation budget has no room for it."""
+        shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+        ensure_room(shape, dtype, f"a parameter of shape {shape}")
+        return cls(np.empty(shape, dtype=dtype))
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
@@ -101,6 +111,7 @@ class Module:
 
     def register_buffer(self, name: str, value) -> None:
         """Register a non-learnable array saved in ``state_dict`` (e.g. running statistics)."""
+        reserve(getattr(value, "nbytes", 0), f"buffer '{name}'")
         self.__dict__.pop(name, None)
         self._buffers[name] = value
 

@@ -132,11 +132,11 @@ class _RNNBase(Module):
         for k in range(num_layers):
             layer_in = input_size if k == 0 else H * self.num_directions
             for sfx in self._suffixes():
-                setattr(self, f"weight_ih_l{k}{sfx}", Parameter(np.empty((G * H, layer_in), dtype)))
-                setattr(self, f"weight_hh_l{k}{sfx}", Parameter(np.empty((G * H, H), dtype)))
+                setattr(self, f"weight_ih_l{k}{sfx}", Parameter.empty((G * H, layer_in), dtype))
+                setattr(self, f"weight_hh_l{k}{sfx}", Parameter.empty((G * H, H), dtype))
                 if self.bias:
-                    setattr(self, f"bias_ih_l{k}{sfx}", Parameter(np.empty(G * H, dtype)))
-                    setattr(self, f"bias_hh_l{k}{sfx}", Parameter(np.empty(G * H, dtype)))
+                    setattr(self, f"bias_ih_l{k}{sfx}", Parameter.empty(G * H, dtype))
+                    setattr(self, f"bias_hh_l{k}{sfx}", Parameter.empty(G * H, dtype))
         self.reset_parameters()
 
     @property
