@@ -9,6 +9,7 @@ of its own with numba's thread count (torch and numba in one process slow each o
 OpenMP pools). The torch process serves timing requests, so the two alternate call by call
 (nnkit, pause, torch, pause, ...: other jobs on a shared machine load both alike) and the
 medians of 15 calls each are compared. ``torch / nnkit`` > 1 means nnkit is faster.
+Both processes run with glibc malloc tuned alike (harness.same_allocator()).
 
 Memory: forward + backward at T = 16384, d = 64, B = H = 1, in a fresh worker process:
 tracemalloc's peak (every NumPy allocation, including the outputs and gradients) and the
@@ -30,7 +31,7 @@ import numba
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import report  # noqa: E402
+from harness import report, same_allocator  # noqa: E402
 
 SHAPES = [(8, 4, 256, 64), (2, 8, 1024, 64)]
 QUICK_SHAPES = [(2, 2, 128, 32)]
@@ -206,6 +207,7 @@ def run(quick: bool = False) -> list[dict]:
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    same_allocator()  # glibc malloc tuned alike in every process, each contender's worker
     if argv and argv[0] == "--torch-server":
         _torch_server(int(argv[1]))
         return None

@@ -138,6 +138,12 @@ def run(quick=False):
 
 
 def main(argv):
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from harness import same_allocator
+
+    print(f"malloc (nnkit and torch, one process): {same_allocator()}")
     cupy, torch = _require_gpu()
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"CuPy {cupy.__version__}")

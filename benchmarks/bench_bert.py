@@ -10,7 +10,8 @@ positions (as the original BERT's pretraining, which gathers them first; nnkit's
 
 Each contender runs in its own worker process and the workers alternate (nnkit, torch,
 nnkit, ...), as in bench_mlp.py: torch's OpenMP pool and numba's/OpenBLAS's spinning workers
-slow each other down when they share a process.
+slow each other down when they share a process. Every worker runs with glibc malloc tuned
+alike (harness.same_allocator()).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_bert.py
 """
@@ -27,7 +28,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-from harness import block_times, report, torch_available  # noqa: E402
+from harness import block_times, report, same_allocator, torch_available  # noqa: E402
 
 CONFIG = dict(vocab_size=30522, hidden_size=256, num_layers=4, num_heads=4,
               intermediate_size=1024, max_position=512)
@@ -170,6 +171,7 @@ def run(quick: bool = False) -> list[dict]:
 
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    same_allocator()  # glibc malloc tuned alike in every process, each contender's worker
     if argv and argv[0] == "--worker":
         _worker(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), bool(int(argv[5])))
         return

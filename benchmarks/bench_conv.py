@@ -6,7 +6,8 @@ Target (issue 5): nnkit at least as fast as torch (torch/nnkit >= 1.0) on each s
 
 Each contender runs in its own worker process and the workers alternate (nnkit, torch,
 nnkit, ...): in one process torch's OpenMP pool and numba's/OpenBLAS's spinning threads slow
-each other down by up to 10x (see bench_mlp.py).
+each other down by up to 10x (see bench_mlp.py). Every worker runs with glibc malloc tuned
+alike (harness.same_allocator(); the environment line says so).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_conv.py \
         [--quick] [--threads N]
@@ -24,7 +25,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-from harness import block_times, environment, torch_available  # noqa: E402
+from harness import block_times, environment, same_allocator, torch_available  # noqa: E402
 
 SHAPES = [(32, 3, 32, 32, 16), (32, 16, 32, 32, 32), (8, 64, 56, 56, 64)]  # (N, C, H, W, K)
 MODES = ("fwd", "fwd+bwd")
@@ -155,6 +156,7 @@ def run(quick: bool = False, threads: int | None = None) -> list[dict]:
 
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    same_allocator()  # glibc malloc tuned alike in every process, each contender's worker
     if argv and argv[0] == "--worker":
         _worker(argv[1], int(argv[2]), int(argv[3]))
         return

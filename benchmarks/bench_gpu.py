@@ -17,8 +17,8 @@ read + written) and the float32 matrix-product rate (CuPy/cuBLAS). Sections:
   written), vs torch's cumsum-of-log form;
 - LSTM / GRU / RNN over the recurrent issue's shapes, forward and forward+backward, vs
   torch.nn.LSTM/GRU/RNN (cuDNN);
-- launch: host time per launch of an empty kernel by each launch path (Numba's dispatcher,
-  its compiled kernel, Numba's PTX through CuPy, CuPy's own);
+- launch: host time per launch of an empty kernel by each launch path (nnkit's ``launch()``,
+  Numba's dispatcher, its compiled kernel, Numba's PTX through CuPy, CuPy's own);
 - steps: one training step of an MLP, a CNN, an encoder layer and the digits ViT (batch
   128): time, Numba launches and GPU kernels per step; the ViT against its torch twin.
 
@@ -298,9 +298,10 @@ def recurrent(roof, size):
 def launch_overhead(roof, size):
     """Host time per launch of one empty 5-array kernel, by each way of launching it:
 
+    - nnkit's ``launch()`` (``nnkit._ext._launch``: the raw path on a GPU with CuPy arrays);
     - the Numba dispatcher with CuPy arguments (it reads ``__cuda_array_interface__`` and
       types the arguments at every launch), with Numba device arrays, and with CuPy arrays
-      converted to device arrays in the call (what ``launch_views`` costs per call);
+      converted to device arrays in the call (what the retired ``launch_views`` cost per call);
     - Numba's compiled kernel for the signature launched directly (no dispatch, no typing);
     - the same kernel's PTX (``cuda.compile_ptx``) loaded by CuPy's ``RawModule`` and launched
       with its arguments packed once (Numba's array ABI: meminfo, parent, nitems, itemsize,
@@ -319,7 +320,10 @@ def launch_overhead(roof, size):
     n = 256
     arrays = [cupy.ones(n, cupy.float32) for _ in range(5)]
     device = [cuda.as_cuda_array(x, sync=False) for x in arrays]
+    from nnkit._ext._launch import launch
+
     ways = {
+        "nnkit launch() (its chosen path)": lambda: launch(touch, 2, 128, *arrays),
         "numba dispatcher, cupy args": lambda: touch[2, 128](*arrays),
         "numba dispatcher, numba device args": lambda: touch[2, 128](*device),
         "numba dispatcher, cupy converted in the call": lambda: touch[2, 128](
@@ -443,27 +447,12 @@ def _step_models(images, rng, small):
 
 
 def _numba_launches(step) -> int:
-    """Numba CUDA launches made by one call of ``step``."""
-    from numba import config
+    """Numba CUDA launches made by one call of ``step`` (nnkit's launch counter)."""
+    from nnkit._ext._launch import count_launches
 
-    if config.ENABLE_CUDASIM:
-        from numba.cuda.simulator.kernel import FakeCUDAKernel as dispatcher
-        attr = "__call__"
-    else:
-        from numba.cuda.dispatcher import CUDADispatcher as dispatcher
-        attr = "call"
-    original, count = getattr(dispatcher, attr), [0]
-
-    def counting(self, *args, **kwargs):
-        count[0] += 1
-        return original(self, *args, **kwargs)
-
-    setattr(dispatcher, attr, counting)
-    try:
+    with count_launches() as counts:
         step()
-    finally:
-        setattr(dispatcher, attr, original)
-    return count[0]
+    return sum(counts.values())
 
 
 def _gpu_kernels(step):
@@ -558,6 +547,10 @@ def run(quick=False, only=None, size=None):
 
 
 def main(argv=None):
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+    from harness import same_allocator
+
+    print(f"malloc (nnkit and torch, one process): {same_allocator()}")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--smoke", action="store_true",

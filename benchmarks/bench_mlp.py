@@ -6,7 +6,8 @@ Target (foundation issue): nnkit at least as fast as PyTorch (ratio torch/nnkit 
 Each contender runs in its own worker process, and the workers alternate (nnkit, torch,
 nnkit, torch, ...) within this one run: in one process, torch's OpenMP pool, numba's and
 OpenBLAS's spinning workers slow each other down by up to 10x, which would measure the
-mix rather than either library.
+mix rather than either library. Every worker runs with glibc malloc tuned alike
+(harness.same_allocator(); the environment line says so).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_mlp.py
 """
@@ -23,7 +24,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-from harness import block_times, nnkit_mlp, report, torch_available  # noqa: E402
+from harness import block_times, nnkit_mlp, report, same_allocator, torch_available  # noqa: E402
 
 SIZES = (64, 256, 256, 10)
 BATCH = 64
@@ -104,6 +105,7 @@ def run(quick: bool = False) -> list[dict]:
 
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    same_allocator()  # glibc malloc tuned alike in every process, each contender's worker
     if argv and argv[0] == "--worker":
         _worker(argv[1], int(argv[2]), int(argv[3]), int(argv[4]))
         return

@@ -9,7 +9,7 @@ one GEMM of the same total size.
 Each sample is the mean of BLOCK calls back to back (see ``BLOCK``). Each contender runs in
 its own worker process; the workers alternate (nnkit, torch, ...) within one run: in one
 process torch's OpenMP pool and OpenBLAS's spinning workers slow each other down (see
-bench_mlp.py).
+bench_mlp.py). Every worker runs with glibc malloc tuned alike (harness.same_allocator()).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_recurrent.py
 """
@@ -25,7 +25,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-from harness import block_times, report, torch_available  # noqa: E402
+from harness import block_times, report, same_allocator, torch_available  # noqa: E402
 
 SHAPES = [(128, 32, 64, 128), (512, 16, 128, 256)]
 # Calls timed back to back in blocks of BLOCK, as the steps of a training loop run. A call
@@ -152,6 +152,7 @@ def run(quick: bool = False) -> list[dict]:
 
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    same_allocator()  # glibc malloc tuned alike in every process, each contender's worker
     if argv and argv[0] == "--worker":
         shape = tuple(int(s) for s in argv[4].split(","))
         _worker(argv[1], int(argv[2]), argv[3], shape, int(argv[5]))

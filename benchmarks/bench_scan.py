@@ -8,7 +8,8 @@ Targets (issue 7): >= 85% of the bandwidth bound; >= 20x the NumPy loop.
 The bound: the bytes of a, b, h read/written once (forward: 3 arrays; backward: dh, a, h read
 and da, db written, 5 arrays) at the bandwidth of a Numba prange copy timed in the same run.
 torch runs in its own worker process (its thread pool and Numba's slow each other down in one
-process; see bench_mlp.py).
+process; see bench_mlp.py). Both processes run with glibc malloc tuned alike
+(harness.same_allocator()).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_scan.py [--quick]
 """
@@ -164,12 +165,13 @@ def run(quick: bool = False) -> list[dict]:
 
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    sys.path.insert(0, str(HERE.parent))
+    from harness import report, same_allocator
+
+    same_allocator()  # glibc malloc tuned alike in every process, each contender's worker
     if argv and argv[0] == "--torch":
         _torch_worker(argv[1], int(argv[2]))
         return
-    sys.path.insert(0, str(HERE.parent))
-    from harness import report
-
     report(run, argv)
 
 

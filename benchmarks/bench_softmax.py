@@ -9,7 +9,8 @@ measured in the same run and process as nnkit.
 
 torch runs in a worker process of its own (same thread count, same array, its own copy
 bound ``out.copy_(x)``): imported next to numba, torch's OpenMP pool and numba's slow each
-other down (softmax 5 ms alone, 7-8 ms with torch loaded, on this machine).
+other down (softmax 5 ms alone, 7-8 ms with torch loaded, on this machine). Both processes
+run with glibc malloc tuned alike (harness.same_allocator()).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numba
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import environment, median_times  # noqa: E402
+from harness import environment, median_times, same_allocator  # noqa: E402
 
 from nnkit._ext import softmax_cpu
 from nnkit.kernels import reference
@@ -122,6 +123,7 @@ def _torch_worker(R, C, reps, pause, threads):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    same_allocator()  # glibc malloc tuned alike in every process, each contender's worker
     if argv and argv[0] == "--torch-worker":
         R, C, reps = (int(v) for v in argv[1:4])
         _torch_worker(R, C, reps, float(argv[4]), int(argv[5]))

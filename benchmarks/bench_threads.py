@@ -5,9 +5,9 @@ loss = output.sum(), as bench_recurrent.py), scaled dot product attention forwar
 linear_scan forward (torch: the cumsum-of-log form of bench_scan.py) and row softmax
 forward. Each (library, thread count) runs in a worker process of its own, the two
 libraries alternating, with NUMBA/OMP/OPENBLAS/MKL_NUM_THREADS and numba's or torch's own
-setting all at that count, and glibc malloc tuned alike (nnkit/_malloc.py, loaded into the
-torch worker without numba). Prints per op a markdown table: each one's median ms per call
-and its speedup over its own time at the fewest threads (1 by default).
+setting all at that count, and glibc malloc tuned alike (harness.same_allocator(): nnkit's
+thresholds, loaded into the torch worker without numba). Prints per op a markdown table:
+each one's median ms per call and its speedup over its own time at the fewest threads.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_threads.py \
         [--threads 1 2 4 8 16] [--quick] [--json PATH]
@@ -16,7 +16,6 @@ and its speedup over its own time at the fewest threads (1 by default).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -29,7 +28,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-from harness import block_times, torch_available  # noqa: E402
+from harness import block_times, same_allocator, torch_available  # noqa: E402
 
 OPS = {  # name: (label, full shape, --quick shape)
     "conv2d": ("conv2d 3x3 p1 fwd+bwd (N,C,H,W,K)", (32, 16, 32, 32, 32), (8, 16, 16, 16, 32)),
@@ -181,21 +180,11 @@ TORCH = {"conv2d": _torch_conv2d, "lstm": _torch_lstm, "attention": _torch_atten
          "linear_scan": _torch_linear_scan, "softmax": _torch_softmax}
 
 
-def _malloc_module():
-    """nnkit/_malloc.py loaded on its own: importing the nnkit package would load numba,
-    whose OpenMP runtime next to torch's slows torch down (see bench_recurrent.py)."""
-    where = importlib.util.find_spec("nnkit").submodule_search_locations[0]
-    spec = importlib.util.spec_from_file_location("_nnkit_malloc", Path(where) / "_malloc.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _steps(impl, threads, quick):
     """{op: step} of one library at ``threads``, and the library's version and malloc status."""
     index = 2 if quick else 1
+    status = same_allocator()  # both libraries alike, torch's worker without numba
     if impl == "torch":
-        status = _malloc_module().tune()
         import torch
 
         torch.set_num_threads(threads)
@@ -205,11 +194,10 @@ def _steps(impl, threads, quick):
         import numba
 
         import nnkit
-        from nnkit import _malloc
 
         numba.set_num_threads(threads)
         make = NNKIT
-        status, version = _malloc.STATUS, nnkit.__version__
+        version = nnkit.__version__
     return {op: make[op](spec[index]) for op, spec in OPS.items()}, version, status
 
 

@@ -15,8 +15,12 @@ Each contender runs in its own worker process, and the workers alternate (nnkit,
 nnkit, torch, ...) within this one run: in one process torch's OpenMP pool and numba's and
 OpenBLAS's spinning workers slow each other down (see bench_mlp.py). The machine is shared;
 medians of many blocks, and the rounds interleaved, keep the comparison fair, not quiet.
+Every worker runs with glibc malloc tuned (harness.same_allocator()); ``--both-allocators``
+adds ``nnkit-glibc`` and ``torch-glibc``, the same step under glibc's defaults
+(``NNKIT_MALLOC_TUNING=0``), each compared with the other.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_vit.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_vit.py \
+        [--quick] [--both-allocators]
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-from harness import block_times, report, torch_available  # noqa: E402
+from harness import block_times, report, same_allocator, torch_available  # noqa: E402
 
 BATCHES = (32, 128)
 
@@ -120,7 +124,8 @@ def _worker(impl: str, threads: int, batch: int, blocks: int, block: int) -> Non
 
     ``impl``: 'nnkit' (as is: ``nnkit._backend.matmul``'s choice per GEMM),
     'nnkit-blas1' (BLAS on one thread), 'nnkit-1' (numba and BLAS on one
-    thread), 'torch' (``threads``), 'torch-1' (one thread).
+    thread), 'torch' (``threads``), 'torch-1' (one thread); 'nnkit-glibc' and 'torch-glibc'
+    as 'nnkit' and 'torch', run by ``run`` under ``NNKIT_MALLOC_TUNING=0``.
     """
     if impl in ("nnkit-blas1", "nnkit-1"):
         from threadpoolctl import threadpool_limits
@@ -132,12 +137,17 @@ def _worker(impl: str, threads: int, batch: int, blocks: int, block: int) -> Non
     print(json.dumps(block_times(step, blocks, block, warmup=10, pause=0.05)))
 
 
-def run(quick: bool = False) -> list[dict]:
+def run(quick: bool = False, both_allocators: bool = False) -> list[dict]:
+    import os
+
     import numba
 
     threads = numba.get_num_threads()
-    impls = ["nnkit", "nnkit-blas1", "nnkit-1"]
-    impls += ["torch", "torch-1"] if torch_available() else []
+    impls = ["nnkit", "nnkit-blas1", "nnkit-1"] + ["nnkit-glibc"] * both_allocators
+    if torch_available():
+        impls += ["torch", "torch-1"] + ["torch-glibc"] * both_allocators
+    glibc = dict(os.environ, NNKIT_MALLOC_TUNING="0")  # same_allocator() then does nothing
+    setting = "tuned" if same_allocator().startswith("mmap threshold") else "glibc defaults"
     rounds, blocks, block = (1, 3, 5) if quick else (3, 6, 10)
     rows = []
     for batch in BATCHES[:1] if quick else BATCHES:
@@ -146,15 +156,18 @@ def run(quick: bool = False) -> list[dict]:
             for impl in impls:
                 out = subprocess.run(
                     [sys.executable, str(HERE), "--worker", impl, str(threads), str(batch),
-                     str(blocks), str(block)], capture_output=True, text=True, check=True)
+                     str(blocks), str(block)], capture_output=True, text=True, check=True,
+                    env=glibc if impl.endswith("-glibc") else None)
                 samples[impl] += json.loads(out.stdout.strip().splitlines()[-1])
                 time.sleep(0.3)
         med = {impl: float(np.median(s)) for impl, s in samples.items()}
         for impl, t in med.items():
             single = impl.endswith("-1")  # compared with torch on one thread
-            ref = med.get("torch-1" if single else "torch")
+            untuned = impl.endswith("-glibc")  # compared with torch under glibc's defaults
+            ref = med.get("torch-1" if single else "torch-glibc" if untuned else "torch")
             rows.append({"work": f"ViT digits step (B={batch}, 17 tokens, AdamW)",
-                         "impl": impl, "median_ms": f"{t * 1e3:.2f}",
+                         "impl": impl, "malloc": "glibc defaults" if untuned else setting,
+                         "median_ms": f"{t * 1e3:.2f}",
                          "torch/impl (same threads)": "n/a" if ref is None else f"{ref / t:.2f}",
                          "threads": 1 if single else threads})
     return rows
@@ -162,11 +175,12 @@ def run(quick: bool = False) -> list[dict]:
 
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    same_allocator()  # glibc malloc tuned alike in every process, each contender's worker
     if argv and argv[0] == "--worker":
         _worker(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]))
         return
 
-    report(run, argv)
+    report(lambda quick: run(quick, "--both-allocators" in argv), argv)
 
 
 if __name__ == "__main__":

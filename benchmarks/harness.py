@@ -3,14 +3,46 @@
 These machines are noisy, so each comparison interleaves its contenders (A, B, A, B, ...),
 pauses briefly before each timed block (OpenBLAS workers spin ~0.1 s after a call and steal
 a core) and reports medians and ratios measured in the same run.
+
+Every benchmark process, nnkit's and torch's alike, calls ``same_allocator()`` first: both
+contenders then run with glibc malloc tuned (nnkit/_malloc.py's thresholds, what
+``nnkit tour`` users get). With glibc's defaults a freed block of a few MiB is mmapped and
+page-faulted afresh on every call, and a comparison between a tuned and an untuned process
+measures the allocator, not the library (torch's conv2d forward at (32,16,32,32)->32 took
+6.9 ms untuned against 2.1 ms tuned).
+``NNKIT_MALLOC_TUNING=0`` in the environment leaves both at glibc's defaults instead.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+
+def _malloc_module():
+    """nnkit/_malloc.py as ``nnkit._malloc``, without importing the nnkit package (which would
+    load numba, whose OpenMP runtime next to torch's slows torch: see bench_recurrent.py).
+    Registered under its own name, so that a later ``import nnkit`` finds this one module and
+    its ``STATUS`` tells the truth."""
+    if "nnkit._malloc" in sys.modules:
+        return sys.modules["nnkit._malloc"]
+    where = importlib.util.find_spec("nnkit").submodule_search_locations[0]
+    spec = importlib.util.spec_from_file_location("nnkit._malloc", Path(where) / "_malloc.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules["nnkit._malloc"] = module
+    return module
+
+
+def same_allocator() -> str:
+    """Tune glibc malloc in this process as ``nk.tune_malloc()`` does (idempotent) and return
+    the setting. Called first in every benchmark process, each contender's worker alike."""
+    return _malloc_module().tune()
 
 
 def median_times(contenders: dict, repeats: int, warmup: int = 2, pause: float = 0.15,
@@ -73,11 +105,14 @@ def torch_available() -> bool:
 
 
 def environment() -> dict:
-    """Thread counts and the BLAS kernel in use (PERF-NOTES: OPENBLAS_CORETYPE slows SGEMM)."""
+    """Thread counts, the BLAS kernel in use (a forced OPENBLAS_CORETYPE slows SGEMM) and
+    the malloc setting of this process, which every contender's worker applies alike
+    (``same_allocator()``)."""
     import numba
 
     env = {"numba_threads": numba.get_num_threads(),
-           "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "unset")}
+           "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "unset"),
+           "malloc (every contender)": _malloc_module().STATUS}
     try:
         from threadpoolctl import threadpool_info
 

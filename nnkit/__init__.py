@@ -40,7 +40,8 @@ from .autograd import (
 from .gradcheck import GradcheckError, gradcheck
 from .persistence import load, save
 
-_malloc.tune()  # keep freed memory for reuse (see nnkit/_malloc.py; NNKIT_MALLOC_TUNING=0)
+tune_malloc = _malloc.tune  # opt-in, process-wide: glibc keeps freed memory for reuse
+_malloc.tune_from_environment()  # only under NNKIT_MALLOC_TUNING=1 (see nnkit/_malloc.py)
 
 __all__ = [
     "__version__",
@@ -58,6 +59,7 @@ __all__ = [
     "manual_seed",
     "get_rng",
     "set_rng",
+    "tune_malloc",
     "save",
     "load",
     "datasets",

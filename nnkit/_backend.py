@@ -11,23 +11,20 @@ import os
 
 import numpy as np
 
-__all__ = ["is_gpu_array", "array_module", "cuda_available", "launch_views", "unbroadcast",
+__all__ = ["is_gpu_array", "array_module", "cuda_available", "unbroadcast",
            "matmul", "SMALL_GEMM_FLOPS", "ROWS_PARALLEL_MIN_ROWS", "ROWS_PARALLEL_MIN_FLOPS",
            "to_host"]
 
-# A matrix product under this many flops (~2.6 ms on one core here) runs on one BLAS thread
-# (``matmul``). Alone, OpenBLAS's second thread makes such a product ~1.7-2x faster on these
-# 2-vCPU machines; but numba's OpenMP workers spin for a while after each parallel kernel,
-# and a two-thread BLAS call made then waits for a core: a ViT training step (batch 128,
-# GEMMs of 0.5-54 Mflop between numba kernels) took 184 ms with both pools on 2 threads,
-# 82 ms with either on one thread, 67 ms with this guard; the guard costs the MLP step of
-# bench_mlp.py (GEMMs of 2-8 Mflop, few parallel kernels) ~15% (benchmarks/RESULTS.md).
-# Larger products run on numba's threads too when ``_blocks`` can split them: in a BERT-mini
-# step (products of 0.5-10 Gflop between numba kernels) OpenBLAS's two threads, each spinning
-# ~0.1 s after its call, and numba's workers took cores from each other: the masked-only
-# step 1361 ms with its products on OpenBLAS's threads, 942 ms on numba's, although alone
-# OpenBLAS is the faster (175-187 vs 109-176 GFLOP/s at those shapes). Products above it
-# that ``_blocks`` cannot split keep both BLAS threads.
+# A matrix product under this many flops (a few ms on one core) runs on one BLAS thread
+# (``matmul``). Alone, OpenBLAS's second thread makes such a product up to 2x faster; but
+# numba's OpenMP workers spin for a while after each parallel kernel, and a two-thread BLAS
+# call made then waits for a core: a ViT training step (many such GEMMs between numba
+# kernels) ran over 2x faster with this guard, which costs a step of few parallel kernels
+# (bench_mlp.py) ~15%. Larger products run on numba's threads too when ``_blocks`` can split
+# them: OpenBLAS's threads (each spinning ~0.1 s after its call) and numba's workers took
+# cores from each other, and a BERT-mini step took ~30% less time with its products on numba's
+# threads although alone OpenBLAS is the faster. Products above it that ``_blocks`` cannot
+# split keep both BLAS threads. Figures: benchmarks/RESULTS.md, "BERT and ViT".
 SMALL_GEMM_FLOPS = 1 << 28
 
 
@@ -68,24 +65,6 @@ def to_host(value) -> np.ndarray:
         if hasattr(value, "copy_to_host"):  # a Numba device array
             return value.copy_to_host()
     return np.asarray(value)
-
-
-def launch_views(*arrays):
-    """Numba device-array views (no copy) of CuPy arrays, for launching Numba CUDA kernels;
-    anything else (NumPy arrays under the simulator, Numba device arrays) is returned as is.
-
-    Numba reads a CuPy argument's ``__cuda_array_interface__`` again at every launch:
-    measured on an H100 machine's host, an empty 5-array kernel took 197 us per launch with
-    CuPy arguments and 64 us with Numba device arrays. A call that launches several kernels
-    on the same arrays converts them once. ``sync=False``: kernels and CuPy share the
-    default stream, so ordering holds without Numba waiting for the GPU at every launch.
-    """
-    if not any(type(a).__module__.startswith("cupy") for a in arrays):
-        return arrays
-    from numba import cuda
-
-    return tuple(cuda.as_cuda_array(a, sync=False) if type(a).__module__.startswith("cupy") else a
-                 for a in arrays)
 
 
 def unbroadcast(grad, shape):
@@ -155,9 +134,9 @@ def matmul(a, b):
     numba's threads (``_blocks``): blocks of the rows of a C-contiguous ``a`` with nnkit's
     packed-panel kernel, or blocks of the inner dimension of a transposed ``a`` (g^T x) with
     one-thread BLAS each (``nnkit._ext.gemm_cpu``). Both cores, and no BLAS worker left
-    spinning. Other products under ``SMALL_GEMM_FLOPS`` run on one BLAS thread. Measured on
-    a ViT training step (batch 128): 61-64 ms with every product on one BLAS thread, 54-58
-    ms with the row blocks; a BERT-mini step: see ``SMALL_GEMM_FLOPS``.
+    spinning. Other products under ``SMALL_GEMM_FLOPS`` run on one BLAS thread. The row
+    blocks made a ViT training step ~10% faster than one BLAS thread for every product; a
+    BERT-mini step: see ``SMALL_GEMM_FLOPS`` (benchmarks/RESULTS.md, "BERT and ViT").
 
     The switch costs ~1.5 us (threadpoolctl, restored afterwards); CuPy arrays and large
     products that cannot be split go straight to ``@``.

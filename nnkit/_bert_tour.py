@@ -23,6 +23,7 @@ import numpy as np
 from . import datasets_text as data
 from . import optim
 from ._random import manual_seed
+from ._tour_rows import INFO, tour_row
 from .autograd import enable_grad, no_grad
 from .models.bert import (
     IGNORE_INDEX,
@@ -42,9 +43,8 @@ SECTION = "BERT"
 NSP_TARGET = 0.55  # held-out NSP accuracy after the full run (0.5 is chance)
 
 
-def _row(result, value, target="", ok=True):
-    return {"section": SECTION, "result": result, "value": value, "target": target,
-            "ok": bool(ok)}
+def _row(result, value, target="", ok=INFO):
+    return tour_row(SECTION, result, value, target, ok)
 
 
 def _batches(split, size, rng):
@@ -184,11 +184,14 @@ def _finetune_rows(ctx, model, tokenizer, quick):
         finetune_head(head, kind, task, 1 if quick else epochs, lr=lr, seed=ctx.seed)
         acc = head_accuracy(head, kind, task.test, tokenizer.sep_token_id)
         base = _majority(task, kind)
-        beats = quick or base == "n/a" or acc > float(base)
-        target = "(information)" if quick else (
-            "> 0 (chance ~0.01)" if base == "n/a" else f"> majority {base}")
+        if quick:
+            target, ok = "", INFO
+        elif base == "n/a":
+            target, ok = "> 0 (chance ~0.01)", acc > 0
+        else:
+            target, ok = f"> majority {base}", acc > float(base)
         rows.append(_row(f"fine-tuned {kind} head: {name}, test accuracy", f"{acc:.3f}",
-                         target, beats and (quick or acc > 0)))
+                         target, ok))
     return rows
 
 
@@ -220,11 +223,11 @@ def bert_section(ctx) -> list[dict]:
     rows = [
         _row(f"pretraining {epochs} epochs: held-out MLM accuracy, before -> after",
              f"{mlm0:.3f} -> {mlm1:.3f}",
-             "(information)" if quick else f"> most frequent token {unigram:.3f}",
-             quick or mlm1 > unigram),
+             "" if quick else f"> most frequent token {unigram:.3f}",
+             INFO if quick else mlm1 > unigram),
         _row("pretraining: held-out NSP accuracy (same document?), before -> after",
-             f"{nsp0:.3f} -> {nsp1:.3f}", "(information)" if quick else
-             f"> {NSP_TARGET} (chance 0.5)", quick or nsp1 > NSP_TARGET),
+             f"{nsp0:.3f} -> {nsp1:.3f}", "" if quick else
+             f"> {NSP_TARGET} (chance 0.5)", INFO if quick else nsp1 > NSP_TARGET),
         _row("pretraining time", f"{seconds:.1f} s"),
         _row("MLM decoder is the word-embedding Parameter after training", str(tied), "True",
              tied),

@@ -10,6 +10,8 @@ import time
 
 import numpy as np
 
+from ._tour_rows import INFO, tour_row
+
 __all__ = ["lenet_digits", "train_cnn_digits", "cnn_section"]
 
 SECTION = "CNN on digits"
@@ -67,9 +69,8 @@ def train_cnn_digits(epochs: int = 15, batch_size: int = 32, lr: float = 2e-3, s
     return model, history, split
 
 
-def _row(result, value, target, ok):
-    return {"section": SECTION, "result": result, "value": value, "target": target,
-            "ok": bool(ok)}
+def _row(result, value, target="", ok=INFO):
+    return tour_row(SECTION, result, value, target, ok)
 
 
 def _kernel_rows(seed):
@@ -130,5 +131,5 @@ def cnn_section(ctx) -> list[dict]:
     target = 0.95 if ctx.quick else 0.97
     return [_row("test accuracy" + (" (quick: 6 epochs)" if ctx.quick else ""), f"{acc:.4f}",
                  f">= {target}", acc >= target),
-            _row("training time", f"{seconds:.1f} s", "", True),
+            _row("training time", f"{seconds:.1f} s"),
             *_kernel_rows(ctx.seed)]

@@ -16,6 +16,7 @@ import numpy as np
 from . import functional as F
 from . import nn, optim
 from ._random import manual_seed
+from ._tour_rows import INFO, tour_row
 from .datasets import load_digits
 from .training import accuracy, minibatches
 
@@ -24,9 +25,8 @@ __all__ = ["distributed_section"]
 SECTION = "distributed (Dask)"
 
 
-def _row(result, value, target, ok):
-    return {"section": SECTION, "result": result, "value": value, "target": target,
-            "ok": bool(ok)}
+def _row(result, value, target="", ok=INFO):
+    return tour_row(SECTION, result, value, target, ok)
 
 
 def _mlp(seed):
@@ -66,8 +66,8 @@ def _rows(client, ctx):
     seconds = time.perf_counter() - start
     ref = _single_process(split, epochs, ctx.seed)
     acc, ref_acc = (accuracy(m, split.X_test, split.y_test) for m in (model, ref))
-    diff = max(float(np.abs(p.data - q.data).max())
-               for p, q in zip(model.parameters(), ref.parameters(), strict=True))
+    diff = float(np.max([np.abs(p.data - q.data).max()  # np.max keeps a NaN, max() may not
+                         for p, q in zip(model.parameters(), ref.parameters(), strict=True)]))
     table = map_experiments(_capacity_point, {"n": [300], "alpha": [0.08, 0.2]}, client,
                             progress=False)
     low, high = table.column("overlap")
@@ -77,7 +77,7 @@ def _rows(client, ctx):
              abs(acc - ref_acc) <= 1.5 / len(split.y_test) and acc >= 0.9),
         _row("data-parallel vs single-process parameters, max abs diff", f"{diff:.1e}",
              "<= 1e-4", diff <= 1e-4),
-        _row("data-parallel training time (2 local workers)", f"{seconds:.1f} s", "", True),
+        _row("data-parallel training time (2 local workers)", f"{seconds:.1f} s"),
         _row("map_experiments: Hopfield overlap at alpha 0.08 / 0.2 (n=300)",
              f"{low:.3f} / {high:.3f}", "> 0.97 / < 0.8", low > 0.97 and high < 0.8),
     ]
@@ -87,13 +87,13 @@ def distributed_section(ctx) -> list[dict]:
     """Rows of the distributed section (see the module docstring)."""
     if importlib.util.find_spec("distributed") is None:
         return [_row("nk.distributed", 'skipped: dask not installed '
-                     '(pip install "nnkit[distributed]")', "", True)]
+                     '(pip install "nnkit[distributed]")')]
     from distributed import Client, LocalCluster
 
     start = time.perf_counter()
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
         rows = _rows(client, ctx)
-    rows.append(_row("section time incl. cluster start", f"{time.perf_counter() - start:.1f} s",
-                     "< 20 s", True))
+    # A time is information, not a check: a busy machine is not a broken one.
+    rows.append(_row("section time incl. cluster start", f"{time.perf_counter() - start:.1f} s"))
     return rows

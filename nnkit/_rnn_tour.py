@@ -13,6 +13,7 @@ import numpy as np
 from . import functional as F
 from . import nn, optim
 from ._random import manual_seed
+from ._tour_rows import INFO, tour_row
 from .analysis import hidden_gradient_norms
 from .autograd import no_grad
 from .datasets_sequences import ADDING_BASELINE_MSE, adding_problem
@@ -65,9 +66,8 @@ def train_adding_problem(cell, T, steps, hidden=32, batch=64, lr=1e-2, seed=0, e
     return curve
 
 
-def _row(result, value, target, ok):
-    return {"section": SECTION, "result": result, "value": value, "target": target,
-            "ok": bool(ok)}
+def _row(result, value, target="", ok=INFO):
+    return tour_row(SECTION, result, value, target, ok)
 
 
 def _twin_rows(seed):

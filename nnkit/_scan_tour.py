@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from ._ext import scan_cpu
+from ._tour_rows import INFO, tour_row
 from .autograd import tensor
 from .functional_scan import linear_scan
 from .gradcheck import gradcheck
@@ -25,9 +26,8 @@ __all__ = ["scan_section"]
 SECTION = "linear recurrences"
 
 
-def _row(result, value, target, ok):
-    return {"section": SECTION, "result": result, "value": value, "target": target,
-            "ok": bool(ok)}
+def _row(result, value, target="", ok=INFO):
+    return tour_row(SECTION, result, value, target, ok)
 
 
 def _coefficients(rng, shape, dtype):
@@ -104,14 +104,14 @@ def _speed_rows(rng, quick):
         lambda: K.linear_scan_forward(a, b, out=out))
     # Timings are information, not a pass/fail check: this machine may be busy.
     rows = [_row(f"linear_scan {a.shape} f32 vs NumPy loop over T, speed-up", f"{ratio:.0f}x",
-                 "(bench target >= 20x)", True)]
+                 "(bench target >= 20x)", INFO)]
     shape = (16, 2048, 256) if quick else (16, 4096, 256)  # 32 / 64 MiB an array: past L3
     a, b = _coefficients(rng, shape, np.float32)
     out = np.empty_like(a)
     copy = _best(lambda: scan_cpu.copy(a, out))  # 2 arrays moved, same threads
     share = 1.5 * copy / _best(lambda: K.linear_scan_forward(a, b, out=out))  # scan moves 3
     rows.append(_row(f"linear_scan {shape} f32, share of the copy-bandwidth bound",
-                     f"{100 * share:.0f}%", "(bench target >= 85%)", True))
+                     f"{100 * share:.0f}%", "(bench target >= 85%)", INFO))
     return rows
 
 

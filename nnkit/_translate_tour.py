@@ -19,6 +19,7 @@ import numpy as np
 from . import functional as F
 from . import optim
 from ._random import manual_seed
+from ._tour_rows import INFO, tour_row
 from .autograd import no_grad
 from .datasets_translation import PAD_ID, exact_match, number_translation
 from .functional_attention import sinusoidal_positional_encoding
@@ -30,9 +31,8 @@ __all__ = ["translate_section", "train_translator", "attention_alignment", "make
 SECTION = "translation"
 
 
-def _row(result, value, target="", ok=True):
-    return {"section": SECTION, "result": result, "value": value, "target": target,
-            "ok": bool(ok)}
+def _row(result, value, target="", ok=INFO):
+    return tour_row(SECTION, result, value, target, ok)
 
 
 def make_translators(task, seed: int = 0) -> dict:
@@ -122,7 +122,7 @@ def _cache_rows(transformer, task, quick):
         _row(f"transformer: cached decoding vs recomputing the prefix, {T} steps, max |diff|",
              f"{diff:.1e}", "<= 1e-4", diff <= 1e-4),
         _row(f"transformer: decoding {T} tokens, key/value cache speed-up",
-             f"{recompute / with_cache:.1f}x", "(information)"),
+             f"{recompute / with_cache:.1f}x"),
     ]
 
 
@@ -187,10 +187,10 @@ def translate_section(ctx) -> list[dict]:
         greedy = greedy_decode(model, task.src_test, max_len=8)
         beam = beam_search(model, task.src_test, beam_size=4, max_len=8)
         em_greedy, em_beam = exact_match(greedy, task.tgt_test), exact_match(beam, task.tgt_test)
-        ok = quick or em_greedy >= 0.95
-        rows += [_row(f"{name}: exact match, greedy", f"{em_greedy:.3f}", target, ok),
+        rows += [_row(f"{name}: exact match, greedy", f"{em_greedy:.3f}", target,
+                      INFO if quick else em_greedy >= 0.95),
                  _row(f"{name}: exact match, beam search (4)", f"{em_beam:.3f}", target,
-                      quick or em_beam >= 0.95),
+                      INFO if quick else em_beam >= 0.95),
                  _row(f"{name}: training time", f"{seconds:.1f} s")]
         same = np.array_equal(beam_search(model, task.src_test[:64], beam_size=1, max_len=8),
                               greedy_decode(model, task.src_test[:64], max_len=8))

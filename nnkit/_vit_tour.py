@@ -16,6 +16,8 @@ import time
 
 import numpy as np
 
+from ._tour_rows import INFO, tour_row
+
 __all__ = ["DIGITS_VIT", "make_digits_vit", "train_vit", "vit_section"]
 
 SECTION = "ViT on digits"
@@ -67,9 +69,8 @@ def train_vit(model, X, y, epochs: int, lr: float = 2e-3, batch_size: int = 32,
     return history
 
 
-def _row(result, value, target="", ok=True):
-    return {"section": SECTION, "result": result, "value": value, "target": target,
-            "ok": bool(ok)}
+def _row(result, value, target="", ok=INFO):
+    return tour_row(SECTION, result, value, target, ok)
 
 
 def _check_rows(model, images):
@@ -106,7 +107,7 @@ def _ink_row(model, images):
     ink = images.reshape(B, H // p, p, W // p, p).max(axis=(2, 4)) > 0.25  # (B, Hp, Wp)
     share = float((maps * ink).sum() / maps.sum())
     return _row("last-layer [CLS] attention on patches with ink (vs their share of patches)",
-                f"{share:.2f} (vs {ink.mean():.2f})", "(information)")
+                f"{share:.2f} (vs {ink.mean():.2f})")
 
 
 def _plot(ctx, model, images, predicted):
@@ -145,10 +146,10 @@ def vit_section(ctx) -> list[dict]:
     acc = accuracy(model, data.X_test, data.y_test)
     rows = [
         _row(f"test accuracy after {epochs} epochs", f"{acc:.3f}",
-             "(full run >= 0.95)" if ctx.quick else ">= 0.95", ctx.quick or acc >= 0.95),
+             "(full run >= 0.95)" if ctx.quick else ">= 0.95", INFO if ctx.quick else acc >= 0.95),
         _row("training loss, first -> last epoch", f"{history[0]:.3f} -> {history[-1]:.3f}",
              "falls", history[-1] < history[0]),
-        _row("training time", f"{seconds:.1f} s", "(information)"),
+        _row("training time", f"{seconds:.1f} s"),
     ]
     probe = data.X_test[:64]
     rows += _check_rows(model, probe)

@@ -513,8 +513,9 @@ class _DataParallel:
 
         One trip to the client's event loop, as a plain gather: distributed's private
         ``_wait`` coroutine, then the gather (no measurable cost over a plain gather). A
-        public ``wait()`` and then ``gather()`` cost a second trip, 0.2-0.9 ms a step on
-        the 2-core machine (RESULTS.md); that is the fallback if ``_wait`` goes away.
+        public ``wait()`` and then ``gather()`` cost a second trip each step
+        (benchmarks/RESULTS.md, "Figures moved from docstrings"); that is the fallback if
+        ``_wait`` goes away.
         """
         if _private_wait() is None or math.isinf(seconds):
             if not self._wait(futures, seconds, every=True):

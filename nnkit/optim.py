@@ -666,7 +666,7 @@ class Adam(Optimizer):
     Notes
     -----
     On C-contiguous NumPy arrays the update runs as one fused Numba pass per parameter
-    (about 5x faster than torch.optim.Adam on a small MLP, see the note at ``_USE_NUMBA``);
+    (about 5x faster than torch.optim.Adam on a small MLP: benchmarks/RESULTS.md, "Foundation");
     on CuPy arrays, other layouts and complex dtypes as in-place ufuncs with ``out=`` into a
     cached scratch array. Parameters must be float32, float64, complex64 or complex128
     (torch also takes float16; here it is a ``TypeError`` naming the parameter).

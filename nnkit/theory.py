@@ -213,8 +213,7 @@ def hopfield_capacity(n) -> float:
 
     We return McEliece, Posner, Rodemich and Venkatesh (1987)'s n / (2 ln n), the bound for
     every stored pattern being a fixed point with probability -> 1; the notes write
-    n / (2 log2 n), which is smaller by the factor ln 2 and is not the published result (see
-    ``shared/reference/README.md``).
+    n / (2 log2 n), which is smaller by the factor ln 2 and is not the published result.
 
     Parameters
     ----------

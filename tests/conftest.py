@@ -8,12 +8,16 @@ for a long fuzzing run: ``HYPOTHESIS_PROFILE=thorough pytest``). Every profile h
 The ``cuda``-marked tests run on a real GPU with CuPy, or under Numba's simulator with the
 NumPy-backed CuPy stand-in of tests/stand_in (``NNKIT_CUPY_STAND_IN=1``; the child processes
 of tests/test_gpu_stand_in.py); elsewhere they are skipped.
+
+A run ends (above pytest's last line) with the skipped tests counted by what they need --
+torch, an NVIDIA GPU with CuPy -- and the command that runs them (helpers.skip_summary).
 """
 
 import os
 
 import numpy as np
 import pytest
+from helpers import skip_summary
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -84,6 +88,31 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(skip)
+
+
+def _skip_reason(report) -> str:
+    """A skipped report's reason (its longrepr is (path, line, "Skipped: reason"))."""
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Under pytest's own summary, just above its last line: the skipped tests by what they
+    need (torch, a GPU) with the command that runs them, and the tests deselected as slow,
+    so that a run without torch or a GPU is not mistaken for the whole suite."""
+    result = yield
+    skipped = [report for report in terminalreporter.stats.get("skipped", [])
+               if getattr(report, "count_towards_summary", True)]  # as pytest's own count
+    lines = skip_summary([_skip_reason(report) for report in skipped])
+    slow = [item for item in terminalreporter.stats.get("deselected", [])
+            if isinstance(item, pytest.Item) and item.get_closest_marker("slow") is not None]
+    if slow and config.option.markexpr == "not slow":
+        lines.append(f"{len(slow)} slow tests deselected (python -m pytest -m slow runs them)")
+    for line in lines:
+        terminalreporter.write_line(line)
+    return result
 
 
 @pytest.fixture

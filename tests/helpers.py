@@ -3,6 +3,9 @@ the kernel-vs-reference comparison, and the torch import that skips cleanly."""
 
 from __future__ import annotations
 
+import collections
+import re
+
 import numpy as np
 import pytest
 from hypothesis import strategies as st
@@ -207,3 +210,39 @@ def simulator_outcomes(test_file, tmp_dir) -> dict:
         pytest.fail(f"the CUDA-case child failed (exit {proc.returncode}):\n"
                     f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return json.loads(result_path.read_text())
+
+
+# ---- the skipped tests, counted by what they need (tests/conftest.py prints the summary) -----
+TORCH_COMMAND = "pip install torch==2.13.0, then python -m pytest"
+GPU_COMMAND = ('on a machine with one: pip install -e ".[test,cuda]", then python -m pytest '
+               '-m cuda; README, Development')
+_NEEDS = {
+    # pytest.importorskip("torch") (import_torch): "could not import 'torch': No module ..."
+    "torch": re.compile(r"could not import 'torch[.']"),
+    # the cuda marker (conftest), importorskip("cupy"), torch without CUDA
+    "gpu": re.compile(r"cuda marker|could not import 'cupy[.']|torch has no CUDA|NVIDIA GPU"),
+}
+
+
+def skip_category(reason: str) -> str:
+    """What a skipped test needs, from its skip reason: 'torch', 'gpu' or 'other'."""
+    return next((need for need, pattern in _NEEDS.items() if pattern.search(reason)), "other")
+
+
+def skip_summary(reasons: list[str]) -> list[str]:
+    """The lines that end a test run: how many tests were skipped, for want of what, and the
+    command that runs them (no lines when nothing was skipped)."""
+    if not reasons:
+        return []
+    counts = collections.Counter(skip_category(reason) for reason in reasons)
+    parts = []
+    if counts["torch"]:
+        parts.append(f"{counts['torch']} need torch ({TORCH_COMMAND})")
+    if counts["gpu"]:
+        parts.append(f"{counts['gpu']} need an NVIDIA GPU with CuPy ({GPU_COMMAND})")
+    if counts["other"]:
+        parts.append(f"{counts['other']} for other reasons:")
+    other = collections.Counter(reason for reason in reasons if skip_category(reason) == "other")
+    tests = "test" if len(reasons) == 1 else "tests"
+    return [f"{len(reasons)} {tests} skipped: " + "; ".join(parts),
+            *(f"  {n} x {reason}" for reason, n in other.most_common())]

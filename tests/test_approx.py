@@ -14,25 +14,9 @@ from hypothesis.extra import numpy as hnp
 
 import nnkit as nk
 import nnkit.functional as F
-from nnkit import approx, nn
+from nnkit import approx, nn, theory
 
 SIN = (np.sin, (0.0, 10.0))
-
-
-def _theory():
-    """nk.theory's formulas when the module is there, else the same formulas written here."""
-    try:
-        from nnkit import theory
-
-        return theory.zaslavsky_regions, theory.montufar_lower_bound
-    except ImportError:  # written by another engineer; the formulas of the notes, 2.8-2.9
-        def zaslavsky(m, n):
-            return sum(math.comb(m, i) for i in range(min(n, m) + 1))
-
-        def montufar(m, n, L):
-            return zaslavsky(m, n) * (m // n) ** (n * (L - 1))
-
-        return zaslavsky, montufar
 
 
 def _loglog_slope(ms, errors):
@@ -241,7 +225,7 @@ def _bounds_holding_every_intersection(net):
 
 @pytest.mark.parametrize("m", [1, 2, 5, 16, 40, 64])
 def test_one_layer_in_general_position_has_zaslavsky_regions(m):
-    zaslavsky, _ = _theory()
+    zaslavsky = theory.zaslavsky_regions
     net = _relu_net((2, m), seed=m)
     count = approx.count_linear_regions(net, _bounds_holding_every_intersection(net))
     assert count == zaslavsky(m, 2) and count.exact and count.method == "arrangement"
@@ -306,7 +290,7 @@ def test_1d_one_layer_is_one_plus_the_roots_inside():
 @pytest.mark.parametrize("n,m,L", [(1, 3, 1), (1, 3, 3), (1, 5, 2), (1, 4, 4),
                                    (2, 4, 1), (2, 4, 2), (2, 5, 2)])
 def test_montufar_construction_reaches_the_lower_bound(n, m, L):
-    _, montufar = _theory()
+    montufar = theory.montufar_lower_bound
     net = approx.montufar_network(m, n, L)
     count = approx.count_linear_regions(net, [(0, 1)] * n, resolution=1200)
     assert count == montufar(m, n, L)  # sampling (2-D, L > 1) only undercounts
@@ -366,7 +350,7 @@ def test_tour_section_rows_and_plot(tmp_path):
     from nnkit.tour import TourContext
 
     rows = approx_section(TourContext(out_dir=tmp_path, quick=True, plots=True))
-    assert all(r["ok"] for r in rows) and len(rows) == 5
+    assert all(r["ok"] is True for r in rows) and len(rows) == 5, rows
     assert (tmp_path / "approx_bins.png").stat().st_size > 1000
 
 

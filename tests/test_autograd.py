@@ -87,7 +87,7 @@ def test_unary_gradcheck_hypothesis_shapes(x, name):
 
 
 @given(x=arrays(dtype=np.float64, max_dims=3, max_side=4, low=-3, high=3))
-@example(x=np.arange(6.0).reshape(2, 3).T)  # a transposed (F-ordered) input: see bug report
+@example(x=np.arange(6.0).reshape(2, 3).T)  # a transposed (F-ordered) input
 def test_gradcheck_accepts_noncontiguous_inputs(x):
     # gradcheck perturbs the input through a flat view; for a non-contiguous array that
     # view must still alias the data, or the numerical gradient is silently zero
@@ -438,7 +438,7 @@ def test_complex_gradcheck(op, rng):
 
 @pytest.mark.parametrize("op", ["tanh", "pow_tensor"])
 def test_complex_gradcheck_of_holomorphic_ops_missing_conj(op, rng):
-    # holomorphic ops must multiply by conj(f'(z)) like exp/log/sqrt do; see the bug report
+    # holomorphic ops must multiply by conj(f'(z)) like exp/log/sqrt do
     a = _complex(rng, (2, 3)) * 0.3
     if op == "tanh":
         assert nk.gradcheck(lambda x: x.tanh(), [a])

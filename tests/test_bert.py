@@ -2,7 +2,7 @@
 best_span, bad input, float64 gradchecks, and torch models built from torch.nn layers the
 same way (outputs and every parameter gradient after a state_dict copy).
 
-Save/load round trips wait for persistence (nk.save / nk.load, issue 10).
+Save/load round trips are in tests/test_persistence.py.
 """
 
 from __future__ import annotations
@@ -626,9 +626,11 @@ def test_tour_section_quick_rows(tmp_path):
 
     rows = bert_section(TourContext(tmp_path, quick=True, plots=False))
     assert {"section", "result", "value", "target", "ok"} <= set(rows[0])
-    assert all(r["section"] == "BERT" and r["ok"] for r in rows)
+    assert all(r["section"] == "BERT" for r in rows)
     tied = [r for r in rows if r["result"].startswith("MLM decoder")]
-    assert tied and tied[0]["value"] == "True"
+    assert tied and tied[0]["value"] == "True" and tied[0]["ok"] is True
+    # quick: the one check is the tied decoder; the accuracies of a 1-epoch model only inform
+    assert all(r["ok"] == "info" for r in rows if r is not tied[0]), rows
     assert sum("fine-tuned" in r["result"] for r in rows) == 3
 
 

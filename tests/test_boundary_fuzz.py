@@ -100,7 +100,7 @@ def _x(*shape, dtype=np.float32, grad=True):
 
 
 # ----- nk.tensor ------------------------------------------------------------------------------
-@example(data=2**63, requires_grad=False, dtype=np.int32)  # OverflowError (bug report)
+@example(data=2**63, requires_grad=False, dtype=np.int32)  # once an OverflowError
 @given(data=GARBAGE, requires_grad=st.booleans() | GARBAGE,
        dtype=st.none() | st.sampled_from([np.float32, "float64", np.int32, "foo", object]))
 def test_fuzz_tensor(data, requires_grad, dtype):
@@ -180,7 +180,7 @@ def test_functional_valid_arguments_work(name):
     assert isinstance(out, nk.Tensor) and np.all(np.isfinite(out.numpy()))
 
 
-# pinned: each is a crash the fuzzer found (see the bug report)
+# pinned: each is a crash the fuzzer found
 @pytest.mark.parametrize("call", [
     pytest.param(lambda: F.embedding(np.array([0]), np.float32(1.0)), id="embedding-0d-weight"),
     pytest.param(lambda: F.embedding(np.array([0]), np.ones(3, np.float32)),

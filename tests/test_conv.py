@@ -359,7 +359,7 @@ def test_avg_pool2d_matches_torch_positionally(rng, dtype, shape, geometry, ceil
 
 
 @pytest.mark.parametrize("make", [
-    lambda nn: nn.AvgPool2d(3, 1, 1, False),  # the audit's case: ceil_mode, not include_pad
+    lambda nn: nn.AvgPool2d(3, 1, 1, False),  # 4th positional: ceil_mode, not count_include_pad
     lambda nn: nn.AvgPool2d(3, 2, 1, True, False),
     lambda nn: nn.AvgPool2d((3, 2), (2, 2), (1, 1), True, True, 4),
     lambda nn: nn.MaxPool2d(3, 2, 1, 1, False, True),
@@ -631,7 +631,7 @@ def test_max_pool_window_wholly_in_padding():
     np.testing.assert_array_equal(x.grad, 0.0)
 
 
-# ---- fuzz-audit regressions: huge dilation/padding, int64 overflow, huge pooling windows ----
+# ---- fuzzer-found regressions: huge dilation/padding, int64 overflow, huge pooling windows ---
 
 @given(n_out=st.integers(0, 8), size=st.integers(1, 8), stride=st.integers(1, 2**31 - 1),
        offset=st.integers(-(2**33), 2**33))

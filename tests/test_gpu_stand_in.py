@@ -38,10 +38,10 @@ GROUPS = {
     "core": [
         ([_E2E], f"(matches_the_cpu or waits) and {_LIGHT}"),
         ([_E2E, "tests/test_conv.py", "tests/test_optim.py", "tests/test_transformer.py",
-          "tests/test_scan.py"],
+          "tests/test_scan.py", "tests/test_launch.py"],
          f"(test_end_to_end and not (matches_the_cpu or waits or float32_step) and {_LIGHT}) "
          "or test_public_functions_on_gpu or test_cupy_parameters or test_mha_and_encoder or "
-         "(test_public_scan_on_gpu and shape2)"),
+         "(test_public_scan_on_gpu and shape2) or test_launch_budgets_on_gpu"),
     ],
     "slow": [
         ([_E2E], "(matches_the_cpu or waits) and (transformer or vit)"),
@@ -101,6 +101,21 @@ def test_the_gpu_benchmark_runs_every_section(tmp_path):
     names = {"launch": "launch", "rows": "rows", "conv": "conv2d", "scan": "linear_scan",
              "recurrent": "recurrent", "steps": "steps"}
     assert {r["section"] for r in rows} == {"roofs"} | {names[k] for k in SECTIONS}
+
+
+def test_the_launch_check_runs(tmp_path):
+    """``benchmarks/gpu_launch_check.py --smoke`` on the stand-in: every case runs on both
+    launch paths and agrees, so the GPU check does not fail for a broken script."""
+    env = _child_env()
+    env["PYTHONPATH"] = os.pathsep.join((str(STAND_IN), env["PYTHONPATH"]))
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_launch_check.py", "--smoke",
+                           "--out", str(tmp_path)], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    rows = json.loads((tmp_path / "gpu_launch_check.json").read_text())
+    cases = [r for r in rows if r["section"] == "paths"]
+    assert len(cases) >= 15 and all(r["agree"] for r in cases)
+    assert {r["section"] for r in rows} == {"paths", "launch", "ops"}
 
 
 def test_the_groups_cover_every_small_gpu_test_once():

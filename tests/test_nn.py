@@ -78,7 +78,7 @@ def test_shared_parameters_are_counted_once():
 
 def test_shared_module_state_dict_keys_match_torch():
     # torch lists a module registered twice under both names in state_dict, so that
-    # load_state_dict(torch_model.state_dict()) round-trips; see the bug report
+    # load_state_dict(torch_model.state_dict()) round-trips
     torch = import_torch()
     lin, tlin = nn.Linear(2, 2), torch.nn.Linear(2, 2)
     model = nn.Sequential(lin, nn.ReLU(), lin)
@@ -467,7 +467,7 @@ def test_loss_modules_match_functional(rng):
 
 
 def test_loss_modules_check_reduction_in_init():
-    # STYLE.md section 4: hyper-parameters are checked in __init__, not at the first forward
+    # hyper-parameters are checked in __init__, not at the first forward
     for cls in (nn.MSELoss, nn.CrossEntropyLoss, nn.BCEWithLogitsLoss):
         with pytest.raises(ValueError, match="reduction"):
             cls(reduction="avg")

@@ -10,11 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from nnkit._ext import softmax_cpu
+from nnkit._ext import softmax_cpu, softmax_cy  # setup.py builds every .pyx
 from nnkit.kernels import reference as ref
 from nnkit.kernels import softmax as S
-
-softmax_cy = pytest.importorskip("nnkit._ext.softmax_cy")
 
 FORWARD = [(S.softmax_forward, ref.softmax), (S.log_softmax_forward, ref.log_softmax)]
 BACKWARD = [
@@ -419,3 +417,25 @@ def test_out_overlapping_x_gives_the_result_of_a_fresh_out(fn, twin, dtype):
             expected = _twin_along(twin, axis, x.copy())
             assert fn(x, axis=axis, out=out) is out
             assert_matches_reference(out, expected, err_msg=f"{name}, axis {axis}")
+
+
+def test_kernels_and_functions_take_dim_or_axis():
+    """torch's ``dim`` and NumPy's ``axis`` name the same axis; -1 when neither is given."""
+    import nnkit as nk
+    from nnkit import functional as F
+    from nnkit import kernels
+
+    x = np.random.default_rng(0).normal(size=(3, 4))
+    y = kernels.softmax_forward(x, axis=0)
+    np.testing.assert_array_equal(kernels.softmax_forward(x, dim=0), y)
+    np.testing.assert_array_equal(F.softmax(x, dim=0).numpy(), y)
+    np.testing.assert_array_equal(F.softmax(x, 0).numpy(), y)  # torch's positional dim
+    np.testing.assert_array_equal(F.log_softmax(x).numpy(), kernels.log_softmax_forward(x))
+    np.testing.assert_array_equal(nk.nn.Softmax(axis=0)(x).numpy(), y)
+    dy = np.ones_like(x)
+    np.testing.assert_array_equal(kernels.softmax_backward(dy, y, dim=0),
+                                  kernels.softmax_backward(dy, y, axis=0))
+    for call in (lambda: F.softmax(x, 0, axis=1), lambda: kernels.softmax_forward(x, 0, dim=1),
+                 lambda: nk.nn.Softmax(0, axis=1)):
+        with pytest.raises(TypeError, match="not both"):
+            call()

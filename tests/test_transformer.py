@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 import nnkit as nk
 import nnkit.functional as F
+from nnkit.functional_attention import scaled_dot_product_attention
 from nnkit.nn import attention as attention_module
 from nnkit.nn.attention import MultiheadAttention, attention_with_weights, canonical_mask
 from nnkit.nn.transformer import (
@@ -373,10 +374,9 @@ def test_weights_path_does_not_call_fused(spy):
 
 
 def test_real_fused_attention_matches_torch():
-    """nnkit.functional_attention's fused SDPA behind need_weights=False (when it exists)."""
+    """nnkit.functional_attention's fused SDPA behind need_weights=False."""
     torch = import_torch()
-    pytest.importorskip("nnkit.functional_attention")
-    assert attention_module._fused_attention() is not None
+    assert attention_module._fused_attention() is scaled_dot_product_attention
     for config, mask_kind in (("self", "both_bool"), ("kvdim", "float_attn3d"),
                               ("bias_kv", "bool_kpm"), ("cross", "none")):
         result = _run_mha_pair(torch, MHA_CONFIGS[config], mask_kind, True, "none")

@@ -9,7 +9,7 @@
 - equality with the same model built from torch.nn layers after a state_dict copy (logits
   and every parameter gradient), when torch imports;
 - a short training run on digits whose loss falls, and the tour section in quick mode.
-Persistence (nk.save / nk.load) does not exist yet (issue 10): no save/load round trip here.
+Save/load round trips are in tests/test_persistence.py.
 """
 
 from __future__ import annotations
@@ -306,6 +306,8 @@ def test_tour_section_quick(tmp_path):
     from nnkit.tour import TourContext
 
     rows = vit_section(TourContext(tmp_path, quick=True))
-    assert rows and all(row["ok"] for row in rows), rows
+    checks = [row for row in rows if row["ok"] != "info"]
+    assert len(checks) == 4 and all(row["ok"] is True for row in checks), rows
+    assert [row["ok"] for row in rows if row["result"].startswith("test accuracy")] == ["info"]
     assert {row["section"] for row in rows} == {"ViT on digits"}
     assert (tmp_path / "vit_attention.png").stat().st_size > 1000

@@ -2,17 +2,11 @@
 
 Waking Numba's thread pool costs tens of microseconds (far more when the cores are busy,
 and a pool left spinning steals a core from OpenBLAS right after): for small inputs the
-serial build is faster. Measured for the float32 row softmax, 2 threads (omp layer), median
-of 200 calls on a quiet machine:
-
-    elements      640   16384   65536   131072   1048576
-    serial us     3.6    12.0    38.5     58.1     450.4
-    parallel us   4.6     7.2    28.4     34.9     255.9
-
-and with the second core busy (another process running) every parallel call cost ~8000 us:
-the barrier waits for a scheduler time slice. ``PARALLEL_MIN_ELEMENTS`` = 65536 keeps the
-small tensors of a typical training step serial, where the parallel gain is a few
-microseconds and the risk a few milliseconds.
+serial build is faster. With the second core busy (another process running) every parallel
+call costs milliseconds: the barrier waits for a scheduler time slice.
+``PARALLEL_MIN_ELEMENTS`` = 65536 keeps the small tensors of a typical training step
+serial, where the parallel gain is a few microseconds and the risk a few milliseconds
+(the float32 row softmax's timings: benchmarks/RESULTS.md, "Figures moved from docstrings").
 """
 
 from __future__ import annotations
@@ -67,11 +61,11 @@ def _clone(fn, suffix: str):
 # ---- np.dot inside Numba kernels on one BLAS thread --------------------------------------
 # Numba's np.dot calls SciPy's BLAS (scipy.linalg.cython_blas). Its worker threads spin for a
 # while after each call; in a loop that alternates a small GEMM with fused elementwise work,
-# the spinning worker takes the core the elementwise loop runs on. Measured on an LSTM
-# forward (T, B, H) = (128, 32, 128) that called np.dot per step, 2 cores: GEMMs alone
-# 13 ms, gate loops alone 12 ms, together 39-160 ms with 2 BLAS threads but 25 ms with one.
-# So kernels that call np.dot (the attention kernels) run with SciPy's BLAS limited to one
-# thread (restored afterwards; ~1 us per switch).
+# the spinning worker takes the core the elementwise loop runs on: an LSTM forward that
+# called np.dot per step ran 1.5-6x slower with 2 BLAS threads than with one
+# (benchmarks/RESULTS.md, "Figures moved from docstrings"). So kernels that call np.dot
+# (the attention kernels) run with SciPy's BLAS limited to one thread (restored afterwards;
+# ~1 us per switch).
 
 
 @functools.cache

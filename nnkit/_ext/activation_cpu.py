@@ -6,15 +6,14 @@ Arrays are C-contiguous and flat (the caller reshapes); nothing is validated her
 Beyond |x| = 10 GELU equals ReLU to float64 rounding (Phi(-10) ~ 8e-24), and the formula is
 not evaluated there: x * x would overflow for huge inputs and 0 * inf give NaN gradients.
 
-Why a kernel: composed from NumPy and SciPy's ``erf``, GELU forward + backward on a
-(2176, 128) float32 activation (a ViT block at batch 128) made ~12 array passes and took
-5.9 ms; the fused passes took 3.1 ms with libm's ``erf``, which Numba calls one element at a
-time (19 ms per (4096, 1024) BERT-mini activation on 2 threads, 13% of its training step).
-For float32 arrays Phi comes from a branch-free formula that LLVM vectorises instead
-(``_normal_cdf_fast``: the Chebyshev fit of erfc in Numerical Recipes, fractional error
-< 1.2e-7, with nnkit's polynomial exp; Phi measured within 1.7e-7 relative of SciPy's
-``ndtr`` over [-10, 10], ~3 float32 ulps, and accurate in the far left tail where
-1 + erf(x / sqrt 2) cancels); float64 arrays keep libm.
+Why a kernel: composed from NumPy and SciPy's ``erf``, GELU forward + backward made ~12
+array passes; the fused passes take about half the time, even with libm's ``erf``, which
+Numba calls one element at a time (a tenth of a BERT-mini training step:
+benchmarks/RESULTS.md, "BERT and ViT"). For float32 arrays Phi comes from a branch-free
+formula that LLVM vectorises instead (``_normal_cdf_fast``: the Chebyshev fit of erfc in
+Numerical Recipes, fractional error < 1.2e-7, with nnkit's polynomial exp; Phi measured
+within 1.7e-7 relative of SciPy's ``ndtr`` over [-10, 10], ~3 float32 ulps, and accurate in
+the far left tail where 1 + erf(x / sqrt 2) cancels); float64 arrays keep libm.
 """
 
 from __future__ import annotations
@@ -108,7 +107,7 @@ def _gelu_backward(g, x, cdf, dx):
 
 
 # error_model="numpy": Python's ZeroDivisionError check on 1 / (1 + z / 2) kept the float32
-# loop scalar (105 ms -> 13 ms per 4M elements, one thread).
+# loop scalar (8x slower).
 gelu_forward = serial_or_parallel(_gelu_forward, error_model="numpy")
 gelu_backward = serial_or_parallel(_gelu_backward)
 
@@ -117,7 +116,7 @@ gelu_backward = serial_or_parallel(_gelu_backward)
 # Element i keeps its value when u_i >= p, u_i = (splitmix64(seed + (i + 1) gamma) >> 11)
 # 2^-53: no generator state, so the pass is parallel, and a seed gives the same mask on the
 # CPU as on the GPU. (Drawing with NumPy's Generator, building a float mask and multiplying
-# took 0.73 ms per (2176, 64) ViT activation; this pass takes ~0.1 ms.)
+# took several times as long: benchmarks/RESULTS.md, "BERT and ViT", stop 14.)
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)

@@ -58,35 +58,20 @@ multipliers (for tests and for the CUDA twin's tests; never used by the kernels)
 Speed. The GEMMs go through Numba's ``np.dot`` (SciPy's BLAS, limited to one thread by
 ``serial_step_blas`` while the kernels run: the tasks already fill the cores; two threads
 calling it concurrently do overlap, measured). The elementwise work uses
-``softmax_cpu.exp_approx`` (a vectorisable polynomial exp: Numba's ``math.exp`` is a scalar
-libm call here, see PERF-NOTES) and ``softmax_cpu.fmax`` (a row maximum that vectorises).
-The kernels are GEMM-bound: on one thread the (8, 4, 256, 64) forward takes ~7.6 ms where
-its two GEMMs alone, as whole 256 x 256 blocks, take ~6.2 ms, and the backward ~16.5 ms of
-which its five GEMMs take ~15.5 ms (OpenBLAS reaches ~90-110 GFLOP/s per core on these
-K = 64 tile products, about half its large-matrix rate). The prange runs over
-``_TASK_GROUPS`` contiguous groups of tasks, each allocating its scratch once: allocating a
-score tile per task (512 KiB, served by mmap and page faults) made the 2-thread causal
-(8, 4, 256, 64) forward 7.9 ms instead of 5.1 ms. The parallel build runs when
-there are two tasks and ``PARALLEL_MIN_WORK`` multiply-adds (the element count of q, which
-``serial_or_parallel`` would use, says little here: the work is L S (E + Ev)).
+``softmax_cpu.exp_approx`` (a vectorisable polynomial exp: Numba compiles ``math.exp`` to a
+scalar libm call, one element at a time) and ``softmax_cpu.fmax`` (a row maximum that
+vectorises). The kernels are GEMM-bound: the GEMMs take over 80% of the forward and over
+90% of the backward on one thread. The prange runs over ``_TASK_GROUPS`` contiguous groups
+of tasks, each allocating its scratch once: a score tile allocated per task (512 KiB,
+served by mmap and page faults) made the small causal forward about 1.5x slower. The
+parallel build runs when there are two tasks and ``PARALLEL_MIN_WORK`` multiply-adds (the
+element count of q, which ``serial_or_parallel`` would use, says little here: the work is
+L S (E + Ev)).
 
-Tile sizes: serial builds, float32, one BLAS thread, min of 5 runs in ms, on the shared
-2-core machine (busy: ~10% noise), query/key tile:
-
-    forward         64/256  128/256  256/256  128/512  256/512  256/1024
-    (8,4,256,64)     8.75     8.08     7.58     8.03     7.59     7.58
-    (2,8,1024,64)   67.0     58.6     56.0     56.5     54.6     55.7
-    causal fwd      64/512  128/512  256/512   64/128  128/128  128/256
-    (8,4,256,64)     5.68     6.63     8.02     5.48     6.64     6.41
-    (2,8,1024,64)   34.0     33.6     36.0     33.5     36.9     47.3
-    backward        64/128   64/256  128/128  128/256  256/256  256/128
-    (8,4,256,64)    16.9     19.1     18.6     17.8     17.2     18.3
-    (2,8,1024,64)  125.9    145.9    141.5    135.7    130.9    135.7
-
-hence ``Q_TILE`` = 256, ``K_TILE`` = 512 (forward), ``CAUSAL_Q_TILE`` = 64 (small query tiles
-skip more of the masked triangle), ``BWD_Q_TILE`` = 64, ``BWD_K_TILE`` = 128 (small
-scratch tiles; causal backward at 64/128, 64/64, 128/128: 12.8, 11.4, 14.3 ms on
-(8,4,256,64) and 104.6, 106.5, 123.0 ms on (2,8,1024,64)).
+Tile sizes, from a sweep of query/key tiles (benchmarks/RESULTS.md, "Figures moved from
+docstrings"): ``Q_TILE`` = 256, ``K_TILE`` = 512 (forward), ``CAUSAL_Q_TILE`` = 64 (small
+query tiles skip more of the masked triangle), ``BWD_Q_TILE`` = 64, ``BWD_K_TILE`` = 128
+(small scratch tiles).
 
 Numerics. The row sums are compiled with ``fastmath={'reassoc'}`` only (vector partial
 sums; NaN and inf still propagate); everything else is strict. The running sum l_i is kept

@@ -37,10 +37,10 @@ Numba needs the tile sizes as compile-time constants to size shared and register
 Sums run in the input dtype except D (float64); float32 inputs use float32 arithmetic so the
 CUDA cores run at full rate. ``fastmath`` is off: -inf masks must propagate.
 
-CuPy inputs run on CuPy's current stream, without a host synchronisation (``_device_args``).
-Speed (H100, float32, d = 64, first measurement, ``benchmarks/bench_attention_gpu.py``):
-about 4-7 TFLOP/s on CUDA cores for long sequences, 0.15-0.25x torch's SDPA; small problems
-are dominated by Numba's per-launch cost (~0.1 ms per kernel).
+CuPy inputs run on CuPy's current stream, without a host synchronisation (``_launch.launch``).
+Speed: the tiles multiply on the CUDA cores (Numba exposes no tensor-core instructions), a
+fraction of torch's SDPA for long sequences; small problems are dominated by Numba's
+per-launch cost (benchmarks/RESULTS.md, "On an NVIDIA H100", "Fused attention").
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ import functools
 import math
 
 from numba import cuda, float32, float64, uint64
+
+from ._launch import device_empty, launch
 
 __all__ = ["attention_forward", "attention_backward"]
 
@@ -131,22 +133,6 @@ def _seed(seed):
     import numpy
 
     return numpy.array(int(seed) % 2**64, numpy.uint64).view(numpy.int64)[()]
-
-
-def _device_args(*arrays):
-    """(stream, arrays) for a launch: CuPy arrays become Numba views without the host-side
-    stream synchronisation Numba does by default for ``__cuda_array_interface__`` objects,
-    and the kernels run on CuPy's current stream, so they are ordered after the work that
-    made their inputs and the host does not wait. NumPy (simulator) and Numba arrays pass
-    through, on the default stream."""
-    if not any(type(a).__module__.startswith("cupy") for a in arrays):
-        return 0, arrays
-    import cupy
-
-    ptr = cupy.cuda.get_current_stream().ptr
-    stream = cuda.default_stream() if ptr == 0 else cuda.external_stream(ptr)
-    return stream, tuple(cuda.as_cuda_array(a, sync=False)
-                         if type(a).__module__.startswith("cupy") else a for a in arrays)
 
 
 def _grid(n, threads):
@@ -329,10 +315,8 @@ def attention_forward(q, k, v, mask, has_mask, causal, scale, dropout_p, seed, o
     BM, BN, TY, TX, EP, EVP = _tiles("forward", q.dtype.itemsize, E, Ev)
     kernel = _forward_kernel(q.dtype.name, BM, BN, TY, TX, EP, EVP)
     grid = ((L + BM - 1) // BM, B * H)
-    stream, args = _device_args(q, k, v, mask, out, lse)
-    kernel[grid, (TX, TY), stream](*args[:4], bool(has_mask), bool(causal), float(scale),
-                                   float(dropout_p), 1.0 / (1.0 - float(dropout_p)),
-                                   _seed(seed), *args[4:])
+    launch(kernel, grid, (TX, TY), q, k, v, mask, bool(has_mask), bool(causal), float(scale),
+           float(dropout_p), 1.0 / (1.0 - float(dropout_p)), _seed(seed), out, lse)
     return out
 
 
@@ -563,21 +547,6 @@ def _dq_kernel(dtype_name, BM, BN, TY, TX, EP, EVP):
     return dq_kernel
 
 
-def _empty(like, shape, dtype):
-    """An uninitialised array on the device of ``like`` (CuPy, Numba, or NumPy when
-    simulating)."""
-    module = type(like).__module__
-    if module.startswith("cupy"):
-        import cupy
-
-        return cupy.empty(shape, dtype)
-    if module.startswith("numpy"):
-        import numpy
-
-        return numpy.empty(shape, dtype)
-    return cuda.device_array(shape, dtype)
-
-
 def attention_backward(q, k, v, mask, has_mask, causal, scale, dropout_p, seed, out, lse, dout,
                        dq, dk, dv):
     """Fill dq (B, H, L, E), dk (B, H, S, E), dv (B, H, S, Ev) from the forward's ``out`` and
@@ -586,19 +555,16 @@ def attention_backward(q, k, v, mask, has_mask, causal, scale, dropout_p, seed, 
     S, Ev = k.shape[2], v.shape[3]
     if B * H == 0:
         return
-    D = _empty(q, (B, H, L), "float64")
-    stream, (q, k, v, mask, out, lse, dout, D, dq, dk, dv) = _device_args(
-        q, k, v, mask, out, lse, dout, D, dq, dk, dv)
+    D = device_empty(q, (B, H, L), "float64")
     args = (q, k, v, mask, bool(has_mask), bool(causal), float(scale), float(dropout_p),
             1.0 / (1.0 - float(dropout_p)), _seed(seed), lse)
     if L > 0:
-        blocks, threads = _grid(B * H * L, row_threads)
-        _row_dot[blocks, threads, stream](dout, out, D)
+        launch(_row_dot, *_grid(B * H * L, row_threads), dout, out, D)
     if S > 0:  # dK, dV: a block per key tile (they are zero when L == 0)
         BM, BN, TY, TX, EP, EVP = _tiles("dkv", q.dtype.itemsize, E, Ev)
         kernel = _dkv_kernel(q.dtype.name, BM, BN, TY, TX, EP, EVP)
-        kernel[((S + BN - 1) // BN, B * H), (TX, TY), stream](*args, D, dout, dk, dv)
+        launch(kernel, ((S + BN - 1) // BN, B * H), (TX, TY), *args, D, dout, dk, dv)
     if L > 0:  # dQ: a block per query tile (zero when S == 0)
         BM, BN, TY, TX, EP, EVP = _tiles("dq", q.dtype.itemsize, E, Ev)
         kernel = _dq_kernel(q.dtype.name, BM, BN, TY, TX, EP, EVP)
-        kernel[((L + BM - 1) // BM, B * H), (TX, TY), stream](*args, D, dout, dq)
+        launch(kernel, ((L + BM - 1) // BM, B * H), (TX, TY), *args, D, dout, dq)

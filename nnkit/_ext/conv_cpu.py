@@ -19,13 +19,12 @@ The convolution is lowered to GEMMs (the algorithm and its measurement are writt
 
 Serial or parallel: each launcher runs its parallel build only when the array it fills or
 reads holds at least ``PARALLEL_MIN_ELEMENTS`` = 2^20 elements (4 MiB of float32), not the
-2^16 of ``_dispatch``: these kernels move a few bytes per element, so below that size the
-~10-30 us of waking the pool (and, on a busy 2-core machine, a scheduler slice of several
-ms; measured: a (144, 512) col2im took 8 ms parallel vs 0.05 ms serial with the other core
-busy) costs more than the second core saves. The convolution (``nnkit.kernels.conv``) calls
-the serial builds of im2col, col2im, bias_transpose and transpose_sum outright: their
-OpenMP workers and OpenBLAS's threads, both spinning after a call, slow each other's next
-call by up to 2x (measurements there).
+2^16 of ``_dispatch``: these kernels move a few bytes per element, so below that size
+waking the pool (tens of microseconds; on a busy 2-core machine a scheduler slice of several
+milliseconds, benchmarks/RESULTS.md) costs more than the second core saves. The
+convolution (``nnkit.kernels.conv``) calls the serial builds of im2col, col2im,
+bias_transpose and transpose_sum outright: their OpenMP workers and OpenBLAS's threads,
+both spinning after a call, slow each other's next call by up to 2x (reasons there).
 
 No fastmath: pure data movement and sums whose order is fixed. Kernels validate nothing and
 take C-contiguous arrays with preallocated outputs.

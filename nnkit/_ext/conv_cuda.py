@@ -22,7 +22,7 @@ import math
 
 from numba import cuda, float64
 
-from .._backend import launch_views
+from ._launch import launch
 from .conv_cpu import _valid_range, avg_divisor
 
 __all__ = ["im2col", "col2im", "max_pool", "max_pool_backward", "avg_pool", "avg_pool_backward"]
@@ -199,48 +199,40 @@ def _geometry(stride, pads, dilation):
 def im2col(x, kernel, stride, pads, dilation, out_hw, cols):
     """cols (C kh kw, N Ho Wo) of x (N, C, H, W); pads ((top, bottom), (left, right))."""
     if cols.size:
-        x, cols = launch_views(x, cols)
-        _im2col_kernel[_blocks(cols.size), threads](x, *kernel,
-                                                    *_geometry(stride, pads, dilation),
-                                                    *out_hw, cols)
+        launch(_im2col_kernel, _blocks(cols.size), threads, x, *kernel,
+               *_geometry(stride, pads, dilation), *out_hw, cols)
 
 
 def col2im(dcols, kernel, stride, pads, dilation, out_hw, dx):
     """dx (N, C, H, W) from dcols (C kh kw, N Ho Wo): the adjoint of ``im2col``."""
     if dx.size:
-        dcols, dx = launch_views(dcols, dx)
-        _col2im_kernel[_blocks(dx.size), threads](dcols, *kernel,
-                                                  *_geometry(stride, pads, dilation),
-                                                  *out_hw, dx)
+        launch(_col2im_kernel, _blocks(dx.size), threads, dcols, *kernel,
+               *_geometry(stride, pads, dilation), *out_hw, dx)
 
 
 def max_pool(x, kernel, stride, padding, dilation, y, idx):
     """y = window max, idx = h W + w of the routed maximum (torch's rule)."""
     if y.size:
-        x, y, idx = launch_views(x, y, idx)
-        _max_pool_kernel[_blocks(y.size), threads](x, *kernel, *stride, *padding, *dilation,
-                                                   y, idx)
+        launch(_max_pool_kernel, _blocks(y.size), threads, x, *kernel, *stride, *padding,
+               *dilation, y, idx)
 
 
 def max_pool_backward(dy, idx, kernel, stride, padding, dilation, dx):
     """dx[n, c, h, w] = sum of dy over the windows whose argmax is (h, w)."""
     if dx.size:
-        dy, idx, dx = launch_views(dy, idx, dx)
-        _max_pool_bwd_kernel[_blocks(dx.size), threads](dy, idx, *kernel, *stride, *padding,
-                                                        *dilation, dx)
+        launch(_max_pool_bwd_kernel, _blocks(dx.size), threads, dy, idx, *kernel, *stride,
+               *padding, *dilation, dx)
 
 
 def avg_pool(x, kernel, stride, padding, count_include_pad, divisor, y):
     """y = window mean; divisor ``conv_cpu.avg_divisor`` (divisor_override if nonzero)."""
     if y.size:
-        x, y = launch_views(x, y)
-        _avg_pool_kernel[_blocks(y.size), threads](x, *kernel, *stride, *padding,
-                                                   count_include_pad, divisor, y)
+        launch(_avg_pool_kernel, _blocks(y.size), threads, x, *kernel, *stride, *padding,
+               count_include_pad, divisor, y)
 
 
 def avg_pool_backward(dy, kernel, stride, padding, count_include_pad, divisor, dx):
     """dx = sum over the windows holding (h, w) of dy / divisor."""
     if dx.size:
-        dy, dx = launch_views(dy, dx)
-        _avg_pool_bwd_kernel[_blocks(dx.size), threads](dy, *kernel, *stride, *padding,
-                                                        count_include_pad, divisor, dx)
+        launch(_avg_pool_bwd_kernel, _blocks(dx.size), threads, dy, *kernel, *stride, *padding,
+               count_include_pad, divisor, dx)

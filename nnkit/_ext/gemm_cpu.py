@@ -2,9 +2,9 @@
 
 A recurrent layer multiplies a few rows of the hidden state by the same W_hh at every time
 step: (B, H) x (H, G H) with B of 4-32 rows. BLAS packs its right-hand operand again at
-each call and the product is too small to hide it; measured here on one core (float32,
-best of 7): (16, 128) x (128, 512) 76 GFLOP/s with OpenBLAS, 108 with the kernel below;
-(8, 256) x (256, 1024) 30 vs 111 (the core's FMA peak is ~116). So W is packed once per
+each call and the product is too small to hide it: at these shapes the kernel below runs
+near the core's FMA peak where OpenBLAS reaches a quarter to two thirds of it
+(benchmarks/RESULTS.md, "Recurrent networks", stop 14). So W is packed once per
 sequence (``pack_panels``) and every step calls ``step_gemm``: a C kernel (gemm_packed.h,
 built by setup.py for AVX-512 / AVX2+FMA / baseline, chosen for this CPU at import) whose
 4-row x 32-column tiles keep their accumulators in registers. It is an external function

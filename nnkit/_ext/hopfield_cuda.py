@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from numba import cuda
 
+from ._launch import launch
+
 __all__ = ["sync_step", "sync_run", "block"]
 
 block = (8, 32)  # threads per block (states, neurons); the simulator tests use (2, 4)
@@ -58,7 +60,7 @@ def sync_step(couplings, states, out):
     B, n = states.shape
     if B == 0 or n == 0:
         return
-    _sync_step_kernel[_grid(B, n), block](couplings, states, out)
+    launch(_sync_step_kernel, _grid(B, n), block, couplings, states, out)
 
 
 def sync_run(couplings, states, work, active, sweeps, converged, n_active, max_sweeps):
@@ -75,7 +77,7 @@ def sync_run(couplings, states, work, active, sweeps, converged, n_active, max_s
     for step in range(max_sweeps):
         sync_step(couplings, states, work)
         n_active[0:1] = 0
-        _finish_step_kernel[(B + threads - 1) // threads, threads](
-            states, work, active, sweeps, converged, step, n_active)
+        launch(_finish_step_kernel, (B + threads - 1) // threads, threads,
+               states, work, active, sweeps, converged, step, n_active)
         if int(n_active[0]) == 0:
             return

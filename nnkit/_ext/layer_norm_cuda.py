@@ -13,8 +13,8 @@ x's dtype) in float64.
   workspace over the blocks in order. No atomics, so the result is bit-for-bit reproducible.
 
 Launchers take CuPy arrays, Numba device arrays, or NumPy arrays under
-``NUMBA_ENABLE_CUDASIM=1``; they allocate their float64 workspaces with
-``numba.cuda.device_array`` and launch on Numba's default stream.
+``NUMBA_ENABLE_CUDASIM=1``; they allocate their float64 workspaces where the input lives
+(``_launch.device_empty``) and launch through ``_launch.launch`` (CuPy's current stream).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import math
 import numpy as np
 from numba import cuda, float64
 
-from .._backend import launch_views
+from ._launch import device_empty, launch
 from .layer_norm_cpu import n_chunks_for
 from .softmax_cuda import MAX_THREADS, _block_max, _block_sum, threads_for
 
@@ -161,34 +161,30 @@ def layer_norm_rows(x, weight, bias, eps, y, mean, rstd):
     M, D = x.shape
     if M == 0:
         return
-    x, weight, bias, y, mean, rstd = launch_views(x, weight, bias, y, mean, rstd)
-    _layer_norm_kernel[M, threads_for(D)](x, weight, bias, float(eps), y, mean, rstd)
+    launch(_layer_norm_kernel, M, threads_for(D), x, weight, bias, float(eps), y, mean, rstd)
 
 
 def layer_norm_backward_rows(dy, x, mean, rstd, weight, dx, dweight=None, dbias=None):
     """dx into ``dx`` (M, D); dweight, dbias (D,) when given (else skipped)."""
     M, D = x.shape
     param_grads = dweight is not None or dbias is not None
-    dy, x, mean, rstd, weight, dx, dweight, dbias = launch_views(
-        dy, x, mean, rstd, weight, dx, dweight, dbias)
     ct = col_threads
     col_blocks = (D + ct - 1) // ct
     if M == 0:  # empty sums
         for out in (dweight, dbias):
             if out is not None and D > 0:
-                _zero_kernel[col_blocks, ct](out)
+                launch(_zero_kernel, col_blocks, ct, out)
         return
-    mean64 = cuda.device_array(M, dtype=np.float64)
-    _layer_norm_dx_kernel[M, threads_for(D)](dy, x, mean, rstd, weight, dx, mean64)
+    mean64 = device_empty(x, M, np.float64)
+    launch(_layer_norm_dx_kernel, M, threads_for(D), dy, x, mean, rstd, weight, dx, mean64)
     if not param_grads:
         return
     n_chunks = n_chunks_for(M)
-    dweight_ws = cuda.device_array((n_chunks, D), dtype=np.float64)
-    dbias_ws = cuda.device_array((n_chunks, D), dtype=np.float64)
-    _layer_norm_param_chunks_kernel[(col_blocks, n_chunks), ct](
-        dy, x, mean64, rstd, dweight_ws, dbias_ws
-    )
+    dweight_ws = device_empty(x, (n_chunks, D), np.float64)
+    dbias_ws = device_empty(x, (n_chunks, D), np.float64)
+    launch(_layer_norm_param_chunks_kernel, (col_blocks, n_chunks), ct,
+           dy, x, mean64, rstd, dweight_ws, dbias_ws)
     if dweight is not None:
-        _sum_chunks_kernel[col_blocks, ct](dweight_ws, dweight)
+        launch(_sum_chunks_kernel, col_blocks, ct, dweight_ws, dweight)
     if dbias is not None:
-        _sum_chunks_kernel[col_blocks, ct](dbias_ws, dbias)
+        launch(_sum_chunks_kernel, col_blocks, ct, dbias_ws, dbias)

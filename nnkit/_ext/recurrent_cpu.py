@@ -7,9 +7,9 @@ steps): ``x_t @ W_ih^T`` (B, D) x (D, G*H) into the gates buffer and ``h_{t-1} @
 the gate nonlinearities, the biases and the cell update fused in one pass over the rows.
 The input projection is done step by step inside the loop rather than as one large BLAS
 GEMM before it: it runs on the kernel's threads (OpenBLAS's workers, spinning after a GEMM,
-took a core from the time loop that followed: an LSTM forward with a median of 28 ms
-instead of 7.6 on a loaded machine), its rows are in L1 when the cell reads them, and the
-bias costs no extra pass. Backward through time (BPTT) mirrors the loop: the gate
+took a core from the time loop that followed, which made the LSTM forward several times
+slower on a loaded machine), its rows are in L1 when the cell reads them, and the bias
+costs no extra pass. Backward through time (BPTT) mirrors the loop: the gate
 derivatives fused, the GEMMs ``dA_h @ W_hh`` and ``dA_x @ W_ih`` (dx) per step, and dA of
 every step stored packed for the weight gradients, one product over all steps
 (``packed_weight_grads``). The batch rows are independent sequences: blocks of rows run on
@@ -42,9 +42,9 @@ one element at a time): float64 math for float64 arrays (<= 3 ulp), float32 math
 arrays (<= 2.5 ulp measured, tests/test_recurrent.py), chosen by
 ``act_sigmoid``/``act_tanh`` from the argument type. NaN propagates; inputs beyond the clamp
 give the limits (sigmoid(-inf) is 6e-39 in float32, not 0). ``error_model="numpy"`` drops
-Python's ZeroDivisionError check, whose branch alone kept the sigmoid loop scalar (34 ms ->
-3 ms per 2M elements). The fused multiply-adds took the LSTM cell from 0.84 to 0.72 ns per
-gate value and its backward from 2.3 to 1.6 ms at (128, 32, 64, 128) (one thread).
+Python's ZeroDivisionError check, whose branch alone kept the sigmoid loop scalar (about
+10x slower). The fused multiply-adds made the LSTM cell ~15% faster and its backward ~30%
+(benchmarks/RESULTS.md, "Recurrent networks", stop 16).
 """
 
 from __future__ import annotations
@@ -84,14 +84,15 @@ __all__ = [
 JIT_OPTIONS = {"error_model": "numpy", "fastmath": {"contract"}}
 
 # ---- vectorisable exp, expm1, sigmoid, tanh -------------------------------------------------
-# Numba calls libm for math.exp/tanh, one element at a time (no SIMD here, see PERF-NOTES): in
-# the LSTM cell those calls cost ~6x the arithmetic. These versions are branch-free float64
-# arithmetic that LLVM vectorises: exp(x) = 2^k exp(r), k = round(x / ln 2), |r| <= ln2 / 2,
-# exp(r) by its Taylor series to degree 13 (truncation < 1e-17), 2^k built from its bits.
-# Measured: max error 1.01 ulp (float64) over [-700, 700]; 1.3 ms per 1M elements against
-# 8.3 ms for math.exp. Inputs are clamped to [-708, 709] (no overflow, no denormals), so
-# exp(+inf) is 8.2e307 rather than inf: sigmoid and tanh still reach their limits exactly.
-# NaN propagates (every clamp is written so that a NaN comparison keeps x).
+# Numba calls libm for math.exp/tanh, one element at a time (no SIMD): in the LSTM cell
+# those calls cost ~6x the arithmetic. These versions are branch-free float64 arithmetic
+# that LLVM vectorises: exp(x) = 2^k exp(r), k = round(x / ln 2), |r| <= ln2 / 2, exp(r) by
+# its Taylor series to degree 13 (truncation < 1e-17), 2^k built from its bits. Measured:
+# max error 1.01 ulp (float64) over [-700, 700]; about 6x faster than math.exp
+# (benchmarks/RESULTS.md, "Figures moved from docstrings"). Inputs are clamped to
+# [-708, 709] (no overflow, no denormals), so exp(+inf) is 8.2e307 rather than inf: sigmoid
+# and tanh still reach their limits exactly. NaN propagates (every clamp is written so that
+# a NaN comparison keeps x).
 
 _LOG2E = 1.4426950408889634
 _LN2_HI = 0.6931471803691238  # ln 2 split so that k * _LN2_HI is exact for |k| <= 1024
@@ -244,8 +245,8 @@ def _act_tanh(x):
 def one_like(a):
     """The number 1 in the dtype of array a: float32 for float32 arrays. A literal 1.0 is
     float64 to Numba, so ``1.0 - g[j]`` ran the float32 cells in float64 (half the SIMD
-    lanes, plus conversions): the LSTM cell backward took 0.019 ms per 64 rows of H = 128
-    with it, 0.011 with ``one_like`` (one thread), the small LSTM's BPTT 5.36 -> 4.98 ms."""
+    lanes, plus conversions): the LSTM cell backward was ~1.7x slower
+    (benchmarks/RESULTS.md, "Recurrent networks", stop 17)."""
     return 1.0
 
 
@@ -276,8 +277,9 @@ prev = numba.njit(cache=True, inline="always", error_model="numpy")(_prev)
 # thread (``prange``): no barrier per step. Each step does one ``step_gemm`` on the block's
 # rows, then the cell's elementwise work row by row, in short loops over 0-based views of
 # one gate (a loop indexed g[2 * H + j] or writing many arrays LLVM cannot prove distinct is
-# left scalar: the LSTM gate loop took 4.1 ms with offset indexing, 1.4 ms with views). The
-# state of step t is read back from the outputs (y[t-1], c[t-1]) instead of being copied.
+# left scalar: the LSTM gate loop ran ~3x slower with offset indexing;
+# benchmarks/RESULTS.md, "Recurrent networks", stop 14). The state of step t is read back
+# from the outputs (y[t-1], c[t-1]) instead of being copied.
 
 
 def _chunk_rows(k, chunks, B):
@@ -427,8 +429,7 @@ def _lstm_forward(x, w_ih_t, bias, gates, h0, c0, w_hh_t, reverse, y, c_all, h, 
     """x (T, B, D); w_ih_t (D, 4H); bias (4H,) = b_ih + b_hh; gates (T, B, 4H) receives the
     activated gates; outputs y, c_all (T, B, H); h, c (B, H) end as h_T, c_T; xh (B, D + H)
     workspace: each step is one GEMM [x_t, h_{t-1}] @ [W_ih^T; W_hh^T] (K = D + H: one
-    pass over the output tile instead of two, 3-5% of the forward on one thread,
-    10.4 -> 9.9-10.1 ms at (128, 32, 64, 128)).
+    pass over the output tile instead of two: 3-5% of the forward on one thread).
 
     Without backward to feed, gates (1, B, 4H) and c_all (1, B, H) hold the current step
     only (the cell updates c in place): no (T, B, 4H) buffer to allocate and stream."""
@@ -578,16 +579,15 @@ def _gru_backward(dy, dh_T, h0, y, gates, hn, w_hh, w_ih, reverse, dx, gpx, gph,
 # BPTT leaves dA of every step in ``pack_panels`` layout (rows n = t B + b), written a
 # thread's block of rows at a time as the loop produces them, so the weight gradients
 # dW^T = [x; h_prev]^T dA run on step_gemm with no copy of dA (packing it afterwards cost
-# 2-7 ms, as much as the product).
-# Measured on one core, float32, best of 7: (192, 4096) x (4096, 512) 115 GFLOP/s (the FMA
-# peak is ~116); the previous row blocks with one-thread BLAS each ran the small LSTM's
-# three gradient GEMMs at ~130 GFLOP/s on two threads (stop 14).
+# as much as the product). The product runs near the core's FMA peak
+# (benchmarks/RESULTS.md, "Recurrent networks", stop 15).
 
 def _store_packed(rows, gp, n0):
     """Rows n0, n0 + 1, ... of the packed matrix gp (P, N, NR) = rows (m, G):
     gp[p, n0 + i, q] = rows[i, p NR + q], zeros beyond G. Panel by panel, full panels with
-    a fixed-width copy: 3.9 ns per 32-float chunk against 17-27 ns row by row with a
-    variable width (float32, one thread), which cost the GRU's backward 3.2 of its 10 ms."""
+    a fixed-width copy, which vectorises: row by row with a variable width it did not, and
+    took a third of the GRU's backward (benchmarks/RESULTS.md, "Recurrent networks",
+    stop 16)."""
     m, G = rows.shape
     nr = gp.shape[2]
     full = G // nr
@@ -643,8 +643,7 @@ def _transposed_inputs(x2, y, h0, reverse, at, h_row):
 def _packed_products(at, gp, out, dw):
     """dw[p NR:(p + 1) NR] (NR, M) = (at (M, N) @ panel p of gp (P, N, NR))^T through the
     scratch out[p] (M, NR); one panel per task (the transpose of a 24 KiB tile in cache,
-    instead of a strided copy of the whole product after: 0.23 ms of the small LSTM's
-    backward)."""
+    instead of a strided copy of the whole product after)."""
     nr = gp.shape[2]
     for p in prange(gp.shape[0]):
         step_gemm(at, gp[p:p + 1], out[p])
@@ -667,8 +666,7 @@ def packed_weight_grads(at, gp):
     """dW (P NR, M) = dA^T @ at^T, i.e. (at (M, N) @ dA)^T, where gp (P, N, NR) holds dA
     (N, G) packed; the rows from G on are the panels' zero padding, for the caller to cut.
     A row of ones in at gives the bias gradient, the column sums of dA, in the same
-    product (a separate float64 pass over the panels took 0.45 of 4.7 ms at the small
-    LSTM)."""
+    product (a separate float64 pass over the panels took a tenth of the kernel's time)."""
     P, N, nr = gp.shape
     at = np.ascontiguousarray(at)  # a no-op for the callers' row blocks
     out = np.empty((P, at.shape[0], nr), dtype=at.dtype)

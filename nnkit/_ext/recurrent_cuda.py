@@ -9,8 +9,9 @@ the storage dtype.
 
 Each cell takes the two halves of its pre-activation (xg = x W_ih^T + b, hg = h W_hh^T)
 and, backwards, the two parts of dL/dh_t (dy_t from above, dh from step t+1) separately and
-adds them itself, so that a step is one GEMM and one launch: on the H100 machine's host a
-launch costs ~64 us and a CuPy operation ~70 us, far more than the step's arithmetic.
+adds them itself, so that a step is one GEMM and one launch: a launch or a CuPy operation
+costs tens of microseconds of host time, far more than the step's arithmetic
+(benchmarks/RESULTS.md, "On an NVIDIA H100").
 Backward cells also write the total dL/dh_t to ``hidden`` when ``keep`` is set.
 
 Launchers take CuPy arrays, Numba device arrays, or NumPy arrays under
@@ -31,7 +32,7 @@ Launchers take CuPy arrays, Numba device arrays, or NumPy arrays under
 Through time: ``rnn_forward_gpu`` ... ``gru_backward_gpu`` take exactly the arguments of
 their CPU twins in ``nnkit._ext.recurrent_cpu`` (same layouts, same in-place use of x_proj,
 same saves) and run the time loop from the host: per step one cuBLAS GEMM through CuPy
-(NumPy under the simulator) and one fused cell launch on Numba views made once per call.
+(NumPy under the simulator) and one fused cell launch (``_launch.launch``).
 Nothing leaves the device; the cost is the host's per-step overhead, which is what cuDNN's
 persistent kernels avoid (benchmarks/RESULTS.md has the comparison).
 """
@@ -42,7 +43,8 @@ import math
 
 from numba import cuda, float64
 
-from .._backend import array_module, launch_views
+from .._backend import array_module
+from ._launch import launch
 
 __all__ = [
     "block",
@@ -179,29 +181,29 @@ def _grid(B, H):
 
 
 def rnn_cell_forward(xg, hg, relu, h):
-    _rnn_cell_fwd[_grid(*h.shape)](xg, hg, bool(relu), h)
+    launch(_rnn_cell_fwd, *_grid(*h.shape), xg, hg, bool(relu), h)
 
 
 def rnn_cell_backward(dy, dh, h, relu, keep, hidden, da):
-    _rnn_cell_bwd[_grid(*h.shape)](dy, dh, h, bool(relu), bool(keep), hidden, da)
+    launch(_rnn_cell_bwd, *_grid(*h.shape), dy, dh, h, bool(relu), bool(keep), hidden, da)
 
 
 def lstm_cell_forward(xg, hg, c_prev, gates, c, h):
-    _lstm_cell_fwd[_grid(*c.shape)](xg, hg, c_prev, gates, c, h)
+    launch(_lstm_cell_fwd, *_grid(*c.shape), xg, hg, c_prev, gates, c, h)
 
 
 def lstm_cell_backward(dy, dh, dc, gates, c, c_prev, keep, hidden, dpre, dc_prev):
-    _lstm_cell_bwd[_grid(*c.shape)](dy, dh, dc, gates, c, c_prev, bool(keep), hidden, dpre,
-                                    dc_prev)
+    launch(_lstm_cell_bwd, *_grid(*c.shape), dy, dh, dc, gates, c, c_prev, bool(keep), hidden,
+           dpre, dc_prev)
 
 
 def gru_cell_forward(xg, hg, h_prev, gates, hn, h):
-    _gru_cell_fwd[_grid(*h.shape)](xg, hg, h_prev, gates, hn, h)
+    launch(_gru_cell_fwd, *_grid(*h.shape), xg, hg, h_prev, gates, hn, h)
 
 
 def gru_cell_backward(dy, dh, gates, hn, h_prev, keep, hidden, dxg, dhg, dh_prev):
-    _gru_cell_bwd[_grid(*hn.shape)](dy, dh, gates, hn, h_prev, bool(keep), hidden, dxg, dhg,
-                                    dh_prev)
+    launch(_gru_cell_bwd, *_grid(*hn.shape), dy, dh, gates, hn, h_prev, bool(keep), hidden, dxg,
+           dhg, dh_prev)
 
 
 # ---- whole sequences: the CPU kernels' signatures, a host loop over T ----------------------
@@ -211,22 +213,21 @@ def _order(T, reverse):
     return range(T - 1, -1, -1) if reverse else range(T)
 
 
-def _hidden_view(hidden_grads):
-    """(keep, a launch view of hidden_grads (T, B, H)) — keep False when it is empty."""
+def _hidden(hidden_grads):
+    """(keep, hidden_grads (T, B, H) or None) — keep False when it is empty."""
     keep = hidden_grads.size > 0
-    return keep, (launch_views(hidden_grads)[0] if keep else None)
+    return keep, (hidden_grads if keep else None)
 
 
 def rnn_forward_gpu(x_proj, h0, w_hh_t, relu, reverse, y, h):
     """y[t] = phi(x_proj[t] + h_{t-1} @ w_hh_t), as ``recurrent_cpu.rnn_forward_cpu``."""
     xp = array_module(x_proj)
     hg = xp.empty_like(h0)
-    vx, vhg, vy = launch_views(x_proj, hg, y)
     h_prev = h0
     for t in _order(x_proj.shape[0], reverse):
         xp.matmul(h_prev, w_hh_t, out=hg)
-        rnn_cell_forward(vx[t], vhg, relu, vy[t])
         h_prev = y[t]
+        rnn_cell_forward(x_proj[t], hg, relu, h_prev)
     h[...] = h_prev
 
 
@@ -235,23 +236,22 @@ def rnn_backward_gpu(dy, dh_T, y, w_hh, relu, reverse, da, dh, hidden_grads):
     (T, B, H) for the caller's GEMMs (the CPU kernel packs it and does dx itself); dh ends as
     dL/dh0."""
     xp = array_module(y)
-    keep, vhid = _hidden_view(hidden_grads)
+    keep, hidden = _hidden(hidden_grads)
     dh[...] = dh_T
-    vdy, vy, vda, vdh = launch_views(dy, y, da, dh)
     for t in reversed(_order(y.shape[0], reverse)):
-        rnn_cell_backward(vdy[t], vdh, vy[t], relu, keep, vhid[t] if keep else vdh, vda[t])
+        rnn_cell_backward(dy[t], dh, y[t], relu, keep, hidden[t] if keep else dh, da[t])
         xp.matmul(da[t], w_hh, out=dh)
 
 
 def lstm_forward_gpu(x_proj, h0, c0, w_hh_t, reverse, y, c_all, h, c, work):
     """As ``recurrent_cpu.lstm_forward_cpu``: x_proj (T, B, 4H) becomes the gates in place."""
     xp = array_module(x_proj)
-    vx, vc0, vy, vc, vwork = launch_views(x_proj, c0, y, c_all, work)
-    h_prev, c_prev = h0, vc0
+    h_prev, c_prev = h0, c0
     for t in _order(x_proj.shape[0], reverse):
         xp.matmul(h_prev, w_hh_t, out=work)
-        lstm_cell_forward(vx[t], vwork, c_prev, vx[t], vc[t], vy[t])
-        h_prev, c_prev = y[t], vc[t]
+        gates, h_prev, c_t = x_proj[t], y[t], c_all[t]
+        lstm_cell_forward(gates, work, c_prev, gates, c_t, h_prev)
+        c_prev = c_t
     h[...] = h_prev
     c[...] = c_all[0 if reverse else -1]
 
@@ -262,28 +262,27 @@ def lstm_backward_gpu(dy, dh_T, dc_T, c0, gates, c_all, w_hh, reverse, dgates, d
     caller's GEMMs; dh, dc end as dL/dh0, dL/dc0."""
     xp = array_module(gates)
     T = gates.shape[0]
-    keep, vhid = _hidden_view(hidden_grads)
+    keep, hidden = _hidden(hidden_grads)
     dh[...] = dh_T
     dc[...] = dc_T
-    vdy, vc0, vg, vc, vdg, vdh, vdc = launch_views(dy, c0, gates, c_all, dgates, dh, dc)
     first = T - 1 if reverse else 0
     for t in reversed(_order(T, reverse)):
-        c_prev = vc0 if t == first else vc[t + 1 if reverse else t - 1]
-        lstm_cell_backward(vdy[t], vdh, vdc, vg[t], vc[t], c_prev, keep,
-                           vhid[t] if keep else vdh, vdg[t], vdc)
+        c_prev = c0 if t == first else c_all[t + 1 if reverse else t - 1]
+        lstm_cell_backward(dy[t], dh, dc, gates[t], c_all[t], c_prev, keep,
+                           hidden[t] if keep else dh, dgates[t], dc)
         xp.matmul(dgates[t], w_hh, out=dh)
 
 
 def gru_forward_gpu(x_proj, h0, w_hh_t, b_hh, reverse, y, hn, h, gh):
     """As ``recurrent_cpu.gru_forward_cpu``: x_proj (T, B, 3H) becomes r, z, n in place."""
     xp = array_module(x_proj)
-    vx, vh0, vy, vhn, vgh = launch_views(x_proj, h0, y, hn, gh)
-    h_prev, vh_prev = h0, vh0
+    h_prev = h0
     for t in _order(x_proj.shape[0], reverse):
         xp.matmul(h_prev, w_hh_t, out=gh)
         gh += b_hh
-        gru_cell_forward(vx[t], vgh, vh_prev, vx[t], vhn[t], vy[t])
-        h_prev, vh_prev = y[t], vy[t]
+        gates, h_t = x_proj[t], y[t]
+        gru_cell_forward(gates, gh, h_prev, gates, hn[t], h_t)
+        h_prev = h_t
     h[...] = h_prev
 
 
@@ -293,13 +292,12 @@ def gru_backward_gpu(dy, dh_T, h0, y, gates, hn, w_hh, reverse, dgx, dgh, dh, dh
     caller's GEMMs; dh ends as dL/dh0."""
     xp = array_module(gates)
     T = gates.shape[0]
-    keep, vhid = _hidden_view(hidden_grads)
+    keep, hidden = _hidden(hidden_grads)
     dh[...] = dh_T
-    vdy, vh0, vy, vg, vhn, vdgx, vdgh, vdh = launch_views(dy, h0, y, gates, hn, dgx, dgh, dh)
     first = T - 1 if reverse else 0
     for t in reversed(_order(T, reverse)):
-        h_prev = vh0 if t == first else vy[t + 1 if reverse else t - 1]
-        gru_cell_backward(vdy[t], vdh, vg[t], vhn[t], h_prev, keep, vhid[t] if keep else vdh,
-                          vdgx[t], vdgh[t], vdh)  # dh becomes g * z, in place
+        h_prev = h0 if t == first else y[t + 1 if reverse else t - 1]
+        gru_cell_backward(dy[t], dh, gates[t], hn[t], h_prev, keep, hidden[t] if keep else dh,
+                          dgx[t], dgh[t], dh)  # dh becomes g * z, in place
         xp.matmul(dgh[t], w_hh, out=dh_gated)
         dh += dh_gated

@@ -52,11 +52,10 @@ _BWD_SIGNATURE = types.void(*[types.voidptr] * 7, types.intp, types.intp, types.
 _TYPE_NAMES = {types.float32: "f32", types.float64: "f64", types.complex64: "c64",
                types.complex128: "c128"}
 
-# Output arrays of at least this many bytes are written with non-temporal stores. Measured
-# (16, T, 256) float32, 2 threads, quiet machine, best of 15, ms, plain / streamed stores:
-#   MB per array      1            4            8            16           64
-#   forward       0.04 / 0.05  0.16 / 0.17  0.43 / 0.35  1.13 / 0.72  6.27 / 4.05
-#   backward      0.07 / 0.08  0.63 / 0.32  2.30 / 0.67  3.28 / 1.42  12.9 / 7.74
+# Output arrays of at least this many bytes are written with non-temporal stores: from 4 MB
+# per array on, streamed stores were as fast as plain ones forward and faster backward, and
+# below it slower (a sweep of (16, T, 256) float32: benchmarks/RESULTS.md, "Linear
+# recurrences", stop 15, and "Figures moved from docstrings").
 STREAM_MIN_BYTES = 1 << 22
 
 

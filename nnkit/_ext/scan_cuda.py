@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 from numba import complex128, cuda, float64, int32
 
-from .._backend import launch_views
+from ._launch import launch
 
 __all__ = ["linear_scan", "linear_scan_backward", "MAX_BLOCK"]
 
@@ -347,7 +347,7 @@ def _look_back_buffers(like, Q, G, Sg):
     if isinstance(like, np.ndarray):  # the simulator
         return np.empty(shape, dtype), np.zeros(n_status, np.int32)
     status = cuda.device_array(n_status, np.int32)
-    _fill_zero[_grid(n_status, seq_threads)](status)
+    launch(_fill_zero, *_grid(n_status, seq_threads), status)
     return cuda.device_array(shape, dtype), status
 
 
@@ -359,14 +359,12 @@ def linear_scan(a, b, h0, out, reverse):
         return out
     result = out
     if S >= rows_min:
-        a, b, h0, out = launch_views(a, b, h0, out)
-        _rows_forward[_grid(S, seq_threads)](a, b, h0, out, reverse)
+        launch(_rows_forward, *_grid(S, seq_threads), a, b, h0, out, reverse)
         return result
     Sg, P, L, Q, G = _layout(S, T)
     desc, status = _look_back_buffers(a, Q, G, Sg)
     kernel = _forward_complex if np.dtype(a.dtype).kind == "c" else _forward_real
-    a, b, h0, out, desc, status = launch_views(a, b, h0, out, desc, status)
-    kernel[Q * G, P * Sg](a, b, h0, out, desc, status, reverse, L, Sg, P, publish_states)
+    launch(kernel, Q * G, P * Sg, a, b, h0, out, desc, status, reverse, L, Sg, P, publish_states)
     return result
 
 
@@ -378,11 +376,10 @@ def linear_scan_backward(dh, a, h, h0, da, db, dh0, reverse):
     if S == 0:
         return
     if S >= rows_min or T == 0:
-        dh, a, h, h0, da, db, dh0 = launch_views(dh, a, h, h0, da, db, dh0)
-        _rows_backward[_grid(S, seq_threads)](dh, a, h, h0, da, db, dh0, reverse)
+        launch(_rows_backward, *_grid(S, seq_threads), dh, a, h, h0, da, db, dh0, reverse)
         return
     Sg, P, L, Q, G = _layout(S, T)
     desc, status = _look_back_buffers(a, Q, G, Sg)
     kernel = _backward_complex if np.dtype(a.dtype).kind == "c" else _backward_real
-    views = launch_views(dh, a, h, h0, da, db, dh0, desc, status)
-    kernel[Q * G, P * Sg](*views, reverse, L, Sg, P, publish_states)
+    launch(kernel, Q * G, P * Sg, dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P,
+           publish_states)

@@ -19,8 +19,8 @@
  * A walk down through T (the reverse scan, and the backward of the forward one) reads
  * each step's elements in descending order too, so that every input is one descending
  * stream: read ascending within a step and descending across steps, the hardware
- * prefetcher lost them (one thread, (16, 4096, 256) float32: the reverse forward scan took
- * 23 ms against 5.8 ascending, the backward 31 ms against 9.2).
+ * prefetcher lost them (the reverse forward scan ran 4x slower, the backward 3x:
+ * benchmarks/RESULTS.md, "Linear recurrences", stop 15).
  *
  * With one feature (stride = n = one element) the kernels hand over to the scan
  * vectorised along T of scan_time_body.h: a single chain of multiply-adds would wait ~4 ns

@@ -4,7 +4,7 @@
  * 2, 4, 8 or 16) and ST_NAME (the suffix, e.g. f32_v16).
  *
  * With one feature, the row kernels walk a single dependency chain: one multiply-add per
- * step, each waiting for the last (about 4 ns a step, 41 ms at T = 10^7). Here each vector
+ * step, each waiting for the last (about 4 ns a step). Here each vector
  * of SR_V / SR_K consecutive steps is first composed in registers, independently of the state:
  * after log2(SR_V / SR_K) Hillis-Steele levels, lane i holds the affine map of steps 0..i of the
  * vector, h -> A_i h + H_i, with (A, H) o (A', H') = (A A', A H' + H) for the lanes s
@@ -23,8 +23,8 @@
 #define ST_CUTS
 /* Blocks of the walk end where the output is 64-byte aligned (t = phase + k SR_CHUNK), so
  * the streamed stores of two blocks never share a cache line: partly streamed lines cost
- * (fresh NumPy arrays start 16 bytes into a line; 1-feature backward at T = 10^7 float32,
- * streamed 29.5 ms with misaligned blocks). */
+ * (fresh NumPy arrays start 16 bytes into a line; misaligned blocks made the 1-feature
+ * backward about 3x slower: benchmarks/RESULTS.md, "Linear recurrences", stop 18). */
 static inline ptrdiff_t st_phase(const void *out, size_t size)
 {
     return (ptrdiff_t)(((64 - (uintptr_t)out % 64) % 64) / size);

@@ -458,7 +458,8 @@ def _cross_entropy_backward_rows(logits, target, lse, scale, ignore_index, out):
             continue
         # lse (float64) as hi + lo in the row's dtype: z = (x - hi) - lo keeps the precision
         # of a float64 difference (x - hi is exact where x is near lse, where it matters) in
-        # row-dtype arithmetic, which vectorises (float32 (614, 30522): 11.7 -> 6.0 ms)
+        # row-dtype arithmetic, which vectorises (about 2x faster in float32:
+        # benchmarks/RESULTS.md, "BERT and ViT")
         hi = _cast_like(lse[i], xr[0])
         lo = _cast_like(lse[i] - hi, xr[0])
         sc = _cast_like(scale, xr[0])

@@ -11,8 +11,8 @@ these kernels are memory-bound.
 
 Launchers take 2-D C-contiguous device arrays (CuPy arrays, Numba device arrays, or NumPy
 arrays under ``NUMBA_ENABLE_CUDASIM=1``) and preallocated outputs; they validate nothing
-(``nnkit.kernels.softmax`` is the validated entry point) and launch on Numba's default
-stream. A launch with zero rows does nothing.
+(``nnkit.kernels.softmax`` is the validated entry point) and launch through
+``_launch.launch`` (CuPy's current stream). A launch with zero rows does nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import math
 
 from numba import cuda, float64
 
-from .._backend import launch_views
+from ._launch import launch
 
 __all__ = [
     "MAX_THREADS",
@@ -186,7 +186,7 @@ def _cross_entropy_backward_kernel(logits, target, lse, scale, ignore_index, out
 def _launch(kernel, rows, cols, *args):
     if rows == 0:
         return
-    kernel[rows, threads_for(cols)](*launch_views(*args))
+    launch(kernel, rows, threads_for(cols), *args)
 
 
 def softmax_rows(x, out):

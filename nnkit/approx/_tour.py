@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._tour_rows import tour_row
 from . import constructions as C
 from .regions import count_linear_regions
 
@@ -47,13 +48,13 @@ def approx_section(ctx) -> list[dict]:
     out = []
     for r in rows:
         ratio = r["measured"] / r["predicted"]
-        out.append({"section": "approximation", "result": f"sigmoid bins m={r['m']} MSE",
-                    "value": f"{r['measured']:.3g}", "target": f"{r['predicted']:.3g} +-20%",
-                    "ok": abs(ratio - 1) <= 0.2})
+        out.append(tour_row("approximation", f"sigmoid bins m={r['m']} MSE",
+                            f"{r['measured']:.3g}", f"{r['predicted']:.3g} +-20%",
+                            abs(ratio - 1) <= 0.2))
     ms = np.array([r["m"] for r in rows])
     slope = np.polyfit(np.log(ms), np.log([r["measured"] for r in rows]), 1)[0]
-    out.append({"section": "approximation", "result": "log-log slope of MSE in m",
-                "value": f"{slope:.3f}", "target": "-2 +- 0.2", "ok": abs(slope + 2) <= 0.2})
+    out.append(tour_row("approximation", "log-log slope of MSE in m", f"{slope:.3f}",
+                        "-2 +- 0.2", abs(slope + 2) <= 0.2))
     out.append(_regions_row(ctx.seed))
     if ctx.plots:
         _plot(rows, ctx.out_dir / "approx_bins.png")
@@ -74,5 +75,5 @@ def _regions_row(seed: int) -> dict:
     r = 2 * max(np.abs(px).max(), np.abs(py).max()) + 1  # a box holding all of them
     count = count_linear_regions(net, [(-r, r), (-r, r)])
     target = 1 + 32 + 32 * 31 // 2
-    return {"section": "approximation", "result": "regions of 32 ReLUs on R^2 (exact)",
-            "value": str(int(count)), "target": f"{target} (Zaslavsky)", "ok": count == target}
+    return tour_row("approximation", "regions of 32 ReLUs on R^2 (exact)", str(int(count)),
+                    f"{target} (Zaslavsky)", count == target)

@@ -20,14 +20,12 @@ the mean squared error over the interval is, to leading order in ``Delta``,
     MSE ~ Delta^2 * mean(g'^2) / 12,        i.e. O(1 / m^2),
 
 (:func:`predicted_bin_mse`). The sigmoid's own blur (width ~ 1/w) adds a term that depends
-on ``w Delta``; measured for g = sin on [0, 10] (MSE / prediction, 4e6-point midpoint rule):
-
-    w Delta    1000   500    250    100    50     33     10
-    ratio      1.00   0.98   0.98   1.02   1.31   1.87   13.3
-
-so the fixed ``w = 1e4`` of the appendix serves up to m ~ 1000 bins on [0, 10]; beyond, the
-steps' blur dominates. ``w=None`` scales ``w = max(1e4, 1e3 / Delta)`` (``w Delta >= 1000``),
-which keeps the ratio within a few percent for any m.
+on ``w Delta``: measured for g = sin on [0, 10], the MSE stays within 2% of the prediction
+for ``w Delta >= 100`` and grows below it (1.3x at 50, 13x at 10; benchmarks/RESULTS.md,
+"Figures moved from docstrings"), so the fixed ``w = 1e4`` of the appendix serves up to
+m ~ 1000 bins on [0, 10]; beyond, the steps' blur dominates. ``w=None`` scales
+``w = max(1e4, 1e3 / Delta)`` (``w Delta >= 1000``), which keeps the ratio within a few
+percent for any m.
 
 ReLU interpolant (the notes' Theorem 2.11): ``g(x) ~ a x + b + sum_i c_i (x - x_i)_+`` through
 the m + 1 points ``x_k = lo + k Delta``; its mean squared error is
@@ -136,8 +134,9 @@ def step(a: float, s: float, w: float = DEFAULT_W) -> nn.Sequential:
 
     Examples
     --------
+    >>> import numpy as np
     >>> from nnkit.approx import step
-    >>> float(step(2.0, 0.3)([[0.0], [1.0]]).numpy()[1, 0])
+    >>> float(step(2.0, 0.3)(np.array([[0.0], [1.0]])).numpy()[1, 0])  # float64 input
     2.0
     """
     a = float(check_scalar(a, name="a"))
@@ -160,8 +159,9 @@ def bin_function(a: float, s: float, delta: float, w: float = DEFAULT_W) -> nn.S
 
     Examples
     --------
+    >>> import numpy as np
     >>> from nnkit.approx import bin_function
-    >>> bin_function(0.5, 0.5, 0.2)([[0.5], [0.9]]).numpy().round(6).ravel().tolist()
+    >>> bin_function(0.5, 0.5, 0.2)(np.array([[0.5], [0.9]])).numpy().round(6).ravel().tolist()
     [0.5, 0.0]
     """
     a = float(check_scalar(a, name="a"))

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from .._tour_rows import INFO, tour_row
 from ..theory import hopfield_flip_probability
 from .hopfield import DenseAssociativeMemory, Hopfield, ModernHopfield, retrieval_curve
 
@@ -31,8 +32,8 @@ def digit_patterns(digits=(0, 1, 4, 7), upsample=2):
     return spins[list(digits)].reshape(len(digits), -1)
 
 
-def _row(result, value, target, ok):
-    return {"section": SECTION, "result": result, "value": value, "target": target, "ok": ok}
+def _row(result, value, target="", ok=INFO):
+    return tour_row(SECTION, result, value, target, ok)
 
 
 def _digits(ctx, rng):
@@ -90,7 +91,7 @@ def hopfield_section(ctx) -> list[dict]:
     rows += cap_rows + _dense_and_modern(ctx, rng)
     if ctx.plots:
         _plot(images, curve, ctx.out_dir / "hopfield.png")
-    rows.append(_row("time", f"{time.perf_counter() - start:.1f} s", "", True))
+    rows.append(_row("time", f"{time.perf_counter() - start:.1f} s"))
     return rows
 
 

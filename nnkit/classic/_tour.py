@@ -15,6 +15,7 @@ from scipy.optimize import linprog
 from sklearn.exceptions import ConvergenceWarning
 
 from .. import theory
+from .._tour_rows import tour_row
 from .perceptron import Perceptron, make_separable
 
 __all__ = ["perceptron_section", "count_separable_dichotomies"]
@@ -65,18 +66,16 @@ def perceptron_section(ctx) -> list[dict]:
     warned = any(issubclass(w.category, ConvergenceWarning) for w in caught)
     if ctx.plots:
         _plot(runs, ctx.out_dir / "perceptron_novikoff.png")
+    bound, cover = theory.novikoff_bound(R, gamma), theory.cover_count(s, n)
     return [
-        {"section": SECTION, "result": f"updates, gamma={gamma:.3f} (no bias)",
-         "value": str(updates), "target": f"<= R^2/gamma^2 = {theory.novikoff_bound(R, gamma)}",
-         "ok": updates <= theory.novikoff_bound(R, gamma)},
-        {"section": SECTION, "result": f"max updates / bound over {len(runs)} margins",
-         "value": f"{worst:.3f}", "target": "<= 1", "ok": worst <= 1},
-        {"section": SECTION, "result": f"separable dichotomies, s={s} n={n} (LP)",
-         "value": str(counted), "target": f"= cover_count = {theory.cover_count(s, n)}",
-         "ok": counted == theory.cover_count(s, n)},
-        {"section": SECTION, "result": "XOR after 100 epochs", "value":
-         f"converged={xor.converged_}", "target": "False + ConvergenceWarning",
-         "ok": (not xor.converged_) and warned},
+        tour_row(SECTION, f"updates, gamma={gamma:.3f} (no bias)", str(updates),
+                 f"<= R^2/gamma^2 = {bound}", updates <= bound),
+        tour_row(SECTION, f"max updates / bound over {len(runs)} margins", f"{worst:.3f}",
+                 "<= 1", worst <= 1),
+        tour_row(SECTION, f"separable dichotomies, s={s} n={n} (LP)", str(counted),
+                 f"= cover_count = {cover}", counted == cover),
+        tour_row(SECTION, "XOR after 100 epochs", f"converged={xor.converged_}",
+                 "False + ConvergenceWarning", (not xor.converged_) and warned),
     ]
 
 

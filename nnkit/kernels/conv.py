@@ -8,8 +8,8 @@ the notes, as torch computes it: a cross-correlation) is::
     y[n, k, a, b] = bias[k] + sum_{c in group(k), i, j}
                     w[k, c, i, j] xpad[n, c, a s_h + i d_h, b s_w + j d_w]
 
-Algorithm (CPU): im2col + one GEMM per group, chosen by measurement. ``im2col`` (Numba,
-parallel over the rows of cols) lays the input out as cols (C kh kw, N Ho Wo); then
+Algorithm (CPU): im2col + one GEMM per group, chosen by measurement. ``im2col`` (Numba)
+lays the input out as cols (C kh kw, N Ho Wo); then
 
     forward:  Y (K, N Ho Wo) = W (K, C kh kw) @ cols                 (numpy SGEMM/DGEMM)
     backward: dW = dY @ cols^T,   dcols = W^T @ dY,   dx = col2im(dcols)
@@ -17,71 +17,30 @@ parallel over the rows of cols) lays the input out as cols (C kh kw, N Ho Wo); t
 Putting the batch in the GEMM's column dimension makes every layer one large GEMM (instead
 of N small ones). cols is kept from the forward for the backward and then overwritten by
 dcols (a backward called twice recomputes it); the buffers come from a small pool (at most
-4 kept), because a fresh 58 MB array costs ~20 ms of page faults here.
+4 kept), because a fresh array of tens of megabytes costs milliseconds of page faults.
 
-Measurements (2026-11-22, this 2-vCPU machine while other jobs loaded it, load ~3: treat
-them as ratios, not absolutes; float32, 3x3, pad 1, medians, OPENBLAS_NUM_THREADS=1 and one
-Numba thread; numpy SGEMM 2048^3 ran at ~101 GFLOP/s in the same runs):
+Why im2col: a direct Numba loop (prange over (n, k), vectorised over output columns) was
+faster on thin layers and slower on wide ones, within the machine's noise either way, and
+needs three hand-written loops (forward, dx, dweight) where im2col needs one GEMM each,
+which OpenBLAS also threads. Around the GEMMs:
 
-    (N,C,H,W,K)        direct Numba loop fwd    im2col+GEMM fwd    (ms)
-    (32,3,32,32,16)    1.37                     2.25
-    (32,16,32,32,32)   11.4                     13.1
-    (8,64,56,56,64)    60.5                     52.9   (im2col before the slice copies below)
-
-The direct loop (prange over (n, k), a plane accumulator, vectorised over output columns)
-wins by 40% and 13% on the two thinner layers and loses by 14% on the wide one, where the
-GEMM's cache blocking pays; the margins are within this machine's noise, and the direct
-route needs three hand-written loops (forward, dx, dweight) where im2col needs one GEMM
-each, which OpenBLAS also threads. A batch-chunked im2col (cols for a few images at a time,
-cache-resident) measured within 10% of the whole-batch version, better forward, worse
-backward. So: im2col + whole-batch GEMM.
-
-Quiet-machine measurements (2026-11-22, 2 vCPUs, load < 1, numpy SGEMM 2048^3 ~195 GFLOP/s,
-float32, 3x3, pad 1, OpenBLAS and Numba 2 threads, ``env -u OPENBLAS_CORETYPE -u
-OPENBLAS_L2_SIZE``; per part: median of 25 back-to-back passes through the sequence of
-kernels, ms; before: parallel launchers and slice-copy im2col, after: serial builds and
-the indexed im2col):
-
-    (N,C,H,W,K)       version    im2col  GEMM   bias_T  tsum  dW     dcols  col2im
-    (32,16,32,32,32)  before     1.17    6.07   2.17    0.76  6.82   7.12   2.42
-                      after      1.55    3.71   0.39    0.97  3.78   3.47   2.59
-    (8,64,56,56,64)   before     7.10    19.4   2.25    1.08  21.6   12.5   7.55
-                      after      3.96    11.9   0.55    1.34  13.2   12.4   6.36
-
-- The Numba kernels around the GEMMs run their serial builds (``SERIAL_AROUND_BLAS``): a
-  parallel kernel's OpenMP workers keep spinning after it returns and take the second core
-  from the OpenBLAS GEMM that follows (up to 2x slower), and OpenBLAS's spinning threads
-  slow the next Numba kernel likewise (bias_transpose 2.2 ms parallel vs 0.4 serial).
-  A parallel Numba kernel that follows an idle pause also pays ~5 ms to wake the second
-  vCPU (an empty prange over 2^20 elements: 0.05 ms back-to-back, 5.8 ms after 0.15 s idle).
+- The Numba kernels run their serial builds (``SERIAL_AROUND_BLAS``): a parallel kernel's
+  OpenMP workers keep spinning after it returns and take the second core from the OpenBLAS
+  GEMM that follows (up to 2x slower), and OpenBLAS's spinning threads slow the next Numba
+  kernel likewise; a parallel kernel after an idle pause also pays to wake the second core.
 - im2col is an indexed loop over flat arrays with unsigned indices, the padding handled by
   the valid column range of each row, so LLVM vectorises the copy (Numba's negative-index
-  wraparound check blocked it): serial 1.9 ms vs 4.4 ms for the slice copies it replaces
-  ((32,16,32,32,32)), 4.9 vs 9.8 ms ((8,64,56,56,64)); bit-identical output.
-- GEMM orientation and blocking, measured and not taken: cols^T @ W^T ((N Ho Wo, C 9) @
-  (C 9, K)) 4.6 vs 4.0 ms and 13.6 vs 11.9 ms; one GEMM per image straight into (N, K, HW)
-  (no bias_transpose) 4.2 vs 4.0 and 11.9 vs 11.9 ms; column blocks of 512-8192 columns
-  3.5-5.6 vs 3.4 ms and 12.0-13.5 vs 12.0 ms.
+  wraparound check blocked it): about twice as fast as slice copies, bit-identical output.
+- Other GEMM orientations (cols^T @ W^T), one GEMM per image and column blocking were
+  measured and were no faster.
 
-Against torch (oneDNN), benchmarks/bench_conv.py (full run, twice, alternating with the
-previous version; ms, nnkit / torch, torch/nnkit of the second run):
-
-    (N,C,H,W,K)        mode      before (parallel, slices)   after             torch/nnkit
-    (32,3,32,32,16)    fwd       1.14, 1.26                  0.78, 0.80        2.50
-                       fwd+bwd   3.40, 3.47                  3.28, 3.41        1.76
-    (32,16,32,32,32)   fwd       15.6, 11.0                  6.23, 6.79        0.91
-                       fwd+bwd   45.3, 47.4                  18.8, 20.1        0.58
-    (8,64,56,56,64)    fwd       33.8, 33.8                  19.5, 20.7        0.82
-                       fwd+bwd   85.3, 93.2                  58.3, 58.4        0.63
-
-torch took 5.6-6.5 / 11.3-12.9 ms and 16-17 / 33-38 ms on the two larger layers. The
-remaining gap is the three GEMMs (K = 32 and 64 rows run OpenBLAS at 80-150 GFLOP/s).
+Figures: benchmarks/RESULTS.md, "Convolution" (against torch) and "Figures moved from
+docstrings" (the choices above).
 
 GPU arrays (CuPy) run the same algorithm: ``im2col`` and ``col2im`` are Numba CUDA kernels
 (``nnkit._ext.conv_cuda``), the GEMMs cuBLAS through CuPy, one batched product over the
-groups. The H100 run of 2026-11-22 timed the direct kernels this replaced (one thread per
-output, and per weight-gradient element summing over the whole batch): 1.2% of the SGEMM
-rate forward at best, 0.025-0.051x cuDNN forward+backward.
+groups; the direct kernels (one thread per output) it replaced reached a few percent of
+cuDNN (benchmarks/RESULTS.md, "On an NVIDIA H100").
 """
 
 from __future__ import annotations
@@ -308,7 +267,7 @@ def _forward(x, weight, bias, stride, pads, dilation, groups, squeeze=False):
     return _conv2d_forward_cpu(x, weight, bias, cache), cache
 
 
-# Serial Numba builds around the GEMMs (measured, see the module docstring): a parallel
+# Serial Numba builds around the GEMMs (see the module docstring): a parallel
 # kernel's spinning OpenMP workers and OpenBLAS's spinning threads steal each other's core.
 SERIAL_AROUND_BLAS = True
 

@@ -439,7 +439,7 @@ def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, re
     >>> y, h, c, _ = lstm_forward(np.ones((2, 1, 1)), None, None, np.ones((4, 1)),
     ...                           np.zeros((4, 1)))
     >>> round(float(c[0, 0]), 4)
-    1.1648
+    0.9638
     """
     x, h0, c0, w_ih, w_hh, b_ih, b_hh = _check_inputs(
         x, h0, weight_ih, weight_hh, bias_ih, bias_hh, gates=4, c0=c0)
@@ -535,7 +535,7 @@ def gru_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse
     >>> from nnkit.kernels.recurrent import gru_forward
     >>> y, h, _ = gru_forward(np.ones((1, 1, 1)), None, np.ones((3, 1)), np.zeros((3, 1)))
     >>> round(float(h[0, 0]), 4)
-    0.2049
+    0.2048
     """
     x, h0, _, w_ih, w_hh, b_ih, b_hh = _check_inputs(x, h0, weight_ih, weight_hh, bias_ih,
                                                      bias_hh, gates=3)

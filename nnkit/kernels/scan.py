@@ -20,8 +20,8 @@ CPU backends (``nnkit._ext.scan_cpu``), chosen by ``_plan``:
   With one feature (D = 1) a task is one sequence contiguous in T, and the C kernel
   vectorises along T instead (``scan_time_body.h``: each vector of 1-16 steps is composed
   in registers, and only one multiply-add per vector waits for the previous state), so a
-  single sequence streams at memory speed on one core: (1, 10^7, 1) float32 forward 40.7
-  ms -> 4.1-8.2 ms (``benchmarks/bench_scan.py``, RESULTS.md stops 15 and 18). Its
+  single sequence streams at memory speed on one core, 5-10x the one-chain loop
+  (benchmarks/RESULTS.md, "Linear recurrences", stop 18). Its
   products of consecutive coefficients reassociate the loop: equal to rounding, NaN
   reaches every later step, but an infinite coefficient may give NaN where the loop gives
   +-inf.
@@ -29,15 +29,12 @@ CPU backends (``nnkit._ext.scan_cpu``), chosen by ``_plan``:
   walking ``CHUNK_LANES`` chunks in lockstep (independent dependency chains overlap on one
   core), for D = 1 problems with B < ``CHUNK_MAX_SEQUENCES`` and T >= ``CHUNK_MIN_T``, and
   only with at least ``CHUNK_MIN_THREADS`` = 16 threads. Against the one-thread vectorised
-  kernel the chunks on two threads lose 2.7-12x at (1, 10^7, 1)
-  (``benchmarks/bench_scan.py``, two runs: float32 4.1-8.2 vs 50-64 ms, complex64 15-20 vs
-  41-68 ms). They move 5 arrays instead of 3 and walk each chunk as a scalar chain, so they
-  need several times the threads just to draw level, and then the memory bandwidth of more
-  than one core to win: 16 is an estimate of where that starts, not a measurement (this
-  machine has 2 cores). Before the vectorised kernel (one chain, ~4 ns a step) the chunks
-  won at T = 10^7 on a quiet machine (rows 48.8-49.5 ms, chunks 33.1-40.7 ms) and lost on a
-  busy one (61.6 vs 93.6 ms). The chunked kernels are held to the sequential twin by the
-  tests whatever the switch says.
+  kernel the chunks on two threads lose 2.7-12x at (1, 10^7, 1) (benchmarks/RESULTS.md,
+  "Linear recurrences", stop 18). They move 5 arrays instead of 3 and walk each chunk as a
+  scalar chain, so they need several times the threads just to draw level, and then the
+  memory bandwidth of more than one core to win: 16 is an estimate of where that starts,
+  not a measurement (the machine measured has 2 cores). The chunked kernels are held to
+  the sequential twin by the tests whatever the switch says.
 
 GPU arrays go to ``nnkit._ext.scan_cuda`` (imported lazily): one thread per sequence when
 there are many sequences, else one single-pass kernel with a decoupled look-back along T.

@@ -10,20 +10,12 @@ Numerics: every kernel shifts by the row maximum; cross-entropy is fused (one pa
 computes the maximum, the log-sum-exp and the loss; no softmax is stored) and stays finite
 at logits of +-1e4. A row of -inf (or holding NaN) gives NaN, as torch does.
 
-Backend choice on the CPU, measured with ``benchmarks/bench_softmax.py`` (4096 x 4096
-float32 row softmax into a preallocated ``out``, 2 threads, medians of 21 interleaved runs).
-The 2-core Zen 5 VM was shared with other jobs (load average 2-3) during that run, so the
-absolute times are inflated about 2.5x; the ratios hold:
-
-- Numba ``softmax_cpu.softmax_rows`` (AVX-512 polynomial exp, prange over rows):
-  15.4 ms, 66% of the bandwidth bound measured in the same run (np.copyto 10.2 ms,
-  Numba prange copy 10.9 ms); torch.softmax(out=) took 21.9 ms and NumPy 49.5 ms in that run.
-  On a quieter machine (min of interleaved runs): 5.7 ms vs a 3.8 ms copy.
-- Cython ``softmax_cy.softmax_rows`` (libm ``expf``, which gcc without ``-march`` flags
-  does not vectorise; one thread, setup.py has no OpenMP): 143.6 ms.
-
-So the Numba kernels are the CPU backend; the Cython kernel stays as a tested second
-implementation (``tests/test_softmax.py`` holds both to the naive twin).
+Backend on the CPU: the Numba kernels (``softmax_cpu.softmax_rows``: a vectorised
+polynomial exp, prange over rows), at 53-76% of the memory-bandwidth bound and faster than
+torch.softmax and NumPy. The Cython kernel (``softmax_cy.softmax_rows``: libm ``expf``,
+which gcc without ``-march`` flags does not vectorise; one thread, setup.py has no OpenMP)
+is about 10x slower and stays as a tested second implementation (``tests/test_softmax.py``
+holds both to the naive twin). Figures: benchmarks/RESULTS.md, "Row softmax".
 
 Examples
 --------
@@ -49,6 +41,7 @@ from .._ext import softmax_cpu
 from .._validation import (
     FLOATS,
     INTEGERS,
+    axis_or_dim,
     check_array,
     check_native_byte_order,
     check_same_shape,
@@ -153,14 +146,14 @@ def _rowwise(launcher, inputs, axis, out):
     return out
 
 
-def softmax_forward(x, axis=-1, out=None):
+def softmax_forward(x, axis=None, out=None, *, dim=None):
     """Softmax over ``axis``: y = exp(x - max x) / sum exp(x - max x).
 
     Parameters
     ----------
     x : ndarray, float32 or float64, any shape with ndim >= 1
-    axis : int
-        The axis the probabilities sum over.
+    axis : int, default -1
+        The axis the probabilities sum over; ``dim`` (torch's name) is accepted instead.
     out : ndarray, optional
         Preallocated C-contiguous result of ``x``'s shape and dtype. It may overlap ``x``
         (``out=x`` for in place): the result is then computed aside and copied in.
@@ -170,41 +163,41 @@ def softmax_forward(x, axis=-1, out=None):
     y : ndarray, ``x``'s shape and dtype.
     """
     x = check_array(x, name="x", min_ndim=1, dtype=FLOATS)
-    axis = _check_axis(axis, x.ndim)
+    axis = _check_axis(axis_or_dim(axis, dim, default=-1, op="softmax"), x.ndim)
     out = _check_out(out, x)
     return _rowwise(_backend(x).softmax_rows, (x,), axis, out)
 
 
-def log_softmax_forward(x, axis=-1, out=None):
+def log_softmax_forward(x, axis=None, out=None, *, dim=None):
     """Log-softmax over ``axis``: y = x - max x - log sum exp(x - max x).
 
     Same arguments and result as ``softmax_forward``.
     """
     x = check_array(x, name="x", min_ndim=1, dtype=FLOATS)
-    axis = _check_axis(axis, x.ndim)
+    axis = _check_axis(axis_or_dim(axis, dim, default=-1, op="softmax"), x.ndim)
     out = _check_out(out, x)
     return _rowwise(_backend(x).log_softmax_rows, (x,), axis, out)
 
 
-def softmax_backward(dy, y, axis=-1):
+def softmax_backward(dy, y, axis=None, *, dim=None):
     """Gradient of softmax: dx = y * (dy - sum(dy * y, axis)).
 
     ``dy`` the upstream gradient and ``y = softmax_forward(x, axis)``, one shape and float
     dtype. Returns dx of that shape and dtype.
     """
     dy, y = _check_pair(dy, y)
-    axis = _check_axis(axis, y.ndim, "y")
+    axis = _check_axis(axis_or_dim(axis, dim, default=-1, op="softmax"), y.ndim, "y")
     return _rowwise(_backend(y).softmax_backward_rows, (dy, y), axis, None)
 
 
-def log_softmax_backward(dy, y, axis=-1):
+def log_softmax_backward(dy, y, axis=None, *, dim=None):
     """Gradient of log-softmax: dx = dy - exp(y) * sum(dy, axis).
 
     ``dy`` the upstream gradient and ``y = log_softmax_forward(x, axis)``, one shape and
     float dtype. Returns dx of that shape and dtype.
     """
     dy, y = _check_pair(dy, y)
-    axis = _check_axis(axis, y.ndim, "y")
+    axis = _check_axis(axis_or_dim(axis, dim, default=-1, op="softmax"), y.ndim, "y")
     return _rowwise(_backend(y).log_softmax_backward_rows, (dy, y), axis, None)
 
 

@@ -34,6 +34,7 @@ from .. import functional as F
 from .._backend import array_module
 from .._validation import check_bool, check_scalar
 from ..autograd import Tensor, as_tensor, concat, where
+from ..functional_attention import scaled_dot_product_attention
 from . import init
 from .layers import Linear, _dtype
 from .module import Module, Parameter
@@ -148,12 +149,8 @@ def attention_with_weights(query, key, value, mask=None, dropout_p: float = 0.0,
 
 
 def _fused_attention():
-    """``F.scaled_dot_product_attention`` from ``nnkit.functional_attention``, or None while
-    that module is missing (then ``need_weights=False`` takes the composed path too)."""
-    try:
-        from ..functional_attention import scaled_dot_product_attention
-    except ImportError:
-        return None
+    """``F.scaled_dot_product_attention`` from ``nnkit.functional_attention`` (the tests
+    replace this function to force the composed path)."""
     return scaled_dot_product_attention
 
 
