@@ -39,7 +39,7 @@ def flops(shape, mode):
 
 def _nnkit_calls(shape):
     import nnkit as nk
-    from nnkit import functional_conv as FC
+    from nnkit.functional import conv as FC
 
     N, C, H, W, K = shape
     rng = np.random.default_rng(0)

@@ -418,7 +418,7 @@ def _step_models(images, rng, small):
     """{name: (builder, input, optimizer)}: an MLP, a CNN, an encoder layer and the digits ViT
     (``small``: narrow versions, for the smoke run under the simulator)."""
     import nnkit as nk
-    from nnkit._vit_tour import make_digits_vit
+    from nnkit.training import make_digits_vit
 
     nn, optim = nk.nn, nk.optim
     width, heads, depth = (8, 2, 1) if small else (64, 8, 3)
@@ -478,7 +478,7 @@ def _torch_vit_step(images, labels, step_ms):
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
     from bench_vit import _torch_vit
 
-    from nnkit._vit_tour import DIGITS_VIT, make_digits_vit
+    from nnkit.training import DIGITS_VIT, make_digits_vit
 
     twin = _torch_vit(torch, DIGITS_VIT).cuda()
     twin.load_state_dict({k: torch.tensor(v) for k, v in make_digits_vit(0).state_dict().items()})

@@ -1,7 +1,7 @@
 """One training step (forward, backward, AdamW) of the digits ViT: nnkit vs the same model
 built from torch.nn layers, PyTorch eager on the CPU with the same thread count.
 
-The model is ``nnkit._vit_tour.DIGITS_VIT`` (8x8 images, 2x2 patches -> 16 tokens + [CLS],
+The model is ``nnkit.training.DIGITS_VIT`` (8x8 images, 2x2 patches -> 16 tokens + [CLS],
 width 64, 3 pre-norm GELU layers, 8 heads, MLP 128); the torch twin has the same parameter
 names and starts from nnkit's weights (a state_dict copy), so both do the same arithmetic.
 Batches of 32 (the training batch) and 128 images. Target (issue 9): nnkit at least as
@@ -42,7 +42,7 @@ BATCHES = (32, 128)
 
 def _nnkit_model_and_data(batch: int):
     import nnkit as nk
-    from nnkit._vit_tour import make_digits_vit
+    from nnkit.training import make_digits_vit
 
     model = make_digits_vit(0)
     data = nk.datasets.load_digits(flatten=False, random_state=0)
@@ -101,7 +101,7 @@ def _torch_vit(torch, config):
 def _torch_step(threads: int, batch: int):
     import torch
 
-    from nnkit._vit_tour import DIGITS_VIT
+    from nnkit.training import DIGITS_VIT
 
     torch.set_num_threads(threads)
     model, X, y = _nnkit_model_and_data(batch)

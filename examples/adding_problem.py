@@ -1,7 +1,7 @@
 """The adding problem at T = 100: LSTM and GRU learn it, an Elman RNN does not.
 
 Each sequence carries values v_t ~ U(0, 1) and two markers; the target is the sum of the two
-marked values, one in each half of the sequence (nnkit.datasets_sequences.adding_problem).
+marked values, one in each half of the sequence (nnkit.datasets.sequences.adding_problem).
 Always answering 1 scores MSE 1/6 = 0.167; a network that remembers the first marked value
 for ~50 steps gets close to 0. Gradients are clipped to norm 1 (nk.optim.clip_grad_norm_).
 
@@ -19,7 +19,7 @@ import numpy as np
 
 import nnkit as nk
 import nnkit.functional as F
-from nnkit.datasets_sequences import ADDING_BASELINE_MSE, adding_problem
+from nnkit.datasets.sequences import ADDING_BASELINE_MSE, adding_problem
 from nnkit.nn.recurrent import GRU, LSTM, RNN
 
 

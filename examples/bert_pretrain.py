@@ -1,7 +1,7 @@
 """Pretrain a small BERT on three books, then fine-tune its three kinds of head on Alice.
 
 Pretraining (notes, section 6.5) reads sentence pairs [CLS] a [SEP] b [SEP] from the
-documents that ship with nnkit (nnkit.datasets_text.load_documents: Alice in Wonderland,
+documents that ship with nnkit (nnkit.datasets.text.load_documents: Alice in Wonderland,
 Shakespeare's As You Like It, Milton's Paradise Lost, equal shares): 15% of the tokens are
 masked (nk.models.mask_tokens) and the model predicts them (masked LM), and it predicts
 whether b really follows a (next-sentence prediction). As in BERT, a "not next" b is a
@@ -33,8 +33,7 @@ import time
 import numpy as np
 
 import nnkit as nk
-from nnkit import datasets_text as data
-from nnkit._bert_tour import finetune_head, head_accuracy, pretrain_epoch, unigram_accuracy
+from nnkit.datasets import text as data
 from nnkit.models.bert import (
     Bert,
     BertForPreTraining,
@@ -42,6 +41,7 @@ from nnkit.models.bert import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
+from nnkit.training import finetune_head, head_accuracy, pretrain_epoch, unigram_accuracy
 
 
 def head_of(split, n):

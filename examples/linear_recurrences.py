@@ -44,7 +44,7 @@ import numpy as np
 import nnkit as nk
 import nnkit.functional as F
 from nnkit.datasets import load_digits
-from nnkit.datasets_sequences import adding_problem
+from nnkit.datasets.sequences import adding_problem
 from nnkit.nn.linear_recurrent import LRU, MinGRU
 from nnkit.nn.recurrent import LSTM
 

@@ -1,6 +1,6 @@
 """Translate number words to digits with an RNN + attention and with a transformer.
 
-"three hundred five thousand forty two" -> "3 0 5 0 4 2" (nnkit.datasets_translation). Both
+"three hundred five thousand forty two" -> "3 0 5 0 4 2" (nnkit.datasets.translation). Both
 models learn by teacher forcing (predict token i from the reference tokens before it), then
 decode held-out sentences on their own, greedily and with beam search, reusing a cache so
 that each new token costs one decoder step. Exact match = the whole number is right.
@@ -21,7 +21,7 @@ import numpy as np
 
 import nnkit as nk
 import nnkit.functional as F
-from nnkit.datasets_translation import PAD_ID, exact_match, number_translation
+from nnkit.datasets.translation import PAD_ID, exact_match, number_translation
 from nnkit.models import Seq2Seq, TransformerTranslator, beam_search, greedy_decode
 
 

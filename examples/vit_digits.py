@@ -16,8 +16,8 @@ import argparse
 import time
 
 import nnkit as nk
-from nnkit._vit_tour import DIGITS_VIT, train_vit
 from nnkit.models.vit import ViT
+from nnkit.training import DIGITS_VIT, train_vit
 
 
 def main(argv=None) -> float:

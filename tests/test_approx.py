@@ -346,8 +346,8 @@ def test_permuting_hidden_units_leaves_the_function_unchanged(make):
 
 def test_tour_section_rows_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
-    from nnkit.approx._tour import approx_section
     from nnkit.tour import TourContext
+    from nnkit.tour.approx import approx_section
 
     rows = approx_section(TourContext(out_dir=tmp_path, quick=True, plots=True))
     assert all(r["ok"] is True for r in rows) and len(rows) == 5, rows

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 import nnkit as nk
 from nnkit._ext import attention_cpu
-from nnkit.functional_attention import (
+from nnkit.functional.attention import (
     scaled_dot_product_attention,
     sinusoidal_positional_encoding,
 )
 from nnkit.kernels import attention as K
-from nnkit.kernels import reference_attention as R
+from nnkit.kernels.reference import attention as R
 
 DTYPES = (np.float32, np.float64)
 

@@ -1,7 +1,7 @@
 """Fused attention on the GPU (``nnkit._ext.attention_cuda``): kernels vs a float64 twin.
 
 - the twin (``_twin``: softmax(Q K^T scale + mask) V, its gradients, straight from the
-  formulas) is itself checked: central differences, and ``reference_attention`` when present;
+  formulas) is itself checked: central differences, and ``kernels.reference.attention``;
 - the launch configuration chooser (``_tiles``) fits shared memory and divides the tiles;
 - the CUDA kernels under Numba's simulator, in a child process (this file runs itself as a
   script with NUMBA_ENABLE_CUDASIM=1): tiles of 4 or 8 rows/keys with 2 x 2 or 2 x 4 threads,
@@ -138,7 +138,7 @@ def test_twin_fully_masked_row_is_zero_like_torch():
 
 
 def test_twin_matches_reference_attention():
-    from nnkit.kernels import reference_attention as R
+    from nnkit.kernels.reference import attention as R
     q, k, v, _ = _problem(5, 2, 1, 5, 6, 3, 4, np.float64)
     mask = _masks(6, 2, 1, 5, 6, np.float64)["bias"]
     for causal in (False, True):

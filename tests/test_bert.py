@@ -621,8 +621,8 @@ def test_pretraining_on_a_tiny_corpus_lowers_the_loss():
 
 # ----- the tour section (quick) --------------------------------------------------------------
 def test_tour_section_quick_rows(tmp_path):
-    from nnkit._bert_tour import bert_section
     from nnkit.tour import TourContext
+    from nnkit.tour.bert import bert_section
 
     rows = bert_section(TourContext(tmp_path, quick=True, plots=False))
     assert {"section", "result", "value", "target", "ok"} <= set(rows[0])
@@ -635,8 +635,8 @@ def test_tour_section_quick_rows(tmp_path):
 
 
 def test_unigram_accuracy_and_head_accuracy_on_known_cases():
-    from nnkit._bert_tour import head_accuracy, unigram_accuracy
-    from nnkit.datasets_text import TextSplit
+    from nnkit.datasets.text import TextSplit
+    from nnkit.training import head_accuracy, unigram_accuracy
 
     ids = np.array([[CLS, 7, 7, 8, SEP], [CLS, 7, 9, SEP, PAD]])
     split = TextSplit(ids, np.zeros_like(ids), (ids != PAD).astype(int), np.array([0, 1]), ())

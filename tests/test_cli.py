@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from nnkit import cli
-from nnkit.tour import format_table, train_mlp_digits
+from nnkit.tour import format_table
+from nnkit.training import train_mlp_digits
 
 ROOT = Path(__file__).resolve().parent.parent
 

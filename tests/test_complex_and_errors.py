@@ -313,7 +313,7 @@ def test_log_space_scan_of_infinities_is_infinite():
 def test_big_endian_inputs_are_read_as_native(rng):
     """'>f8' arrays (read from a file, say) said "must have dtype float32 or float64, got
     >f8"; the checked inputs are now converted (a copy), as NumPy users expect."""
-    from nnkit import functional_conv as FC
+    from nnkit.functional import conv as FC
     from nnkit.kernels.softmax import softmax_forward
 
     x = rng.standard_normal((2, 3, 5))

@@ -11,10 +11,10 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import nnkit as nk
-from nnkit import functional_conv as FC
 from nnkit._ext import conv_cpu
+from nnkit.functional import conv as FC
 from nnkit.kernels import conv as K
-from nnkit.kernels import reference_conv as R
+from nnkit.kernels.reference import conv as R
 from nnkit.nn.conv import AvgPool2d, Conv1d, Conv2d, MaxPool2d
 
 

@@ -296,8 +296,8 @@ def test_make_separable_has_the_promised_margin_and_radius():
 
 
 def test_tour_section_rows_are_all_ok(tmp_path):
-    from nnkit.classic._tour import perceptron_section
     from nnkit.tour import TourContext
+    from nnkit.tour.perceptron import perceptron_section
 
     rows = perceptron_section(TourContext(out_dir=tmp_path, quick=True, plots=True))
     assert len(rows) == 4 and all(r["ok"] is True for r in rows), rows

@@ -802,7 +802,7 @@ HOSTILE = {  # what the file names -> the node that names it
     "a module of nnkit": _estimator("nnkit:persistence"),
     "a private class": _estimator("nnkit.persistence:_Decoder", path="x", tensors={},
                                   classes={}),
-    "a private module": _module("nnkit._rnn_tour:_Regressor"),
+    "a private module": _module("nnkit._budget:BudgetExceeded"),
     "a function": _estimator("nnkit.cli:main", argv=["tour"]),
     "type via a class": _estimator("nnkit.nn:Linear.__class__", name="X"),
     "object via a base": _estimator("nnkit.optim:Optimizer.__base__"),

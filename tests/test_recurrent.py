@@ -1,6 +1,6 @@
 """Recurrent layers (Elman RNN, LSTM, GRU): fused kernels vs naive twins, gradcheck, torch.
 
-- kernels (``nnkit.kernels.recurrent``) == per-step twins (``reference_recurrent``), forward
+- kernels (``nnkit.kernels.recurrent``) == per-step twins (``kernels.reference.recurrent``), forward
   and every gradient, hypothesis over T (including 1), batch, sizes, directions, dtypes;
 - stacked / bidirectional modules == twins composed layer by layer (hypothesis);
 - central differences in float64 through the modules;
@@ -31,14 +31,14 @@ from hypothesis import strategies as st
 
 import nnkit as nk
 from nnkit.analysis import hidden_gradient_norms
-from nnkit.datasets_sequences import (
+from nnkit.datasets.sequences import (
     ADDING_BASELINE_MSE,
     adding_problem,
     copy_task,
     copy_task_baseline,
 )
 from nnkit.kernels import recurrent as K
-from nnkit.kernels import reference_recurrent as R
+from nnkit.kernels.reference import recurrent as R
 from nnkit.nn.recurrent import GRU, LSTM, RNN
 
 GATES = {"rnn": 1, "lstm": 4, "gru": 3}

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 import nnkit as nk
 from nnkit._ext import scan_cpu
 from nnkit._ext import scan_rows as scan_rows_c
-from nnkit.functional_scan import linear_scan
-from nnkit.kernels import reference_scan as R
+from nnkit.functional.scan import linear_scan
 from nnkit.kernels import scan as K
+from nnkit.kernels.reference import scan as R
 from nnkit.nn.linear_recurrent import LRU, MinGRU, MinLSTM
 
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)

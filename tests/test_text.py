@@ -1,4 +1,4 @@
-"""nk.text (WordPiece tokenizer) and nk.datasets_text (the shipped corpus and its tasks)."""
+"""nk.text (WordPiece tokenizer) and nk.datasets.text (the shipped corpus and its tasks)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nnkit import datasets_text as dt
+from nnkit.datasets import text as dt
 from nnkit.text import (
     SPECIAL_TOKENS,
     WordPieceTokenizer,

@@ -5,9 +5,10 @@ import importlib.util
 import numpy as np
 import pytest
 
-from nnkit import _distributed_tour, _persistence_tour
-from nnkit._tour_rows import INFO, is_information, missed_targets, tour_row
 from nnkit.tour import TourContext, _verdict
+from nnkit.tour import distributed as _distributed_tour
+from nnkit.tour import persistence as _persistence_tour
+from nnkit.tour.common import INFO, is_information, missed_targets, tour_row
 
 
 # ----- the row and the verdict ----------------------------------------------------------------

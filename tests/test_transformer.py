@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import nnkit as nk
 import nnkit.functional as F
-from nnkit.functional_attention import scaled_dot_product_attention
+from nnkit.functional.attention import scaled_dot_product_attention
 from nnkit.nn import attention as attention_module
 from nnkit.nn.attention import MultiheadAttention, attention_with_weights, canonical_mask
 from nnkit.nn.transformer import (
@@ -374,7 +374,7 @@ def test_weights_path_does_not_call_fused(spy):
 
 
 def test_real_fused_attention_matches_torch():
-    """nnkit.functional_attention's fused SDPA behind need_weights=False."""
+    """nnkit.functional.attention's fused SDPA behind need_weights=False."""
     torch = import_torch()
     assert attention_module._fused_attention() is scaled_dot_product_attention
     for config, mask_kind in (("self", "both_bool"), ("kvdim", "float_attn3d"),

@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 
 import nnkit as nk
 import nnkit.functional as F
-from nnkit.datasets_translation import (
+from nnkit.datasets.translation import (
     BOS_ID,
     EOS_ID,
     PAD_ID,

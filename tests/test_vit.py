@@ -302,8 +302,8 @@ def test_short_training_run_lowers_the_loss():
 
 def test_tour_section_quick(tmp_path):
     pytest.importorskip("matplotlib")
-    from nnkit._vit_tour import vit_section
     from nnkit.tour import TourContext
+    from nnkit.tour.vit import vit_section
 
     rows = vit_section(TourContext(tmp_path, quick=True))
     checks = [row for row in rows if row["ok"] != "info"]

@@ -20,7 +20,7 @@ GEMM, and [dW_ih, dW_hh]^T = [x; h_prev]^T dA is one product over the panels (se
 ``recurrent_cpu.packed_weight_grads``); on the GPU each is one cuBLAS GEMM.
 
 Gate orders and formulas are torch's (``torch.nn.RNN/LSTM/GRU``); ``nnkit.kernels.reference``
-(``reference_recurrent``) holds the naive per-step twins.
+(``reference.recurrent``) holds the naive per-step twins.
 """
 
 from __future__ import annotations

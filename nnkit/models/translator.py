@@ -30,7 +30,7 @@ import numpy as np
 from .. import functional as F
 from .._validation import check_scalar
 from ..autograd import Tensor, concat
-from ..functional_attention import sinusoidal_positional_encoding
+from ..functional.attention import sinusoidal_positional_encoding
 from ..nn.attention import attention_with_weights
 from ..nn.layers import Embedding, LayerNorm, Linear
 from ..nn.module import Module

@@ -18,7 +18,7 @@ a bool mask is True where attention is NOT allowed; a float mask is added to the
 Two paths compute the same attention. ``need_weights=True`` needs the probabilities, so it
 composes the autograd ops (``attention_with_weights``: matmul, softmax, dropout, matmul).
 ``need_weights=False`` calls the fused ``F.scaled_dot_product_attention``
-(``nnkit.functional_attention``), which never materialises the (L, S) matrix. As in torch, a
+(``nnkit.functional.attention``), which never materialises the (L, S) matrix. As in torch, a
 query row whose keys are all masked gives NaN on the first path and zeros on the second.
 """
 
@@ -34,7 +34,7 @@ from .. import functional as F
 from .._backend import array_module
 from .._validation import check_bool, check_scalar
 from ..autograd import Tensor, as_tensor, concat, where
-from ..functional_attention import scaled_dot_product_attention
+from ..functional.attention import scaled_dot_product_attention
 from . import init
 from .layers import Linear, _dtype
 from .module import Module, Parameter
@@ -149,7 +149,7 @@ def attention_with_weights(query, key, value, mask=None, dropout_p: float = 0.0,
 
 
 def _fused_attention():
-    """``F.scaled_dot_product_attention`` from ``nnkit.functional_attention`` (the tests
+    """``F.scaled_dot_product_attention`` from ``nnkit.functional.attention`` (the tests
     replace this function to force the composed path)."""
     return scaled_dot_product_attention
 

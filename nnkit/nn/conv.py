@@ -13,9 +13,9 @@ import numbers
 
 import numpy as np
 
-from .. import functional_conv as FC
 from .._validation import check_bool, check_scalar
 from ..autograd import as_tensor
+from ..functional import conv as FC
 from ..kernels import conv as KC
 from . import init
 from .module import Module, Parameter

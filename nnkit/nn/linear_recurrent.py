@@ -25,7 +25,7 @@ from .._budget import ensure_room
 from .._random import get_rng
 from .._validation import check_bool, check_real, check_scalar
 from ..autograd import Tensor, as_tensor, make_result, where
-from ..functional_scan import linear_scan, log_linear_scan
+from ..functional.scan import linear_scan, log_linear_scan
 from .layers import Linear, _check_size, _dtype
 from .module import Module, Parameter
 

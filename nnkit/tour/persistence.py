@@ -11,13 +11,13 @@ import time
 
 import numpy as np
 
-from . import functional as F
-from . import nn, optim
-from ._random import get_rng, manual_seed, set_rng
-from ._tour_rows import INFO, tour_row
-from .datasets import load_digits
-from .persistence import load, save
-from .training import accuracy, minibatches
+from .. import functional as F
+from .. import nn, optim
+from .._random import get_rng, manual_seed, set_rng
+from ..datasets import load_digits
+from ..persistence import load, save
+from ..training import accuracy, minibatches
+from .common import INFO, tour_row
 
 __all__ = ["persistence_section"]
 

@@ -1,6 +1,6 @@
 """The ``nnkit tour`` section for translation (notes, sections 5.3 and 6.4).
 
-Both translators learn number words -> digits (``nnkit.datasets_translation``) by teacher
+Both translators learn number words -> digits (``nnkit.datasets.translation``) by teacher
 forcing; rows give their exact match on held-out sentences with greedy and beam search, the
 training time, the key/value cache against full recomputation, beam size 1 against greedy,
 and the cache's decoding speed-up. The plot shows each model's attention alignment on one
@@ -16,15 +16,15 @@ import time
 
 import numpy as np
 
-from . import functional as F
-from . import optim
-from ._random import manual_seed
-from ._tour_rows import INFO, tour_row
-from .autograd import no_grad
-from .datasets_translation import PAD_ID, exact_match, number_translation
-from .functional_attention import sinusoidal_positional_encoding
-from .models import Seq2Seq, TransformerTranslator, beam_search, greedy_decode
-from .training import minibatches
+from .. import functional as F
+from .. import optim
+from .._random import manual_seed
+from ..autograd import no_grad
+from ..datasets.translation import PAD_ID, exact_match, number_translation
+from ..functional.attention import sinusoidal_positional_encoding
+from ..models import Seq2Seq, TransformerTranslator, beam_search, greedy_decode
+from ..training import minibatches
+from .common import INFO, tour_row
 
 __all__ = ["translate_section", "train_translator", "attention_alignment", "make_translators"]
 
@@ -128,9 +128,9 @@ def _cache_rows(transformer, task, quick):
 
 def _plot(ctx, alignments, task, src_row):
     """One heatmap per model: alignments maps a name to (weights (T, S), output ids (T,))."""
-    from .tour import _pyplot
+    from .common import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return
     words = task.src_vocab.decode(src_row)
@@ -154,9 +154,9 @@ def _positional_row(ctx):
     gram = P @ P.T
     spread = max(float(np.ptp(np.diagonal(gram, offset=k))) for k in range(50))
     if ctx.plots:
-        from .tour import _pyplot
+        from .common import pyplot
 
-        plt = _pyplot()
+        plt = pyplot()
         if plt is not None:
             fig, ax = plt.subplots(figsize=(6, 3.6))
             image = ax.imshow(P, aspect="auto", cmap="RdBu", vmin=-1, vmax=1)

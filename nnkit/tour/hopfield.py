@@ -11,9 +11,9 @@ import time
 
 import numpy as np
 
-from .._tour_rows import INFO, tour_row
+from ..classic.hopfield import DenseAssociativeMemory, Hopfield, ModernHopfield, retrieval_curve
 from ..theory import hopfield_flip_probability
-from .hopfield import DenseAssociativeMemory, Hopfield, ModernHopfield, retrieval_curve
+from .common import INFO, tour_row
 
 __all__ = ["hopfield_section", "digit_patterns"]
 

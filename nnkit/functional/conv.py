@@ -9,9 +9,9 @@ input ((C, L) for conv1d, (C, H, W) for the others) is a batch of one, and so is
 
 from __future__ import annotations
 
-from ._validation import check_bool
-from .autograd import Tensor, as_tensor, make_result, records
-from .kernels import conv as K
+from .._validation import check_bool
+from ..autograd import Tensor, as_tensor, make_result, records
+from ..kernels import conv as K
 
 __all__ = ["conv1d", "conv2d", "max_pool2d", "avg_pool2d"]
 
@@ -81,7 +81,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> T
     --------
     >>> import numpy as np
     >>> import nnkit as nk
-    >>> from nnkit.functional_conv import conv2d
+    >>> from nnkit.functional.conv import conv2d
     >>> conv2d(np.ones((1, 1, 4, 4), np.float32), np.ones((2, 1, 3, 3), np.float32),
     ...        padding=1).shape
     (1, 2, 4, 4)

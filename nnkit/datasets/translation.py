@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._random import get_rng
-from ._validation import check_array, check_scalar
+from .._random import get_rng
+from .._validation import check_array, check_scalar
 
 __all__ = [
     "PAD_ID",

@@ -12,14 +12,14 @@ import time
 
 import numpy as np
 
-from ._ext import scan_cpu
-from ._tour_rows import INFO, tour_row
-from .autograd import tensor
-from .functional_scan import linear_scan
-from .gradcheck import gradcheck
-from .kernels import reference_scan as R
-from .kernels import scan as K
-from .nn.linear_recurrent import LRU, MinGRU
+from .._ext import scan_cpu
+from ..autograd import tensor
+from ..functional.scan import linear_scan
+from ..gradcheck import gradcheck
+from ..kernels import scan as K
+from ..kernels.reference import scan as R
+from ..nn.linear_recurrent import LRU, MinGRU
+from .common import INFO, tour_row
 
 __all__ = ["scan_section"]
 

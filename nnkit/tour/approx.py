@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._tour_rows import tour_row
-from . import constructions as C
-from .regions import count_linear_regions
+from ..approx import constructions as C
+from ..approx.regions import count_linear_regions
+from .common import tour_row
 
 __all__ = ["approx_section"]
 

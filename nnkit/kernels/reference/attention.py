@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from .._backend import unbroadcast
+from ..._backend import unbroadcast
 
 __all__ = ["attention_reference", "attention_reference_backward",
            "dropout_multipliers_reference"]

@@ -13,8 +13,8 @@ import numbers
 
 import numpy as np
 
-from ._random import get_rng
-from ._validation import check_scalar
+from .._random import get_rng
+from .._validation import check_scalar
 
 __all__ = ["adding_problem", "copy_task", "ADDING_BASELINE_MSE", "copy_task_baseline"]
 
@@ -54,7 +54,7 @@ def adding_problem(n_samples, seq_len, random_state=None, dtype=np.float32):
 
     Examples
     --------
-    >>> from nnkit.datasets_sequences import adding_problem
+    >>> from nnkit.datasets.sequences import adding_problem
     >>> X, y = adding_problem(4, 10, random_state=0)
     >>> X.shape, y.shape, X[..., 1].sum(axis=1).tolist()
     ((4, 10, 2), (4,), [2.0, 2.0, 2.0, 2.0])
@@ -100,7 +100,7 @@ def copy_task(n_samples, delay, n_symbols=8, length=10, random_state=None):
 
     Examples
     --------
-    >>> from nnkit.datasets_sequences import copy_task
+    >>> from nnkit.datasets.sequences import copy_task
     >>> X, y = copy_task(1, delay=3, n_symbols=4, length=2, random_state=0)
     >>> bool((X[0, :2] == y[0, -2:]).all()), X[0, 4].item(), X.shape
     (True, 5, (1, 7))

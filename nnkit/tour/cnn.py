@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from ._tour_rows import INFO, tour_row
+from .common import INFO, tour_row
 
 __all__ = ["lenet_digits", "train_cnn_digits", "cnn_section"]
 
@@ -23,8 +23,8 @@ def lenet_digits():
     Shapes: (N, 1, 8, 8) -> (N, 16, 4, 4) -> (N, 32, 4, 4) -> (N, 512) -> (N, 64) -> (N, 10).
     A second pooling (LeNet's) would leave 2x2 maps of an 8x8 digit; it tested ~1% worse.
     """
-    from . import nn
-    from .nn.conv import Conv2d, MaxPool2d
+    from .. import nn
+    from ..nn.conv import Conv2d, MaxPool2d
 
     return nn.Sequential(
         Conv2d(1, 16, 3, padding=1), nn.ReLU(), MaxPool2d(2),
@@ -43,11 +43,11 @@ def train_cnn_digits(epochs: int = 15, batch_size: int = 32, lr: float = 2e-3, s
     history : dict with 'loss' and 'test_accuracy' per epoch
     split : nnkit.datasets.Split (images (n, 1, 8, 8))
     """
-    from . import functional as F
-    from . import optim
-    from ._random import manual_seed
-    from .datasets import load_digits
-    from .training import accuracy, minibatches
+    from .. import functional as F
+    from .. import optim
+    from .._random import manual_seed
+    from ..datasets import load_digits
+    from ..training import accuracy, minibatches
 
     manual_seed(seed)
     split = load_digits(flatten=False, random_state=seed)
@@ -75,8 +75,9 @@ def _row(result, value, target="", ok=INFO):
 
 def _kernel_rows(seed):
     """conv2d (strided, dilated, grouped) and its backward against the quadruple loop."""
-    from . import signal
-    from .kernels import conv, reference_conv
+    from .. import signal
+    from ..kernels import conv
+    from ..kernels.reference import conv as reference_conv
 
     rng = np.random.default_rng(seed)
     x, w = rng.standard_normal((2, 4, 7, 6)), rng.standard_normal((6, 2, 3, 2))
@@ -97,10 +98,10 @@ def _kernel_rows(seed):
 
 
 def _plot(ctx, model, history, split, acc):
-    from .tour import _pyplot
-    from .training import predict_classes
+    from ..training import predict_classes
+    from .common import pyplot
 
-    plt = _pyplot() if ctx.plots else None
+    plt = pyplot() if ctx.plots else None
     if plt is None:
         return
     pred = predict_classes(model, split.X_test)

@@ -16,57 +16,12 @@ import time
 
 import numpy as np
 
-from ._tour_rows import INFO, tour_row
+from ..training.vit import make_digits_vit, train_vit
+from .common import INFO, tour_row
 
-__all__ = ["DIGITS_VIT", "make_digits_vit", "train_vit", "vit_section"]
+__all__ = ["vit_section"]
 
 SECTION = "ViT on digits"
-
-#: The digits model: 16 tokens of 2x2 pixels + [CLS], 3 layers, 8 heads of 8 features.
-DIGITS_VIT = dict(image_size=8, patch_size=2, in_channels=1, num_classes=10, dim=64, depth=3,
-                  heads=8, mlp_dim=128, dropout=0.1)
-
-
-def make_digits_vit(seed: int = 0, **overrides):
-    """``ViT(**DIGITS_VIT)`` (with ``overrides``), seeded."""
-    from ._random import manual_seed
-    from .models.vit import ViT
-
-    manual_seed(seed)
-    return ViT(**{**DIGITS_VIT, **overrides})
-
-
-def train_vit(model, X, y, epochs: int, lr: float = 2e-3, batch_size: int = 32,
-              weight_decay: float = 0.05, warmup: int = 50, seed: int = 0) -> list[float]:
-    """AdamW with ``warmup`` steps of linear warm-up, then cosine decay to 0; full batches
-    only (the short last one is dropped). Returns the mean loss per epoch; leaves the model
-    in eval mode. (Its GEMMs are small enough that ``nnkit._backend.matmul`` runs them on
-    one BLAS thread; see SMALL_GEMM_FLOPS there.)
-    """
-    from . import functional as F
-    from . import optim
-    from .training import minibatches
-
-    opt = optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    rng = np.random.default_rng(seed)
-    total, step, history = epochs * (len(X) // batch_size), 0, []
-    model.train()
-    for _ in range(epochs):
-        losses = []
-        for idx in minibatches(len(X), batch_size, rng=rng):
-            if len(idx) < batch_size:
-                continue
-            opt.param_groups[0]["lr"] = (lr * min(1.0, (step + 1) / warmup)
-                                         * 0.5 * (1 + np.cos(np.pi * step / total)))
-            loss = F.cross_entropy(model(X[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-            step += 1
-        history.append(float(np.mean(losses)))
-    model.eval()
-    return history
 
 
 def _row(result, value, target="", ok=INFO):
@@ -75,9 +30,9 @@ def _row(result, value, target="", ok=INFO):
 
 def _check_rows(model, images):
     """The attention path against the fused one, [CLS] rows, patch embedding vs conv2d."""
-    from . import functional as F
-    from .autograd import no_grad
-    from .models.vit import patchify
+    from .. import functional as F
+    from ..autograd import no_grad
+    from ..models.vit import patchify
 
     with no_grad():
         fused = model(images).numpy()
@@ -111,9 +66,9 @@ def _ink_row(model, images):
 
 
 def _plot(ctx, model, images, predicted):
-    from .tour import _pyplot
+    from .common import pyplot
 
-    plt = _pyplot() if ctx.plots else None
+    plt = pyplot() if ctx.plots else None
     if plt is None:
         return
     maps = model.cls_attention(images).mean(axis=1)  # (B, Hp, Wp), mean over heads
@@ -134,8 +89,8 @@ def _plot(ctx, model, images, predicted):
 
 def vit_section(ctx) -> list[dict]:
     """Rows of the ViT section (see the module docstring)."""
-    from .datasets import load_digits
-    from .training import accuracy, predict_classes
+    from ..datasets import load_digits
+    from ..training import accuracy, predict_classes
 
     data = load_digits(flatten=False, random_state=ctx.seed)  # images (n, 1, 8, 8)
     model = make_digits_vit(ctx.seed)

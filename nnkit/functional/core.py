@@ -1,10 +1,5 @@
-"""Differentiable functions (``import nnkit.functional as F``), torch's names and semantics.
-
-Every function takes ``nk.Tensor``s or plain arrays (wrapped as constants); integer
-inputs (class targets, token ids) are plain arrays. The fused ones (softmax, log_softmax,
-cross_entropy, layer_norm, linear) call a forward/backward pair from ``nnkit.kernels``;
-the others compose Tensor ops.
-"""
+"""Core differentiable functions: activations, softmax and losses, layer norm, linear, dropout,
+embedding (re-exported by ``nnkit.functional``)."""
 
 from __future__ import annotations
 
@@ -14,10 +9,10 @@ import numbers
 import numpy as np
 from scipy import special
 
-from . import kernels
-from ._backend import array_module, is_gpu_array, matmul
-from ._random import device_uniform, get_rng
-from ._validation import (
+from .. import kernels
+from .._backend import array_module, is_gpu_array, matmul
+from .._random import device_uniform, get_rng
+from .._validation import (
     axis_or_dim,
     check_array,
     check_bool,
@@ -26,7 +21,7 @@ from ._validation import (
     check_scalar,
     describe_dtype,
 )
-from .autograd import Tensor, _conj, as_tensor, make_result, unbroadcast
+from ..autograd import Tensor, _conj, as_tensor, make_result, unbroadcast
 
 __all__ = [
     "linear",
@@ -42,14 +37,6 @@ __all__ = [
     "layer_norm",
     "dropout",
     "embedding",
-    "conv1d",
-    "conv2d",
-    "max_pool2d",
-    "avg_pool2d",
-    "linear_scan",
-    "log_linear_scan",
-    "scaled_dot_product_attention",
-    "sinusoidal_positional_encoding",
 ]
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -284,7 +271,7 @@ def _cross_entropy_mean_gpu(logits: Tensor, target, ignore_index: int) -> Tensor
     """The fused mean cross-entropy of CuPy ``logits`` (N, C), N, C > 0, without a host
     round trip: the count of valid rows stays a device scalar (the CPU path's validation
     and ``float`` conversions would copy values to the host and wait for the GPU)."""
-    from ._ext import softmax_cuda
+    from .._ext import softmax_cuda
 
     if not is_gpu_array(target):
         raise TypeError("logits and target must both be NumPy arrays or both be GPU arrays; "
@@ -444,11 +431,3 @@ def embedding(ids, weight) -> Tensor:
         )
     return weight[ids]
 
-
-# Op families that live in their own modules, re-exported so that F.<name> finds them.
-from .functional_attention import (  # noqa: E402
-    scaled_dot_product_attention,
-    sinusoidal_positional_encoding,
-)
-from .functional_conv import avg_pool2d, conv1d, conv2d, max_pool2d  # noqa: E402
-from .functional_scan import linear_scan, log_linear_scan  # noqa: E402

@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-from .autograd import as_tensor, make_result
-from .kernels import scan as K
+from ..autograd import as_tensor, make_result
+from ..kernels import scan as K
 
 __all__ = ["linear_scan", "log_linear_scan"]
 
@@ -30,7 +30,7 @@ def linear_scan(a, b, h0=None, reverse=False):
     Examples
     --------
     >>> import numpy as np, nnkit as nk
-    >>> from nnkit.functional_scan import linear_scan
+    >>> from nnkit.functional.scan import linear_scan
     >>> a = nk.tensor(np.full((1, 3, 1), 0.5), requires_grad=True)
     >>> h = linear_scan(a, np.ones((1, 3, 1)))
     >>> h.numpy()[0, :, 0].tolist()
@@ -66,7 +66,7 @@ def log_linear_scan(log_a, log_b, log_h0=None):
     Examples
     --------
     >>> import numpy as np
-    >>> from nnkit.functional_scan import log_linear_scan
+    >>> from nnkit.functional.scan import log_linear_scan
     >>> out = log_linear_scan(np.log(np.full((1, 2, 1), 0.5)), np.zeros((1, 2, 1)))
     >>> np.exp(out.numpy()).ravel().tolist()
     [1.0, 1.5]

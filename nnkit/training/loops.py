@@ -1,4 +1,4 @@
-"""Small training utilities shared by the tour, the examples and the benchmarks."""
+"""Minibatch indices, class predictions and accuracy: the loop helpers every recipe uses."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ._random import get_rng
-from .autograd import no_grad
+from .._random import get_rng
+from ..autograd import no_grad
 
 __all__ = ["minibatches", "accuracy", "predict_classes"]
 

@@ -9,10 +9,10 @@ import numbers
 
 import numpy as np
 
-from ._random import get_rng
-from ._validation import check_scalar
-from .autograd import Tensor, as_tensor, make_result
-from .kernels import attention as K
+from .._random import get_rng
+from .._validation import check_scalar
+from ..autograd import Tensor, as_tensor, make_result
+from ..kernels import attention as K
 
 __all__ = ["scaled_dot_product_attention", "sinusoidal_positional_encoding"]
 
@@ -47,7 +47,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     Examples
     --------
     >>> import numpy as np
-    >>> from nnkit.functional_attention import scaled_dot_product_attention
+    >>> from nnkit.functional.attention import scaled_dot_product_attention
     >>> q = np.zeros((1, 2, 4)); kv = np.eye(3, 4)[None]  # (1, 3, 4)
     >>> scaled_dot_product_attention(q, kv, kv).numpy()[0, 0].round(3).tolist()
     [0.333, 0.333, 0.333, 0.0]
@@ -99,7 +99,7 @@ def sinusoidal_positional_encoding(T, d, base=10000.0, dtype=np.float32) -> Tens
 
     Examples
     --------
-    >>> from nnkit.functional_attention import sinusoidal_positional_encoding
+    >>> from nnkit.functional.attention import sinusoidal_positional_encoding
     >>> sinusoidal_positional_encoding(2, 4, dtype=float).numpy()[1].round(4).tolist()
     [0.8415, 0.5403, 0.01, 1.0]
     """

@@ -15,8 +15,8 @@ from scipy.optimize import linprog
 from sklearn.exceptions import ConvergenceWarning
 
 from .. import theory
-from .._tour_rows import tour_row
-from .perceptron import Perceptron, make_separable
+from ..classic.perceptron import Perceptron, make_separable
+from .common import tour_row
 
 __all__ = ["perceptron_section", "count_separable_dichotomies"]
 

@@ -44,9 +44,9 @@ from importlib import resources
 
 import numpy as np
 
-from ._random import get_rng
-from ._validation import check_bool, check_scalar
-from .text import IGNORE_INDEX, WordPieceTokenizer, basic_tokenize
+from .._random import get_rng
+from .._validation import check_bool, check_scalar
+from ..text import IGNORE_INDEX, WordPieceTokenizer, basic_tokenize
 
 __all__ = [
     "CORPUS_FILE",

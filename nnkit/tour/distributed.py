@@ -13,12 +13,12 @@ import time
 
 import numpy as np
 
-from . import functional as F
-from . import nn, optim
-from ._random import manual_seed
-from ._tour_rows import INFO, tour_row
-from .datasets import load_digits
-from .training import accuracy, minibatches
+from .. import functional as F
+from .. import nn, optim
+from .._random import manual_seed
+from ..datasets import load_digits
+from ..training import accuracy, minibatches
+from .common import INFO, tour_row
 
 __all__ = ["distributed_section"]
 
@@ -47,14 +47,14 @@ def _single_process(split, epochs, seed):
 
 
 def _capacity_point(n, alpha):
-    from .classic.hopfield import retrieval_curve
+    from ..classic.hopfield import retrieval_curve
 
     return {"overlap": float(retrieval_curve(n, [alpha], n_probes=10,
                                              random_state=0).overlap[0])}
 
 
 def _rows(client, ctx):
-    from .distributed import fit_data_parallel, map_experiments
+    from ..distributed import fit_data_parallel, map_experiments
 
     split = load_digits(random_state=ctx.seed)
     epochs = 8 if ctx.quick else 15

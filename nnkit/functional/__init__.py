@@ -1,0 +1,67 @@
+"""Differentiable functions (``import nnkit.functional as F``), torch's names and semantics.
+
+Every function takes ``nk.Tensor``s or plain arrays (wrapped as constants); integer
+inputs (class targets, token ids) are plain arrays. The fused ones (softmax, log_softmax,
+cross_entropy, layer_norm, linear) call a forward/backward pair from ``nnkit.kernels``;
+the others compose Tensor ops.
+
+One module per op family: ``core`` (activations, softmax and losses, layer norm,
+linear, dropout, embedding), ``conv`` (convolution and pooling), ``scan`` (linear
+recurrences) and ``attention``.
+"""
+
+from __future__ import annotations
+
+from .attention import (
+    scaled_dot_product_attention,
+    sinusoidal_positional_encoding,
+)
+from .conv import (
+    avg_pool2d,
+    conv1d,
+    conv2d,
+    max_pool2d,
+)
+from .core import (
+    binary_cross_entropy_with_logits,
+    cross_entropy,
+    dropout,
+    embedding,
+    gelu,
+    layer_norm,
+    linear,
+    log_softmax,
+    mse_loss,
+    relu,
+    sigmoid,
+    softmax,
+    tanh,
+)
+from .scan import (
+    linear_scan,
+    log_linear_scan,
+)
+
+__all__ = [
+    "linear",
+    "sigmoid",
+    "tanh",
+    "relu",
+    "gelu",
+    "softmax",
+    "log_softmax",
+    "cross_entropy",
+    "mse_loss",
+    "binary_cross_entropy_with_logits",
+    "layer_norm",
+    "dropout",
+    "embedding",
+    "conv1d",
+    "conv2d",
+    "max_pool2d",
+    "avg_pool2d",
+    "linear_scan",
+    "log_linear_scan",
+    "scaled_dot_product_attention",
+    "sinusoidal_positional_encoding",
+]

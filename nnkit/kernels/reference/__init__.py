@@ -1,0 +1,89 @@
+"""Naive twins of every kernel, written straight from the formula, one module per op family.
+
+Plain loops over rows, computed in float64 (complex128 where complex) and cast back to
+the input's dtype, with no stabilisation tricks beyond the textbook max-shift of softmax.
+The tests hold ``nk.kernels`` to these; nothing here is meant to be fast. Families:
+``softmax`` (softmax, log_softmax, cross-entropy), ``activation`` (GELU, dropout mask),
+``layer_norm``, ``conv`` (convolution, pooling), ``scan`` (linear recurrence),
+``recurrent`` (RNN, LSTM, GRU) and ``attention``.
+"""
+
+from __future__ import annotations
+
+from .activation import (
+    dropout_mask,
+    gelu,
+    gelu_backward,
+)
+from .attention import (
+    attention_reference,
+    attention_reference_backward,
+)
+from .conv import (
+    avg_pool2d,
+    avg_pool2d_backward,
+    conv1d,
+    conv1d_backward,
+    conv2d,
+    conv2d_backward,
+    max_pool2d,
+    max_pool2d_backward,
+)
+from .layer_norm import (
+    layer_norm,
+    layer_norm_backward,
+)
+from .recurrent import (
+    gru,
+    gru_backward,
+    lstm,
+    lstm_backward,
+    rnn,
+    rnn_backward,
+)
+from .scan import (
+    linear_scan,
+    linear_scan_backward,
+    log_linear_scan,
+)
+from .softmax import (
+    cross_entropy,
+    cross_entropy_backward,
+    log_softmax,
+    log_softmax_backward,
+    softmax,
+    softmax_backward,
+)
+
+__all__ = [
+    "softmax",
+    "softmax_backward",
+    "log_softmax",
+    "log_softmax_backward",
+    "cross_entropy",
+    "cross_entropy_backward",
+    "layer_norm",
+    "layer_norm_backward",
+    "gelu",
+    "gelu_backward",
+    "dropout_mask",
+    "conv1d",
+    "conv1d_backward",
+    "conv2d",
+    "conv2d_backward",
+    "max_pool2d",
+    "max_pool2d_backward",
+    "avg_pool2d",
+    "avg_pool2d_backward",
+    "linear_scan",
+    "linear_scan_backward",
+    "log_linear_scan",
+    "rnn",
+    "rnn_backward",
+    "lstm",
+    "lstm_backward",
+    "gru",
+    "gru_backward",
+    "attention_reference",
+    "attention_reference_backward",
+]
