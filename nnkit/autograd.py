@@ -43,6 +43,9 @@ __all__ = [
     "stack",
     "where",
     "maximum",
+    "complex",
+    "real",
+    "imag",
     "as_tensor",
     "unbroadcast",
     "make_result",
@@ -187,6 +190,16 @@ class Tensor:
     @property
     def T(self) -> Tensor:
         return self.transpose()
+
+    @property
+    def real(self) -> Tensor:
+        """Re z, differentiable (``real(self)``); a real tensor is its own real part."""
+        return real(self)
+
+    @property
+    def imag(self) -> Tensor:
+        """Im z, differentiable (``imag(self)``); a real tensor has none (TypeError)."""
+        return imag(self)
 
     def numel(self) -> int:
         return int(self.data.size)
@@ -631,7 +644,8 @@ def _data(value):
 def _ordered(value, op):
     """The data of a comparison's operand; complex numbers have no order (TypeError)."""
     data = _data(value)
-    if isinstance(data, complex) or getattr(data, "dtype", np.dtype(float)).kind == "c":
+    if isinstance(data, numbers.Complex) and not isinstance(data, numbers.Real) \
+            or getattr(data, "dtype", np.dtype(float)).kind == "c":
         kind = getattr(data, "dtype", "complex")
         raise TypeError(f"comparison ({op}): operands must be real, got {kind}; complex "
                         "numbers have no order")
@@ -771,7 +785,7 @@ def _pow(a, exponent):
     def backward(g):
         ga = unbroadcast(g * _conj(pd * ad ** (pd - 1)), ad.shape)
         if ad.dtype.kind == "c" or pd.dtype.kind == "c":
-            log_a = xp.log(ad.astype(complex))
+            log_a = xp.log(ad.astype(np.complex128))
         else:
             with np.errstate(divide="ignore", invalid="ignore"):
                 log_a = xp.where(ad > 0, xp.log(xp.where(ad > 0, ad, 1)), 0)
@@ -867,6 +881,49 @@ def maximum(x, y) -> Tensor:
     check_real(xt, name="x", op="maximum")
     check_real(yt, name="y", op="maximum")
     return where(xt.data >= yt.data, xt, yt)
+
+
+_COMPLEX_OF = {np.dtype(np.float32): np.complex64, np.dtype(np.float64): np.complex128}
+
+
+def complex(real, imag) -> Tensor:  # torch's name; in this module it hides the builtin
+    """``real + i imag`` from two real tensors of one float dtype, broadcast together, as
+    ``torch.complex``: float32 -> complex64, float64 -> complex128. Gradients Re g and Im g
+    (the gradient of a real loss with respect to z = x + iy is dL/dx + i dL/dy)."""
+    re, im = as_tensor(real, name="real"), as_tensor(imag, name="imag")
+    if re.dtype not in _COMPLEX_OF or im.dtype != re.dtype:
+        raise TypeError(f"complex: real and imag must be float32 or float64 of one dtype, got "
+                        f"{re.dtype} and {im.dtype}")
+    xp = array_module(re.data)
+    z = (re.data + 1j * im.data).astype(_COMPLEX_OF[re.dtype], copy=False)
+
+    def backward(g):
+        return unbroadcast(xp.ascontiguousarray(g.real), re.shape), \
+            unbroadcast(xp.ascontiguousarray(g.imag), im.shape)
+
+    return make_result(z, (re, im), backward, "complex")
+
+
+def real(z) -> Tensor:
+    """Re z as a new real tensor (``torch.real``; a real ``z`` is returned as is). Its
+    gradient g enters z as g + 0i."""
+    z = as_tensor(z, name="z")
+    if z.dtype.kind != "c":
+        return z
+    xp = array_module(z.data)
+    return make_result(xp.ascontiguousarray(z.data.real), (z,),
+                       lambda g: (g.astype(z.dtype),), "real")
+
+
+def imag(z) -> Tensor:
+    """Im z as a new real tensor (``torch.imag``; TypeError for a real ``z``, as torch). Its
+    gradient g enters z as 0 + i g."""
+    z = as_tensor(z, name="z")
+    if z.dtype.kind != "c":
+        raise TypeError(f"imag is defined for complex tensors only, got dtype {z.dtype}")
+    xp = array_module(z.data)
+    return make_result(xp.ascontiguousarray(z.data.imag), (z,),
+                       lambda g: (1j * g.astype(z.dtype),), "imag")
 
 
 def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:

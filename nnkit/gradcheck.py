@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .autograd import Tensor, no_grad
+from .autograd import Tensor, no_grad, real
 
 __all__ = ["gradcheck", "GradcheckError"]
 
@@ -92,7 +92,7 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
         if out is not None and out.requires_grad:
             term = (out * Tensor(np.conj(v))).sum()
             if np.iscomplexobj(term.data):
-                term = _real(term)
+                term = real(term)
             loss = term if loss is None else loss + term
     if loss is None:
         raise ValueError("gradcheck: no output of fn requires grad")
@@ -126,9 +126,3 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
                 raise GradcheckError(message)
             return False
     return True
-
-
-def _real(t):
-    from .autograd import make_result
-
-    return make_result(np.real(t.data), (t,), lambda g: (g.astype(t.data.dtype),), "real")

@@ -446,6 +446,49 @@ def test_complex_gradcheck_of_holomorphic_ops_missing_conj(op, rng):
         assert nk.gradcheck(lambda x, y: x**y, [a + 2, _complex(rng, (2, 3)) * 0.3 + 1])
 
 
+@pytest.mark.parametrize("case", ["complex", "complex_broadcast", "real", "imag", "abs2"])
+def test_complex_real_imag_gradcheck(case, rng):
+    """nk.complex, nk.real, nk.imag (and Tensor.real/.imag) compose with the other complex
+    ops and their gradients agree with finite differences."""
+    x, y, z = rng.normal(size=(2, 3)), rng.normal(size=(2, 3)), _complex(rng, (2, 3))
+    cases = {
+        "complex": (lambda a, b: (nk.complex(a, b) * nk.complex(b, a)).exp(), [x, y]),
+        "complex_broadcast": (lambda a, b: nk.complex(a, b), [x, rng.normal(size=(3,))]),
+        "real": (lambda w: (w * w).real * 2, [z]),
+        "imag": (lambda w: nk.imag(w.exp()), [z]),
+        "abs2": (lambda w: w.real * w.real + w.imag * w.imag, [z]),
+    }
+    fn, inputs = cases[case]
+    assert nk.gradcheck(fn, inputs)
+
+
+def test_complex_real_imag_dtypes_and_refusals():
+    x32 = nk.tensor(np.ones(3, np.float32), requires_grad=True)
+    z = nk.complex(x32, x32 * 2)
+    assert z.dtype == np.complex64 and nk.real(z).dtype == np.float32
+    assert nk.complex(np.ones(2), np.zeros(2)).dtype == np.complex128
+    assert x32.real is x32  # a real tensor is its own real part, as torch
+    with pytest.raises(TypeError, match="imag is defined for complex tensors only"):
+        _ = x32.imag
+    with pytest.raises(TypeError, match="one dtype, got float32 and float64"):
+        nk.complex(x32, np.ones(3))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        nk.complex(np.ones(3, np.int64), np.ones(3, np.int64))
+
+
+def test_complex_real_imag_match_torch(rng):
+    torch = import_torch()
+    a, b = rng.normal(size=(2, 3)), rng.normal(size=(3,))
+    ta, tb = (torch.tensor(v, requires_grad=True) for v in (a, b))
+    na, nb = nk.tensor(a, requires_grad=True), nk.tensor(b, requires_grad=True)
+    tz, nz = torch.complex(ta, tb).exp(), nk.complex(na, nb).exp()
+    ((tz.real * 3 + tz.imag**2).sum()).backward()
+    ((nz.real * 3 + nz.imag**2).sum()).backward()
+    np.testing.assert_allclose(nz.numpy(), tz.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(na.grad, ta.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(nb.grad, tb.grad.numpy(), rtol=1e-12)
+
+
 # ----- gradcheck itself ----------------------------------------------------------------------
 def _wrong_square(t):
     # forward x^2 but backward claims dx = g * x (the factor 2 is missing)

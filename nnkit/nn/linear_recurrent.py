@@ -24,7 +24,7 @@ from .._backend import array_module
 from .._budget import ensure_room
 from .._random import get_rng
 from .._validation import check_bool, check_real, check_scalar
-from ..autograd import Tensor, as_tensor, make_result, where
+from ..autograd import Tensor, as_tensor, complex, real, where
 from ..functional.scan import linear_scan, log_linear_scan
 from .layers import Linear, _check_size, _dtype
 from .module import Module, Parameter
@@ -46,18 +46,6 @@ def _log_g(x: Tensor) -> Tensor:
 
 def _g(x: Tensor) -> Tensor:
     return where(x.data >= 0, x.relu() + 0.5, x.sigmoid())
-
-
-def _complex(re: Tensor, im: Tensor) -> Tensor:
-    """re + i im from two real tensors; gradients Re g, Im g (conjugate convention)."""
-    kind = np.complex64 if re.data.dtype == np.float32 else np.complex128
-    z = (re.data + 1j * im.data).astype(kind)
-    return make_result(z, (re, im), lambda g: (g.real.copy(), g.imag.copy()), "complex")
-
-
-def _real(z: Tensor) -> Tensor:
-    """Re z; its gradient g (real) enters z as g + 0i."""
-    return make_result(z.data.real.copy(), (z,), lambda g: (g.astype(z.data.dtype),), "real")
 
 
 def _batch_first(x, batch_first, input_size, name):
@@ -272,7 +260,7 @@ class LRU(Module):
         self.D = Parameter(rng.standard_normal(F).astype(dtype))
 
     def _lambda(self) -> Tensor:
-        return _complex(-self.nu.exp(), self.theta).exp()  # (P,) complex
+        return complex(-self.nu.exp(), self.theta).exp()  # (P,) complex
 
     def eigenvalues(self) -> np.ndarray:
         """lambda (state_size,), complex: the diagonal of the recurrence."""
@@ -284,14 +272,14 @@ class LRU(Module):
         gamma = self.gamma_log.exp()
         rows = x.reshape(-1, x.shape[-1])  # (B*T, F): one GEMM each way (see _MinRNN._maps)
         shape = (*x.shape[:-1], self.state_size)
-        return _complex((rows @ self.B_re.transpose()).reshape(*shape) * gamma,
+        return complex((rows @ self.B_re.transpose()).reshape(*shape) * gamma,
                         (rows @ self.B_im.transpose()).reshape(*shape) * gamma)
 
     def _output(self, h, x):
         """Re(C h) + D * x = Re(h) C_re^T - Im(h) C_im^T + D * x."""
-        c = _complex(self.C_re, self.C_im)
+        c = complex(self.C_re, self.C_im)
         rows = h.reshape(-1, self.state_size)  # (B*T, P)
-        return _real(rows @ c.transpose()).reshape(*x.shape) + x * self.D
+        return real(rows @ c.transpose()).reshape(*x.shape) + x * self.D
 
     def forward(self, x, h0=None):
         """x (B, T, F) real, h0 (B, P) complex or None -> y (B, T, F) real, by the scan."""
