@@ -49,6 +49,7 @@ __all__ = [
     "as_tensor",
     "unbroadcast",
     "make_result",
+    "apply_op",
     "records",
 ]
 
@@ -622,6 +623,36 @@ def make_result(data, parents, backward, name: str = "op") -> Tensor:
         out.requires_grad = False
         out._ctx = None
     return out
+
+
+def apply_op(name: str, forward, backward, parents, *args, release=None, with_cache=False,
+             **kwargs):
+    """One differentiable op from a kernel pair: the one way nnkit writes an op.
+
+    ``forward(*datas, *args, **kwargs) -> (out, cache)`` gets the parents' arrays (None for
+    an absent optional parent, such as a missing bias); ``backward(dy, cache, needs)``
+    returns one gradient (or None) per parent, where ``needs[i]`` says whether parent i
+    needs one, so that it computes only those. The node is recorded only when grad mode is
+    on and some parent requires grad; otherwise ``release(cache)``, if given, frees what only
+    a backward would read. Validation belongs to the public function before this call;
+    ``backward`` trusts its cache. Returns the output Tensor, or ``(Tensor, cache)`` with
+    ``with_cache`` (for an op that also returns something its cache holds).
+    """
+    present = tuple(p for p in parents if p is not None)
+    out, cache = forward(*(None if p is None else p.data for p in parents), *args, **kwargs)
+    if not records(present):
+        if release is not None:
+            release(cache)
+        result = make_result(out, present, None, name)
+    else:
+        needs = tuple(p is not None and p.requires_grad for p in parents)
+
+        def grad_fn(g):
+            grads = backward(g, cache, needs)
+            return tuple(grad for p, grad in zip(parents, grads, strict=True) if p is not None)
+
+        result = make_result(out, present, grad_fn, name)
+    return (result, cache) if with_cache else result
 
 
 def as_tensor(value, like: Tensor | None = None, name: str | None = None) -> Tensor:

@@ -410,6 +410,56 @@ def test_astype_casts_the_gradient_back():
     assert x.float().dtype == np.float32 and x.float().double().dtype == np.float64
 
 
+# ----- apply_op: the one way to write an op ------------------------------------------------
+def _scaled_pair():
+    """forward (x, w) -> x * w with its cache; backward records what it was asked for."""
+    calls = []
+
+    def forward(x, w, bias, factor):
+        out = x * w * factor + (0 if bias is None else bias)
+        return out, (x, w, factor)
+
+    def backward(g, cache, needs):
+        x, w, factor = cache
+        calls.append(needs)
+        return (g * w * factor if needs[0] else None, g * x * factor if needs[1] else None,
+                g if needs[2] else None)
+
+    return forward, backward, calls
+
+
+def test_apply_op_records_only_when_a_parent_needs_grad_and_says_which():
+    from nnkit.autograd import apply_op
+
+    forward, backward, calls = _scaled_pair()
+    x = nk.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    w = nk.tensor(np.array([3.0, 4.0]))
+    y = apply_op("scaled", forward, backward, (x, w, None), 2.0)
+    assert y.requires_grad and y._ctx.parents == (x, w)  # the absent bias is no parent
+    y.sum().backward()
+    assert calls == [(True, False, False)]  # only x's gradient was asked for
+    np.testing.assert_array_equal(x.grad, [6.0, 8.0])
+    assert w.grad is None
+
+    released = []
+    with nk.no_grad():
+        z = apply_op("scaled", forward, backward, (x, w, None), 2.0, release=released.append)
+    assert not z.requires_grad and z._ctx is None and len(released) == 1
+    plain = apply_op("scaled", forward, backward, (w, w, None), 1.0, release=released.append)
+    assert plain._ctx is None and len(released) == 2  # no parent needs grad: no node
+
+
+def test_apply_op_gradients_pass_gradcheck_and_with_cache_returns_the_cache(rng):
+    from nnkit.autograd import apply_op
+
+    forward, backward, _ = _scaled_pair()
+    assert nk.gradcheck(lambda x, w, b: apply_op("scaled", forward, backward, (x, w, b), 0.5),
+                        [rng.normal(size=3), rng.normal(size=3), rng.normal(size=3)])
+    out, cache = apply_op("scaled", forward, backward, (nk.tensor(np.ones(2)),
+                          nk.tensor(np.ones(2)), None), 3.0, with_cache=True)
+    assert cache[2] == 3.0 and out.numpy().tolist() == [3.0, 3.0]
+
+
 # ----- complex -------------------------------------------------------------------------------
 def _complex(rng, shape):
     return rng.normal(size=shape) + 1j * rng.normal(size=shape)

@@ -11,7 +11,7 @@ import numpy as np
 
 from .._random import get_rng
 from .._validation import check_scalar
-from ..autograd import Tensor, as_tensor, make_result
+from ..autograd import Tensor, apply_op, as_tensor
 from ..kernels import attention as K
 
 __all__ = ["scaled_dot_product_attention", "sinusoidal_positional_encoding"]
@@ -59,19 +59,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if dropout_p is not None and not isinstance(dropout_p, bool) and isinstance(
             dropout_p, numbers.Real) and dropout_p > 0:
         seed = int(get_rng().integers(0, 2**63 - 1))
-    out, cache = K.attention_forward(q.data, k.data, v.data,
-                                     None if mask is None else mask.data, is_causal, scale,
-                                     dropout_p, seed)
-    mask_grad = mask is not None and mask.requires_grad
-    parents = (q, k, v, mask) if mask_grad else (q, k, v)
 
-    def backward(g):
+    def backward(g, cache, needs):
         dq, dk, dv = K.attention_backward(g, cache)
-        if mask_grad:
-            return dq, dk, dv, K.attention_mask_backward(g, cache, mask.shape)
-        return dq, dk, dv
+        dmask = K.attention_mask_backward(g, cache, mask.shape) if needs[3] else None
+        return dq, dk, dv, dmask
 
-    return make_result(out, parents, backward, "scaled_dot_product_attention")
+    return apply_op("scaled_dot_product_attention", K.attention_forward, backward,
+                    (q, k, v, mask), is_causal, scale, dropout_p, seed)
 
 
 _MAX_ENCODING = 2**31 - 1  # entries of one encoding (16 GiB in float64)

@@ -10,7 +10,7 @@ input ((C, L) for conv1d, (C, H, W) for the others) is a batch of one, and so is
 from __future__ import annotations
 
 from .._validation import check_bool
-from ..autograd import Tensor, as_tensor, make_result, records
+from ..autograd import Tensor, apply_op, as_tensor
 from ..kernels import conv as K
 
 __all__ = ["conv1d", "conv2d", "max_pool2d", "avg_pool2d"]
@@ -43,21 +43,13 @@ def _batched(x, nd: int, name: str):
 def _conv(forward, backward, x, weight, bias, stride, padding, dilation, groups, name, nd):
     (x, unbatched), weight = _batched(x, nd, name), _float_tensor(weight, "weight")
     b = _float_tensor(bias, "bias") if bias is not None else None
-    y, cache = forward(x.data, weight.data, None if b is None else b.data, stride, padding,
-                       dilation, groups)
-    parents = (x, weight) if b is None else (x, weight, b)
-    if not records(parents):
-        K.release(cache)  # no backward will read the cols
-        out = make_result(y, parents, None, name)
-        return out.squeeze(0) if unbatched else out
 
-    def grad_fn(g):
-        dx, dw, db = backward(g, cache, needs_input_grad=x.requires_grad,
-                              needs_weight_grad=weight.requires_grad or (
-                                  b is not None and b.requires_grad))
-        return (dx, dw) if b is None else (dx, dw, db)
+    def grads(g, cache, needs):  # the input gradient is skipped when x needs none
+        return backward(g, cache, needs_input_grad=needs[0],
+                        needs_weight_grad=needs[1] or needs[2])
 
-    out = make_result(y, parents, grad_fn, name)
+    out = apply_op(name, forward, grads, (x, weight, b), stride, padding, dilation, groups,
+                   release=K.release)  # no backward will read the cols
     return out.squeeze(0) if unbatched else out  # (K, Ho, Wo) for a (C, H, W) x
 
 
@@ -107,6 +99,11 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> T
                  dilation, groups, "conv1d", 1)
 
 
+def _pool_grad(backward):
+    """A pooling kernel's backward(dy, cache) as ``apply_op``'s (one parent, always needed)."""
+    return lambda g, cache, needs: (backward(g, cache),)
+
+
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
     """Max over windows of (N, C, H, W), as ``torch.nn.functional.max_pool2d``.
@@ -130,8 +127,9 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     """
     x, unbatched = _batched(x, 2, "max_pool2d")
     return_indices = check_bool(return_indices, name="return_indices")
-    y, cache = K.max_pool2d_forward(x.data, kernel_size, stride, padding, dilation, ceil_mode)
-    out = make_result(y, (x,), lambda g: (K.max_pool2d_backward(g, cache),), "max_pool2d")
+    out, cache = apply_op("max_pool2d", K.max_pool2d_forward, _pool_grad(K.max_pool2d_backward),
+                          (x,), kernel_size, stride, padding, dilation, ceil_mode,
+                          with_cache=True)
     if unbatched:
         out = out.squeeze(0)  # (C, Ho, Wo)
     if not return_indices:
@@ -159,7 +157,6 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
     Tensor (N, C, Ho, Wo), or (C, Ho, Wo) for an unbatched x
     """
     x, unbatched = _batched(x, 2, "avg_pool2d")
-    y, cache = K.avg_pool2d_forward(x.data, kernel_size, stride, padding, ceil_mode,
-                                    count_include_pad, divisor_override)
-    out = make_result(y, (x,), lambda g: (K.avg_pool2d_backward(g, cache),), "avg_pool2d")
+    out = apply_op("avg_pool2d", K.avg_pool2d_forward, _pool_grad(K.avg_pool2d_backward), (x,),
+                   kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
     return out.squeeze(0) if unbatched else out  # (C, Ho, Wo) for a (C, H, W) x
