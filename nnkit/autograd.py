@@ -8,7 +8,9 @@ in reverse, summing the gradients that reach a tensor along several paths.
 
 Each closure is the backward half of a forward/backward pair; closures are dropped after
 use, so calling ``backward`` twice through the same graph raises unless
-``retain_graph=True``.
+``retain_graph=True``. An op over a kernel pair is written with ``apply_op`` (forward ->
+(out, cache), backward(dy, cache, needs)); ``make_result`` is its primitive, used directly
+by the elementwise Tensor methods.
 
 Examples
 --------

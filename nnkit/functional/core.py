@@ -21,7 +21,7 @@ from .._validation import (
     check_scalar,
     describe_dtype,
 )
-from ..autograd import Tensor, _conj, as_tensor, make_result, unbroadcast
+from ..autograd import Tensor, _conj, apply_op, as_tensor, make_result, unbroadcast
 
 __all__ = [
     "linear",
@@ -99,28 +99,28 @@ def linear(x, weight, bias=None) -> Tensor:
             f"x has shape {x.shape} but weight has shape {weight.shape}: the last axis of x "
             f"must have in_features={weight.shape[1]} entries"
         )
-    parents = (x, weight)
     if bias is not None:
         bias = _float_tensor(bias, "bias")
         _same_dtype(bias, "bias", weight)
         if bias.shape != (weight.shape[0],):
             raise ValueError(f"bias must have shape ({weight.shape[0]},), got {bias.shape}")
-        parents = (x, weight, bias)
-    xd, wd = x.data, weight.data
+    return apply_op("linear", _linear_forward, _linear_backward, (x, weight, bias))
+
+
+def _linear_forward(xd, wd, bd):
     x2 = xd.reshape(-1, xd.shape[-1])  # (M, in): one BLAS call for any leading shape
     y = matmul(x2, wd.T).reshape(xd.shape[:-1] + (wd.shape[0],))
-    if bias is not None:
-        y += bias.data
+    if bd is not None:
+        y += bd
+    return y, (x2, wd, xd.shape)
 
-    def backward(g):
-        g2 = g.reshape(-1, g.shape[-1])  # (M, out)
-        gx = matmul(g2, _conj(wd)).reshape(xd.shape) if x.requires_grad else None  # none for data
-        gw = matmul(g2.T, _conj(x2))  # (out, in)
-        if len(parents) == 3:
-            return gx, gw, g2.sum(axis=0)
-        return gx, gw
 
-    return make_result(y, parents, backward, "linear")
+def _linear_backward(g, cache, needs):
+    x2, wd, x_shape = cache
+    g2 = g.reshape(-1, g.shape[-1])  # (M, out)
+    gx = matmul(g2, _conj(wd)).reshape(x_shape) if needs[0] else None  # none for data
+    gw = matmul(g2.T, _conj(x2)) if needs[1] else None  # (out, in)
+    return gx, gw, g2.sum(axis=0) if needs[2] else None
 
 
 def sigmoid(x) -> Tensor:
@@ -155,8 +155,14 @@ def gelu(x, approximate: str = "none") -> Tensor:
     xd_in = x.data
     xp = array_module(xd_in)
     if approximate == "none" and xp is np:  # the fused kernels (one pass each way)
-        y, cdf = kernels.gelu_forward(xd_in)
-        return make_result(y, (x,), lambda g: (kernels.gelu_backward(g, xd_in, cdf),), "gelu")
+        def forward(xd):
+            y, cdf = kernels.gelu_forward(xd)
+            return y, (xd, cdf)
+
+        def backward(g, cache, needs):
+            return (kernels.gelu_backward(g, *cache),)
+
+        return apply_op("gelu", forward, backward, (x,))
     # beyond |x| = 10 gelu is relu to within float64 rounding; evaluating the formula there
     # overflows x**3 and x*x (and 0 * inf gives NaN gradients)
     big = xp.abs(xd_in) > 10
@@ -191,14 +197,27 @@ def _erf(x):
     return gpu_special.erf(x)
 
 
+def _kept_output(forward):
+    """A forward whose backward reads its output and options: (y, (y, options))."""
+    def kept(x, **options):
+        y = forward(x, **options)
+        return y, (y, options)
+
+    return kept
+
+
+def _from_output(backward):
+    """``backward(g, y, **options)`` as ``apply_op``'s backward over ``_kept_output``'s cache."""
+    return lambda g, cache, needs: (backward(g, cache[0], **cache[1]),)
+
+
 def softmax(x, dim: int | None = None, *, axis: int | None = None) -> Tensor:
     """exp(x - max) / sum exp(x - max) along ``dim`` (torch's name) or ``axis`` (NumPy's),
     -1 by default (fused kernel, forward and backward)."""
     axis = axis_or_dim(axis, dim, default=-1, op="softmax")
     x = _real_tensor(x, "x", "softmax")
-    y = kernels.softmax_forward(x.data, axis=axis)
-    return make_result(y, (x,), lambda g: (kernels.softmax_backward(g, y, axis=axis),),
-                       "softmax")
+    return apply_op("softmax", _kept_output(kernels.softmax_forward),
+                    _from_output(kernels.softmax_backward), (x,), axis=axis)
 
 
 def log_softmax(x, dim: int | None = None, *, axis: int | None = None) -> Tensor:
@@ -206,9 +225,8 @@ def log_softmax(x, dim: int | None = None, *, axis: int | None = None) -> Tensor
     (fused kernel, forward and backward)."""
     axis = axis_or_dim(axis, dim, default=-1, op="log_softmax")
     x = _real_tensor(x, "x", "log_softmax")
-    y = kernels.log_softmax_forward(x.data, axis=axis)
-    return make_result(y, (x,), lambda g: (kernels.log_softmax_backward(g, y, axis=axis),),
-                       "log_softmax")
+    return apply_op("log_softmax", _kept_output(kernels.log_softmax_forward),
+                    _from_output(kernels.log_softmax_backward), (x,), axis=axis)
 
 
 def _check_target(target, n: int, name="target"):
@@ -247,13 +265,14 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     if reduction == "mean" and is_gpu_array(logits.data) and logits.data.size:
         return _cross_entropy_mean_gpu(logits, target, int(ignore_index))
     if reduction == "mean":
-        loss, lse = kernels.cross_entropy_forward(logits.data, target, ignore_index)
-        ld = logits.data
+        def forward(ld):
+            loss, lse = kernels.cross_entropy_forward(ld, target, ignore_index)
+            return loss, (ld, lse)
 
-        def backward(g):
-            return (kernels.cross_entropy_backward(g, ld, target, lse, ignore_index),)
+        def backward(g, cache, needs):
+            return (kernels.cross_entropy_backward(g, cache[0], target, cache[1], ignore_index),)
 
-        return make_result(loss, (logits,), backward, "cross_entropy")
+        return apply_op("cross_entropy", forward, backward, (logits,))
     xp = array_module(logits.data)
     valid = target != ignore_index
     if bool((valid & ((target < 0) | (target >= logits.shape[1]))).any()):
@@ -372,20 +391,15 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -
     x = _real_tensor(x, "x", "layer_norm")
     w = _real_tensor(weight, "weight", "layer_norm") if weight is not None else None
     b = _real_tensor(bias, "bias", "layer_norm") if bias is not None else None
-    y, mean, rstd = kernels.layer_norm_forward(
-        x.data, normalized_shape, None if w is None else w.data, None if b is None else b.data,
-        eps,
-    )
-    xd = x.data
-    parents = tuple(t for t in (x, w, b) if t is not None)
 
-    def backward(g):
-        dx, dw, db = kernels.layer_norm_backward(
-            g, xd, mean, rstd, None if w is None else w.data, None if b is None else b.data
-        )
-        return tuple(d for d in (dx, dw, db) if d is not None)
+    def forward(xd, wd, bd):
+        y, mean, rstd = kernels.layer_norm_forward(xd, normalized_shape, wd, bd, eps)
+        return y, (xd, mean, rstd, wd, bd)
 
-    return make_result(y, parents, backward, "layer_norm")
+    def backward(g, cache, needs):
+        return kernels.layer_norm_backward(g, *cache)
+
+    return apply_op("layer_norm", forward, backward, (x, w, b))
 
 
 def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
@@ -410,8 +424,8 @@ def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
         mask = xp.asarray(device_uniform(x.data.shape, rng) >= p, dtype=x.dtype) / (1.0 - p)
         return x * mask
     seed = int(get_rng(rng, "rng").integers(0, 2**63 - 1))
-    y, mask = kernels.dropout_forward(x.data, p, seed)
-    return make_result(y, (x,), lambda g: (g * mask,), "dropout")
+    return apply_op("dropout", kernels.dropout_forward, lambda g, mask, needs: (g * mask,), (x,),
+                    p, seed)
 
 
 def embedding(ids, weight) -> Tensor:

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ..autograd import as_tensor, make_result
+from ..autograd import apply_op, as_tensor
 from ..kernels import scan as K
 
 __all__ = ["linear_scan", "log_linear_scan"]
@@ -39,15 +39,16 @@ def linear_scan(a, b, h0=None, reverse=False):
     [0.0, 1.5, 1.5]
     """
     a, b = as_tensor(a, name="a"), as_tensor(b, name="b")
-    parents = (a, b) if h0 is None else (a, b, as_tensor(h0, name="h0"))
-    h0_data = None if h0 is None else parents[2].data
-    h = K.linear_scan_forward(a.data, b.data, h0_data, reverse)
+    h0 = None if h0 is None else as_tensor(h0, name="h0")
 
-    def backward(g):
-        da, db, dh0 = K.linear_scan_backward(g, a.data, h, h0_data, reverse)
-        return (da, db) if h0 is None else (da, db, dh0)
+    def forward(a, b, h0):
+        h = K.linear_scan_forward(a, b, h0, reverse)
+        return h, (a, h, h0)
 
-    return make_result(h, parents, backward, "linear_scan")
+    def backward(g, cache, needs):
+        return K.linear_scan_backward(g, *cache, reverse)
+
+    return apply_op("linear_scan", forward, backward, (a, b, h0))
 
 
 def log_linear_scan(log_a, log_b, log_h0=None):
@@ -72,13 +73,13 @@ def log_linear_scan(log_a, log_b, log_h0=None):
     [1.0, 1.5]
     """
     log_a, log_b = as_tensor(log_a, name="log_a"), as_tensor(log_b, name="log_b")
-    parents = (log_a, log_b) if log_h0 is None else (log_a, log_b,
-                                                      as_tensor(log_h0, name="log_h0"))
-    h0 = None if log_h0 is None else parents[2].data
-    log_h = K.log_linear_scan_forward(log_a.data, log_b.data, h0)
+    log_h0 = None if log_h0 is None else as_tensor(log_h0, name="log_h0")
 
-    def backward(g):
-        grads = K.log_linear_scan_backward(g, log_a.data, log_b.data, log_h, h0)
-        return grads[:2] if log_h0 is None else grads
+    def forward(log_a, log_b, log_h0):
+        log_h = K.log_linear_scan_forward(log_a, log_b, log_h0)
+        return log_h, (log_a, log_b, log_h, log_h0)
 
-    return make_result(log_h, parents, backward, "log_linear_scan")
+    def backward(g, cache, needs):
+        return K.log_linear_scan_backward(g, *cache)
+
+    return apply_op("log_linear_scan", forward, backward, (log_a, log_b, log_h0))

@@ -37,7 +37,7 @@ import numpy as np
 from .. import functional as F
 from .._backend import array_module
 from .._validation import check_bool, check_choice, check_input_dtype, check_scalar
-from ..autograd import Tensor, as_tensor, concat, make_result, records, stack
+from ..autograd import Tensor, apply_op, as_tensor, concat, records, stack
 from ..kernels import recurrent as K
 from . import init
 from .module import Module, Parameter
@@ -63,49 +63,40 @@ def record_hidden_grads():
         _recorder.store = previous
 
 
-def _data(t):
-    return None if t is None else t.data
-
-
 def _layer_op(cell, x, h0, c0, params, nonlinearity, reverse, tag=None):
     """One layer-direction as one autograd node (``tag`` names it for the recorder).
 
     Returns the output tensor (T, B, H) — for the LSTM (T + 1, B, H), whose last slot is c_T.
     """
-    w_ih, w_hh = params[0], params[1]
-    b_ih, b_hh = (params[2], params[3]) if len(params) == 4 else (None, None)
-    args = (x.data, h0.data)
-    weights = (w_ih.data, w_hh.data, _data(b_ih), _data(b_hh))
-    if cell == "LSTM":
-        parents = (x, h0, c0, *params)
-        # out (T + 1, B, H): y, then c_T
-        out, _, _, cache = K.lstm_forward(*args, c0.data, *weights, reverse=reverse,
-                                          stacked=True, keep_cache=records(parents))
-    elif cell == "GRU":
-        parents = (x, h0, *params)
-        out, _, cache = K.gru_forward(*args, *weights, reverse=reverse,
-                                      keep_cache=records(parents))
-    else:
-        out, _, cache = K.rnn_forward(*args, *weights, nonlinearity=nonlinearity,
-                                      reverse=reverse)
-        parents = (x, h0, *params)
+    biases = tuple(params[2:]) if len(params) == 4 else (None, None)
+    states = (h0, c0) if cell == "LSTM" else (h0,)
+    parents = (x, *states, params[0], params[1], *biases)
     T = x.shape[0]
+    keep = records(tuple(p for p in parents if p is not None))  # else no cache is kept
 
-    def backward(g):
+    def forward(*datas):
+        if cell == "LSTM":  # out (T + 1, B, H): y, then c_T
+            out, _, _, cache = K.lstm_forward(*datas, reverse=reverse, stacked=True,
+                                              keep_cache=keep)
+        elif cell == "GRU":
+            out, _, cache = K.gru_forward(*datas, reverse=reverse, keep_cache=keep)
+        else:
+            out, _, cache = K.rnn_forward(*datas, nonlinearity=nonlinearity, reverse=reverse)
+        return out, cache
+
+    def backward(g, cache, needs):
         store = getattr(_recorder, "store", None)
         hidden = None
         if store is not None:
             hidden = array_module(g).empty((T,) + tuple(h0.shape), dtype=g.dtype)
             store[tag] = hidden
         if cell == "LSTM":
-            grads = K.lstm_backward(g[:T], None, g[T], cache, hidden)
-        elif cell == "GRU":
-            grads = K.gru_backward(g, None, cache, hidden)
-        else:
-            grads = K.rnn_backward(g, None, cache, hidden)
-        return grads[:len(parents)]
+            return K.lstm_backward(g[:T], None, g[T], cache, hidden)
+        if cell == "GRU":
+            return K.gru_backward(g, None, cache, hidden)
+        return K.rnn_backward(g, None, cache, hidden)
 
-    return make_result(out, parents, backward, cell.lower())
+    return apply_op(cell.lower(), forward, backward, parents)
 
 
 class _RNNBase(Module):
