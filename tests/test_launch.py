@@ -452,16 +452,20 @@ def _budget_cases(cupy):
           ln_name + "_sum_chunks_kernel": 2}),
         ("layer_norm backward, no affine", lambda: K.layer_norm_backward(dy, x, ln[1], ln[2]),
          {ln_name + "_layer_norm_dx_kernel": 1}),
+        # one persistent launch per pass, whatever T (tests/test_recurrent_persistent.py)
         (f"rnn forward T={T}", lambda: K.rnn_forward(seq, None, *rnn),
-         {rc + "_rnn_cell_fwd": T}),
-        (f"rnn backward T={T}", lambda: K.rnn_backward(
+         {rc + "_rnn_seq_fwd": 1}),
+        (f"rnn forward+backward T={T}", lambda: K.rnn_backward(
             dseq, None, K.rnn_forward(seq, None, *rnn)[2]),
-         {rc + "_rnn_cell_fwd": T, rc + "_rnn_cell_bwd": T}),
+         {rc + "_rnn_seq_fwd": 1, rc + "_rnn_seq_bwd": 1}),
         (f"lstm forward T={T}", lambda: K.lstm_forward(seq, None, None, *lstm),
-         {rc + "_lstm_cell_fwd": T}),
+         {rc + "_lstm_seq_fwd": 1}),
+        (f"lstm forward+backward T={T}", lambda: K.lstm_backward(
+            dseq, None, None, K.lstm_forward(seq, None, None, *lstm)[3]),
+         {rc + "_lstm_seq_fwd": 1, rc + "_lstm_seq_bwd": 1}),
         (f"gru forward+backward T={T}", lambda: K.gru_backward(
             dseq, None, K.gru_forward(seq, None, *gru)[2]),
-         {rc + "_gru_cell_fwd": T, rc + "_gru_cell_bwd": T}),
+         {rc + "_gru_seq_fwd": 1, rc + "_gru_seq_bwd": 1}),
         ("linear_scan forward", lambda: K.linear_scan_forward(a, b),
          {"scan_cuda._forward_kernel.<locals>.kernel": 1}),
         ("linear_scan backward", lambda: K.linear_scan_backward(dh, a, h),

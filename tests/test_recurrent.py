@@ -9,9 +9,9 @@
 - the total hidden-state gradient (``nk.analysis.hidden_gradient_norms``) against torch's
   ``retain_grad`` on a hand-unrolled loop; properties (reverse == flip, vanishing bound);
 - bad input: ValueError naming the shapes, and a fuzz of the boundary;
-- the CUDA per-step cells under Numba's simulator (a child process with
-  NUMBA_ENABLE_CUDASIM=1, as tests/test_cuda_sim.py), run through time by a host loop and
-  compared with the twins.
+- the persistent CUDA kernels under Numba's simulator (a child process with
+  NUMBA_ENABLE_CUDASIM=1, as tests/test_cuda_sim.py) against the CPU route (more shapes,
+  modes and launch counts: tests/test_recurrent_persistent.py).
 """
 
 import itertools
@@ -603,15 +603,16 @@ def test_sequence_task_arguments(call, error):
         call()
 
 
-# ---- CUDA cells under the simulator -------------------------------------------------------
+# ---- CUDA kernels under the simulator -----------------------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
-SIM_SHAPES = [(1, 1, 1, 1), (3, 2, 3, 5), (2, 3, 2, 9)]  # (T, B, D, H); H 9 > 2 blocks of 4
+SIM_SHAPES = [(1, 1, 1, 1), (3, 2, 3, 5), (2, 3, 2, 9)]  # (T, B, D, H); H 9 > 2 threads of 4
 
 
 def _case_gpu_route():
-    """The GPU route (host loop of CUDA cell launches, ``recurrent_cuda.*_gpu``) through the
-    public kernels, against the CPU route on the same arrays: outputs and all gradients."""
+    """The GPU route (one persistent CUDA launch per pass, ``recurrent_cuda.*_gpu``) through
+    the public kernels, against the CPU route on the same arrays: outputs and all gradients;
+    small blocks (4 threads, 2 rows) with ReLU, default blocks with tanh."""
     from helpers import assert_matches_reference
 
     from nnkit._ext import recurrent_cuda
@@ -619,7 +620,7 @@ def _case_gpu_route():
     rng = np.random.default_rng(5)
     cpu_or_gpu = K._gpu_route
     for small in (True, False):
-        recurrent_cuda.block = (2, 4) if small else (8, 32)
+        recurrent_cuda.threads, recurrent_cuda.max_blocks = (4, 2) if small else (256, 128)
         for (T, B, D, H), dtype, cell, reverse in itertools.product(
                 SIM_SHAPES, (np.float32, np.float64), ("rnn", "lstm", "gru"), (False, True)):
             x = rng.standard_normal((T, B, D)).astype(dtype)

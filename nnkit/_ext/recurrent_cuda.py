@@ -1,59 +1,57 @@
-"""Per-step recurrent cells on the GPU: Numba CUDA kernels, forward and backward.
+"""Persistent recurrent kernels on the GPU: one Numba CUDA launch per layer, direction and pass.
 
-One time step of each cell, the gate nonlinearities fused with the state update, one thread
-per (batch row b, hidden unit j) on a 2-D grid. The GEMMs around them (the input projection
-for all steps, h_{t-1} W_hh^T per step, and the weight gradients) are left to cuBLAS through
-CuPy, as in the CPU path (``nnkit._ext.recurrent_cpu``, whose formulas and gate layouts
-these kernels share: LSTM (i, f, g, o), GRU (r, z, n)). Arithmetic is in float64 whatever
-the storage dtype.
+RNN, LSTM and GRU forward and backward through time each run the whole time loop inside one
+kernel, as cuDNN's persistent RNNs and FlashRNN do. One thread block owns a tile of ``rows``
+batch rows for all T steps (rows never meet, so blocks need no grid synchronisation); each
+step it
 
-Each cell takes the two halves of its pre-activation (xg = x W_ih^T + b, hg = h W_hh^T)
-and, backwards, the two parts of dL/dh_t (dy_t from above, dh from step t+1) separately and
-adds them itself, so that a step is one GEMM and one launch: a launch or a CuPy operation
-costs tens of microseconds of host time, far more than the step's arithmetic
-(benchmarks/RESULTS.md, "On an NVIDIA H100").
-Backward cells also write the total dL/dh_t to ``hidden`` when ``keep`` is set.
+1. forms the recurrent product of its rows: pre = h_{t-1} W_hh^T (forward, one thread per
+   (row, gate unit)) or dA_t W_hh (backward, one thread per (row, hidden unit)), reading
+   the state rows from shared memory; ``cuda.syncthreads()``;
+2. applies the gate nonlinearities fused with the state update, one thread per (row, hidden
+   unit), writing the new state to shared memory; ``cuda.syncthreads()``.
 
-Launchers take CuPy arrays, Numba device arrays, or NumPy arrays under
-``NUMBA_ENABLE_CUDASIM=1`` (the tests); all arrays C-contiguous, outputs preallocated:
+The input projection of all steps (x W_ih^T + b, one cuBLAS GEMM) precedes the forward, and
+the weight gradients are products over all steps after the backward, which leaves the gate
+gradients of every step (``nnkit.kernels.recurrent``): a forward or a backward makes the same
+launches whatever T (tests/test_recurrent_persistent.py pins them).
 
-- ``rnn_cell_forward(xg, hg, relu, h)``: h = phi(xg + hg), (B, H) each.
-- ``rnn_cell_backward(dy, dh, h, relu, keep, hidden, da)``: da = (dy + dh) * phi'(.).
-- ``lstm_cell_forward(xg, hg, c_prev, gates, c, h)``: xg, hg (B, 4H); gates (B, 4H)
-  activated (may be xg itself: each thread reads its elements before writing them), c, h.
-- ``lstm_cell_backward(dy, dh, dc, gates, c, c_prev, keep, hidden, dpre, dc_prev)``: dc the
-  gradient at c_t from step t+1 (dc_prev may be dc itself); dpre (B, 4H).
-- ``gru_cell_forward(xg, hg, h_prev, gates, hn, h)``: xg = x W_ih^T + b_ih, hg = h W_hh^T +
-  b_hh (B, 3H); gates (B, 3H) (may be xg), hn (B, H) the cache, h (B, H).
-- ``gru_cell_backward(dy, dh, gates, hn, h_prev, keep, hidden, dxg, dhg, dh_prev)``: dxg,
-  dhg (B, 3H) gradients with respect to xg and hg; dh_prev (B, H) the direct part g * z
-  (may be dh itself; add dhg W_hh).
+On chip: the tile's state (h and the pre-activations; backward dL/dh, dL/dc and dA) in float64
+shared memory, and W_hh (in its dtype) beside it when both fit in ``shared_limit`` bytes
+(48 KiB, a block's shared memory without the opt-in): an LSTM up to H = 53 in float32 (38 in
+float64) at one row per block. A larger W_hh is read from global memory every step, where
+it stays L2-resident (a float32 LSTM's of H = 256 is 1 MiB); a state too large for shared
+memory (an LSTM beyond H = 1024) lives in a global float64 workspace instead. So every
+shape runs persistent; the per-step path (a GEMM and a cell launch per step) is gone.
+Tile sizes are not tuned on a GPU yet: ``max_blocks`` tiles at most (rows = ceil(B /
+max_blocks)), ``threads`` threads per block (the tests lower both).
 
-Through time: ``rnn_forward_gpu`` ... ``gru_backward_gpu`` take exactly the arguments of
-their CPU twins in ``nnkit._ext.recurrent_cpu`` (same layouts, same in-place use of x_proj,
-same saves) and run the time loop from the host: per step one cuBLAS GEMM through CuPy
-(NumPy under the simulator) and one fused cell launch (``_launch.launch``).
-Nothing leaves the device; the cost is the host's per-step overhead, which is what cuDNN's
-persistent kernels avoid (benchmarks/RESULTS.md has the comparison).
+Arithmetic is in float64 whatever the storage dtype; the state carried to the next step is
+y[t] as stored (and c_t as stored), as on the CPU (``nnkit._ext.recurrent_cpu``, whose
+formulas and gate layouts these kernels share: LSTM (i, f, g, o), GRU (r, z, n) with b_hn
+inside r * (W_hn h + b_hn)).
+
+Launchers (``rnn_forward_gpu`` ... ``gru_backward_gpu``) take CuPy arrays, or NumPy arrays
+under ``NUMBA_ENABLE_CUDASIM=1`` (the tests); all C-contiguous, outputs preallocated. The
+forwards take their CPU twins' arguments after the projection (x_proj (T, B, G H) becomes
+the activated gates in place for the LSTM and GRU); the backwards leave dL/d(pre-activation)
+of every step (T, B, G H) for the caller's GEMMs, and dh (dc) as dL/dh0 (dL/dc0).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import cuda, float64
 
 from .._backend import array_module
-from ._launch import launch
+from ._launch import device_empty, launch
 
 __all__ = [
-    "block",
-    "rnn_cell_forward",
-    "rnn_cell_backward",
-    "lstm_cell_forward",
-    "lstm_cell_backward",
-    "gru_cell_forward",
-    "gru_cell_backward",
+    "threads",
+    "max_blocks",
+    "shared_limit",
     "rnn_forward_gpu",
     "rnn_backward_gpu",
     "lstm_forward_gpu",
@@ -62,7 +60,9 @@ __all__ = [
     "gru_backward_gpu",
 ]
 
-block = (8, 32)  # threads per block (batch rows, hidden units); the tests lower it
+threads = 256  # threads per block, at most
+max_blocks = 128  # batch tiles, at most (more rows per block beyond), unless shared memory
+shared_limit = 48 * 1024  # dynamic shared memory per block, bytes
 
 
 @cuda.jit(device=True)
@@ -73,231 +73,393 @@ def _sigmoid(a):
     return e / (1.0 + e)
 
 
-@cuda.jit
-def _rnn_cell_fwd(xg, hg, relu, h):
-    b, j = cuda.grid(2)
-    if b < h.shape[0] and j < h.shape[1]:
-        v = float64(xg[b, j]) + float64(hg[b, j])
-        if relu:
-            h[b, j] = v if not (v <= 0) else 0.0 * v
-        else:
-            h[b, j] = math.tanh(v)
+# ---- the parts every kernel shares -------------------------------------------------------
+
+# The block's state and W_hh: dynamic shared memory (float64 state first, then W_hh in its
+# dtype: every dynamic shared array starts at the same byte), or the block's slice of the
+# global workspace and W_hh itself. Device functions cannot return arrays they did not
+# receive, so each kernel picks them itself.
+
+@cuda.jit(device=True)
+def _copy(src, dst):
+    """dst[:] = src[:], the block's threads striding."""
+    for i in range(cuda.threadIdx.x, src.size, cuda.blockDim.x):
+        dst[i] = src[i]
 
 
-@cuda.jit
-def _rnn_cell_bwd(dy, dh, h, relu, keep, hidden, da):
-    b, j = cuda.grid(2)
-    if b < h.shape[0] and j < h.shape[1]:
-        g = float64(dy[b, j]) + float64(dh[b, j])
-        if keep:
-            hidden[b, j] = g
-        v = float64(h[b, j])
-        if relu:
-            da[b, j] = g if v > 0 else 0.0 * g
-        else:
-            da[b, j] = g * (1.0 - v * v)
+@cuda.jit(device=True)
+def _product(src, n_in, w, n_out, dst, valid, accumulate):
+    """dst[r, m] (+)= sum_k src[r, k] w[k, m] for the tile's first ``valid`` rows (flat
+    row-major arrays), one thread per (r, m): the threads of a warp read consecutive m."""
+    for idx in range(cuda.threadIdx.x, valid * n_out, cuda.blockDim.x):
+        r = idx // n_out
+        m = idx - r * n_out
+        base = r * n_in
+        acc = dst[idx] if accumulate else 0.0
+        for k in range(n_in):
+            acc += src[base + k] * w[k * n_out + m]
+        dst[idx] = acc
 
 
-@cuda.jit
-def _lstm_cell_fwd(xg, hg, c_prev, gates, c, h):
-    b, j = cuda.grid(2)
-    H = c.shape[1]
-    if b < c.shape[0] and j < H:
-        i = _sigmoid(float64(xg[b, j]) + float64(hg[b, j]))
-        f = _sigmoid(float64(xg[b, H + j]) + float64(hg[b, H + j]))
-        g = math.tanh(float64(xg[b, 2 * H + j]) + float64(hg[b, 2 * H + j]))
-        o = _sigmoid(float64(xg[b, 3 * H + j]) + float64(hg[b, 3 * H + j]))
-        cv = f * float64(c_prev[b, j]) + i * g
-        gates[b, j] = i
-        gates[b, H + j] = f
-        gates[b, 2 * H + j] = g
-        gates[b, 3 * H + j] = o
-        c[b, j] = cv
-        h[b, j] = o * math.tanh(cv)
+@cuda.jit(device=True)
+def _tile(rows, B):
+    """(first batch row of the block, its rows that exist)."""
+    b0 = cuda.blockIdx.x * rows
+    return b0, rows if b0 + rows <= B else B - b0
 
+
+# ---- Elman RNN -----------------------------------------------------------------------------
 
 @cuda.jit
-def _lstm_cell_bwd(dy, dh, dc, gates, c, c_prev, keep, hidden, dpre, dc_prev):
-    b, j = cuda.grid(2)
-    H = c.shape[1]
-    if b < c.shape[0] and j < H:
-        i = float64(gates[b, j])
-        f = float64(gates[b, H + j])
-        g = float64(gates[b, 2 * H + j])
-        o = float64(gates[b, 3 * H + j])
-        tc = math.tanh(float64(c[b, j]))
-        gh = float64(dy[b, j]) + float64(dh[b, j])
-        if keep:
-            hidden[b, j] = gh
-        dcv = float64(dc[b, j]) + gh * o * (1.0 - tc * tc)
-        dpre[b, j] = dcv * g * i * (1.0 - i)
-        dpre[b, H + j] = dcv * float64(c_prev[b, j]) * f * (1.0 - f)
-        dpre[b, 2 * H + j] = dcv * i * (1.0 - g * g)
-        dpre[b, 3 * H + j] = gh * tc * o * (1.0 - o)
-        dc_prev[b, j] = dcv * f
-
-
-@cuda.jit
-def _gru_cell_fwd(xg, hg, h_prev, gates, hn, h):
-    b, j = cuda.grid(2)
-    H = h.shape[1]
-    if b < h.shape[0] and j < H:
-        r = _sigmoid(float64(xg[b, j]) + float64(hg[b, j]))
-        z = _sigmoid(float64(xg[b, H + j]) + float64(hg[b, H + j]))
-        hnv = float64(hg[b, 2 * H + j])
-        n = math.tanh(float64(xg[b, 2 * H + j]) + r * hnv)
-        gates[b, j] = r
-        gates[b, H + j] = z
-        gates[b, 2 * H + j] = n
-        hn[b, j] = hnv
-        h[b, j] = (1.0 - z) * n + z * float64(h_prev[b, j])
+def _rnn_seq_fwd(x_proj, h0, w, relu, reverse, rows, w_on_chip, state_on_chip, work, y, h):
+    T, B, H = y.shape
+    b0, valid = _tile(rows, B)
+    n = rows * H
+    size = 2 * n
+    state = (cuda.shared.array(0, float64)[:size] if state_on_chip
+             else work[cuda.blockIdx.x * size:(cuda.blockIdx.x + 1) * size])
+    hs, pre = state[:n], state[n:]
+    start = 8 * size // w.itemsize if state_on_chip else 0
+    wv = cuda.shared.array(0, w.dtype)[start:start + w.size] if w_on_chip else w
+    if w_on_chip:
+        _copy(w, wv)
+    for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+        hs[idx] = h0[b0 + idx // H, idx % H]
+    cuda.syncthreads()
+    for s in range(T):
+        t = T - 1 - s if reverse else s
+        _product(hs, H, wv, H, pre, valid, False)
+        cuda.syncthreads()
+        for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+            b, j = b0 + idx // H, idx % H
+            v = float64(x_proj[t, b, j]) + pre[idx]
+            if relu:
+                y[t, b, j] = v if not (v <= 0) else 0.0 * v
+            else:
+                y[t, b, j] = math.tanh(v)
+            hs[idx] = y[t, b, j]
+        cuda.syncthreads()
+    for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+        h[b0 + idx // H, idx % H] = hs[idx]
 
 
 @cuda.jit
-def _gru_cell_bwd(dy, dh, gates, hn, h_prev, keep, hidden, dxg, dhg, dh_prev):
-    b, j = cuda.grid(2)
-    H = hn.shape[1]
-    if b < hn.shape[0] and j < H:
-        r = float64(gates[b, j])
-        z = float64(gates[b, H + j])
-        n = float64(gates[b, 2 * H + j])
-        g = float64(dy[b, j]) + float64(dh[b, j])
-        if keep:
-            hidden[b, j] = g
-        dan = g * (1.0 - z) * (1.0 - n * n)
-        dar = dan * float64(hn[b, j]) * r * (1.0 - r)
-        daz = g * (float64(h_prev[b, j]) - n) * z * (1.0 - z)
-        dxg[b, j] = dar
-        dxg[b, H + j] = daz
-        dxg[b, 2 * H + j] = dan
-        dhg[b, j] = dar
-        dhg[b, H + j] = daz
-        dhg[b, 2 * H + j] = dan * r
-        dh_prev[b, j] = g * z
+def _rnn_seq_bwd(dy, dh_T, y, w, relu, reverse, rows, w_on_chip, state_on_chip, work, keep,
+                 hidden, da, dh):
+    T, B, H = y.shape
+    b0, valid = _tile(rows, B)
+    n = rows * H
+    size = 2 * n
+    state = (cuda.shared.array(0, float64)[:size] if state_on_chip
+             else work[cuda.blockIdx.x * size:(cuda.blockIdx.x + 1) * size])
+    g_next, d = state[:n], state[n:]  # dL/dh from step t+1; dA_t of the tile
+    start = 8 * size // w.itemsize if state_on_chip else 0
+    wv = cuda.shared.array(0, w.dtype)[start:start + w.size] if w_on_chip else w
+    if w_on_chip:
+        _copy(w, wv)
+    for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+        g_next[idx] = dh_T[b0 + idx // H, idx % H]
+    cuda.syncthreads()
+    for s in range(T):
+        t = s if reverse else T - 1 - s
+        for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+            b, j = b0 + idx // H, idx % H
+            g = float64(dy[t, b, j]) + g_next[idx]
+            if keep:
+                hidden[t, b, j] = g
+            v = float64(y[t, b, j])
+            if relu:
+                a = g if v > 0 else 0.0 * g
+            else:
+                a = g * (1.0 - v * v)
+            da[t, b, j] = a
+            d[idx] = a
+        cuda.syncthreads()
+        _product(d, H, wv, H, g_next, valid, False)  # each thread its own g_next[idx]
+        cuda.syncthreads()
+    for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+        dh[b0 + idx // H, idx % H] = g_next[idx]
 
 
-def _grid(B, H):
-    return ((B + block[0] - 1) // block[0], (H + block[1] - 1) // block[1]), block
+# ---- LSTM ----------------------------------------------------------------------------------
+
+@cuda.jit
+def _lstm_seq_fwd(x_proj, h0, c0, w, reverse, rows, w_on_chip, state_on_chip, work, y, c_all,
+                  h, c):
+    T, B, H = y.shape
+    G = 4 * H
+    b0, valid = _tile(rows, B)
+    n = rows * H
+    size = n + rows * G
+    state = (cuda.shared.array(0, float64)[:size] if state_on_chip
+             else work[cuda.blockIdx.x * size:(cuda.blockIdx.x + 1) * size])
+    hs, pre = state[:n], state[n:]
+    start = 8 * size // w.itemsize if state_on_chip else 0
+    wv = cuda.shared.array(0, w.dtype)[start:start + w.size] if w_on_chip else w
+    if w_on_chip:
+        _copy(w, wv)
+    for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+        hs[idx] = h0[b0 + idx // H, idx % H]
+    cuda.syncthreads()
+    for s in range(T):
+        t = T - 1 - s if reverse else s
+        tp = t + 1 if reverse else t - 1
+        _product(hs, H, wv, G, pre, valid, False)
+        cuda.syncthreads()
+        for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+            r = idx // H
+            b, j, p = b0 + r, idx - r * H, r * G
+            i = _sigmoid(float64(x_proj[t, b, j]) + pre[p + j])
+            f = _sigmoid(float64(x_proj[t, b, H + j]) + pre[p + H + j])
+            g = math.tanh(float64(x_proj[t, b, 2 * H + j]) + pre[p + 2 * H + j])
+            o = _sigmoid(float64(x_proj[t, b, 3 * H + j]) + pre[p + 3 * H + j])
+            cp = float64(c0[b, j]) if s == 0 else float64(c_all[tp, b, j])
+            cv = f * cp + i * g
+            x_proj[t, b, j] = i
+            x_proj[t, b, H + j] = f
+            x_proj[t, b, 2 * H + j] = g
+            x_proj[t, b, 3 * H + j] = o
+            c_all[t, b, j] = cv
+            y[t, b, j] = o * math.tanh(cv)
+            hs[idx] = y[t, b, j]
+        cuda.syncthreads()
+    last = 0 if reverse else T - 1
+    for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+        b, j = b0 + idx // H, idx % H
+        h[b, j] = hs[idx]
+        c[b, j] = c_all[last, b, j]
 
 
-def rnn_cell_forward(xg, hg, relu, h):
-    launch(_rnn_cell_fwd, *_grid(*h.shape), xg, hg, bool(relu), h)
+@cuda.jit
+def _lstm_seq_bwd(dy, dh_T, dc_T, c0, gates, c_all, w, reverse, rows, w_on_chip,
+                  state_on_chip, work, keep, hidden, dgates, dh, dc):
+    T, B, H = c_all.shape
+    G = 4 * H
+    b0, valid = _tile(rows, B)
+    n = rows * H
+    size = 2 * n + rows * G
+    state = (cuda.shared.array(0, float64)[:size] if state_on_chip
+             else work[cuda.blockIdx.x * size:(cuda.blockIdx.x + 1) * size])
+    g_next, dcs, d = state[:n], state[n:2 * n], state[2 * n:]  # dL/dh, dL/dc from t+1; dA_t
+    start = 8 * size // w.itemsize if state_on_chip else 0
+    wv = cuda.shared.array(0, w.dtype)[start:start + w.size] if w_on_chip else w
+    if w_on_chip:
+        _copy(w, wv)
+    for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+        b, j = b0 + idx // H, idx % H
+        g_next[idx] = dh_T[b, j]
+        dcs[idx] = dc_T[b, j]
+    cuda.syncthreads()
+    for s in range(T):
+        t = s if reverse else T - 1 - s
+        tp = t + 1 if reverse else t - 1
+        for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+            r = idx // H
+            b, j, p = b0 + r, idx - r * H, r * G
+            i = float64(gates[t, b, j])
+            f = float64(gates[t, b, H + j])
+            g = float64(gates[t, b, 2 * H + j])
+            o = float64(gates[t, b, 3 * H + j])
+            tc = math.tanh(float64(c_all[t, b, j]))
+            gh = float64(dy[t, b, j]) + g_next[idx]
+            if keep:
+                hidden[t, b, j] = gh
+            cp = float64(c0[b, j]) if s == T - 1 else float64(c_all[tp, b, j])
+            dcv = dcs[idx] + gh * o * (1.0 - tc * tc)
+            di = dcv * g * i * (1.0 - i)
+            df = dcv * cp * f * (1.0 - f)
+            dg = dcv * i * (1.0 - g * g)
+            do = gh * tc * o * (1.0 - o)
+            dgates[t, b, j] = di
+            dgates[t, b, H + j] = df
+            dgates[t, b, 2 * H + j] = dg
+            dgates[t, b, 3 * H + j] = do
+            d[p + j] = di
+            d[p + H + j] = df
+            d[p + 2 * H + j] = dg
+            d[p + 3 * H + j] = do
+            dcs[idx] = dcv * f
+        cuda.syncthreads()
+        _product(d, G, wv, H, g_next, valid, False)
+        cuda.syncthreads()
+    for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+        b, j = b0 + idx // H, idx % H
+        dh[b, j] = g_next[idx]
+        dc[b, j] = dcs[idx]
 
 
-def rnn_cell_backward(dy, dh, h, relu, keep, hidden, da):
-    launch(_rnn_cell_bwd, *_grid(*h.shape), dy, dh, h, bool(relu), bool(keep), hidden, da)
+# ---- GRU -----------------------------------------------------------------------------------
+
+@cuda.jit
+def _gru_seq_fwd(x_proj, h0, w, b_hh, reverse, rows, w_on_chip, state_on_chip, work, y, hn, h):
+    T, B, H = y.shape
+    G = 3 * H
+    b0, valid = _tile(rows, B)
+    n = rows * H
+    size = n + rows * G
+    state = (cuda.shared.array(0, float64)[:size] if state_on_chip
+             else work[cuda.blockIdx.x * size:(cuda.blockIdx.x + 1) * size])
+    hs, pre = state[:n], state[n:]
+    start = 8 * size // w.itemsize if state_on_chip else 0
+    wv = cuda.shared.array(0, w.dtype)[start:start + w.size] if w_on_chip else w
+    if w_on_chip:
+        _copy(w, wv)
+    for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+        hs[idx] = h0[b0 + idx // H, idx % H]
+    cuda.syncthreads()
+    for s in range(T):
+        t = T - 1 - s if reverse else s
+        _product(hs, H, wv, G, pre, valid, False)
+        cuda.syncthreads()
+        for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+            r = idx // H
+            b, j, p = b0 + r, idx - r * H, r * G
+            rv = _sigmoid(float64(x_proj[t, b, j]) + pre[p + j] + float64(b_hh[j]))
+            z = _sigmoid(float64(x_proj[t, b, H + j]) + pre[p + H + j]
+                         + float64(b_hh[H + j]))
+            hnv = pre[p + 2 * H + j] + float64(b_hh[2 * H + j])
+            nv = math.tanh(float64(x_proj[t, b, 2 * H + j]) + rv * hnv)
+            x_proj[t, b, j] = rv
+            x_proj[t, b, H + j] = z
+            x_proj[t, b, 2 * H + j] = nv
+            hn[t, b, j] = hnv
+            y[t, b, j] = (1.0 - z) * nv + z * hs[idx]
+            hs[idx] = y[t, b, j]
+        cuda.syncthreads()
+    for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+        h[b0 + idx // H, idx % H] = hs[idx]
 
 
-def lstm_cell_forward(xg, hg, c_prev, gates, c, h):
-    launch(_lstm_cell_fwd, *_grid(*c.shape), xg, hg, c_prev, gates, c, h)
+@cuda.jit
+def _gru_seq_bwd(dy, dh_T, h0, y, gates, hn, w, reverse, rows, w_on_chip, state_on_chip, work,
+                 keep, hidden, dgx, dgh, dh):
+    T, B, H = y.shape
+    G = 3 * H
+    b0, valid = _tile(rows, B)
+    n = rows * H
+    size = n + rows * G
+    state = (cuda.shared.array(0, float64)[:size] if state_on_chip
+             else work[cuda.blockIdx.x * size:(cuda.blockIdx.x + 1) * size])
+    g_next, d = state[:n], state[n:]  # dL/dh from step t+1; the hidden part of dA_t
+    start = 8 * size // w.itemsize if state_on_chip else 0
+    wv = cuda.shared.array(0, w.dtype)[start:start + w.size] if w_on_chip else w
+    if w_on_chip:
+        _copy(w, wv)
+    for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+        g_next[idx] = dh_T[b0 + idx // H, idx % H]
+    cuda.syncthreads()
+    for s in range(T):
+        t = s if reverse else T - 1 - s
+        tp = t + 1 if reverse else t - 1
+        for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+            r = idx // H
+            b, j, p = b0 + r, idx - r * H, r * G
+            rv = float64(gates[t, b, j])
+            z = float64(gates[t, b, H + j])
+            nv = float64(gates[t, b, 2 * H + j])
+            g = float64(dy[t, b, j]) + g_next[idx]
+            if keep:
+                hidden[t, b, j] = g
+            hp = float64(h0[b, j]) if s == T - 1 else float64(y[tp, b, j])
+            dan = g * (1.0 - z) * (1.0 - nv * nv)
+            dar = dan * float64(hn[t, b, j]) * rv * (1.0 - rv)
+            daz = g * (hp - nv) * z * (1.0 - z)
+            dgx[t, b, j] = dar
+            dgx[t, b, H + j] = daz
+            dgx[t, b, 2 * H + j] = dan
+            dgh[t, b, j] = dar
+            dgh[t, b, H + j] = daz
+            dgh[t, b, 2 * H + j] = dan * rv
+            d[p + j] = dar
+            d[p + H + j] = daz
+            d[p + 2 * H + j] = dan * rv
+            g_next[idx] = g * z  # the direct part; the product adds dA^h_t W_hh
+        cuda.syncthreads()
+        _product(d, G, wv, H, g_next, valid, True)
+        cuda.syncthreads()
+    for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
+        dh[b0 + idx // H, idx % H] = g_next[idx]
 
 
-def lstm_cell_backward(dy, dh, dc, gates, c, c_prev, keep, hidden, dpre, dc_prev):
-    launch(_lstm_cell_bwd, *_grid(*c.shape), dy, dh, dc, gates, c, c_prev, bool(keep), hidden,
-           dpre, dc_prev)
+# ---- launchers -----------------------------------------------------------------------------
+
+def _flat(w):
+    """w as a flat C-contiguous array (a copy only when w is a transposed view)."""
+    return array_module(w).ascontiguousarray(w).reshape(-1)
 
 
-def gru_cell_forward(xg, hg, h_prev, gates, hn, h):
-    launch(_gru_cell_fwd, *_grid(*h.shape), xg, hg, h_prev, gates, hn, h)
+def _plan(B, state_per_row, w, items_per_row):
+    """(blocks, threads per block, dynamic shared bytes, (rows, w_on_chip, state_on_chip,
+    work)) for a tile state of ``state_per_row`` float64 per batch row and flat weights w."""
+    per_row = 8 * state_per_row
+    rows = max(1, min(-(-B // max_blocks), shared_limit // per_row))
+    blocks = -(-B // rows)
+    state_on_chip = rows * per_row <= shared_limit
+    state_bytes = rows * per_row if state_on_chip else 0
+    w_bytes = w.size * w.itemsize
+    w_on_chip = state_bytes + w_bytes <= shared_limit
+    shared = state_bytes + (w_bytes if w_on_chip else 0)
+    work = device_empty(w, (1 if state_on_chip else blocks * rows * state_per_row,),
+                        np.float64)
+    nt = min(threads, 32 * -(-rows * items_per_row // 32))
+    return blocks, nt, shared, (rows, w_on_chip, state_on_chip, work)
 
 
-def gru_cell_backward(dy, dh, gates, hn, h_prev, keep, hidden, dxg, dhg, dh_prev):
-    launch(_gru_cell_bwd, *_grid(*hn.shape), dy, dh, gates, hn, h_prev, bool(keep), hidden, dxg,
-           dhg, dh_prev)
-
-
-# ---- whole sequences: the CPU kernels' signatures, a host loop over T ----------------------
-
-def _order(T, reverse):
-    """Step times in the order the forward visits them."""
-    return range(T - 1, -1, -1) if reverse else range(T)
+def _run(kernel, B, state_per_row, w, items_per_row, head, tail):
+    blocks, nt, shared, config = _plan(B, state_per_row, w, items_per_row)
+    launch(kernel, blocks, nt, *head, *config, *tail, shared=shared)
 
 
 def _hidden(hidden_grads):
-    """(keep, hidden_grads (T, B, H) or None) — keep False when it is empty."""
-    keep = hidden_grads.size > 0
-    return keep, (hidden_grads if keep else None)
+    """(keep, hidden_grads): keep False when it is empty."""
+    return hidden_grads.size > 0, hidden_grads
 
 
 def rnn_forward_gpu(x_proj, h0, w_hh_t, relu, reverse, y, h):
-    """y[t] = phi(x_proj[t] + h_{t-1} @ w_hh_t), as ``recurrent_cpu.rnn_forward_cpu``."""
-    xp = array_module(x_proj)
-    hg = xp.empty_like(h0)
-    h_prev = h0
-    for t in _order(x_proj.shape[0], reverse):
-        xp.matmul(h_prev, w_hh_t, out=hg)
-        h_prev = y[t]
-        rnn_cell_forward(x_proj[t], hg, relu, h_prev)
-    h[...] = h_prev
+    """y[t] = phi(x_proj[t] + h_{t-1} @ w_hh_t), h = the last state."""
+    B, H = h0.shape
+    w = _flat(w_hh_t)
+    _run(_rnn_seq_fwd, B, 2 * H, w, H, (x_proj, h0, w, bool(relu), bool(reverse)), (y, h))
 
 
 def rnn_backward_gpu(dy, dh_T, y, w_hh, relu, reverse, da, dh, hidden_grads):
-    """BPTT as ``recurrent_cpu.rnn_backward_cpu``, leaving da = dL/d(pre-activations)
-    (T, B, H) for the caller's GEMMs (the CPU kernel packs it and does dx itself); dh ends as
-    dL/dh0."""
-    xp = array_module(y)
-    keep, hidden = _hidden(hidden_grads)
-    dh[...] = dh_T
-    for t in reversed(_order(y.shape[0], reverse)):
-        rnn_cell_backward(dy[t], dh, y[t], relu, keep, hidden[t] if keep else dh, da[t])
-        xp.matmul(da[t], w_hh, out=dh)
+    """BPTT: da (T, B, H) = dL/d(pre-activations); dh = dL/dh0."""
+    _, B, H = y.shape
+    w = _flat(w_hh)
+    _run(_rnn_seq_bwd, B, 2 * H, w, H, (dy, dh_T, y, w, bool(relu), bool(reverse)),
+         (*_hidden(hidden_grads), da, dh))
 
 
-def lstm_forward_gpu(x_proj, h0, c0, w_hh_t, reverse, y, c_all, h, c, work):
-    """As ``recurrent_cpu.lstm_forward_cpu``: x_proj (T, B, 4H) becomes the gates in place."""
-    xp = array_module(x_proj)
-    h_prev, c_prev = h0, c0
-    for t in _order(x_proj.shape[0], reverse):
-        xp.matmul(h_prev, w_hh_t, out=work)
-        gates, h_prev, c_t = x_proj[t], y[t], c_all[t]
-        lstm_cell_forward(gates, work, c_prev, gates, c_t, h_prev)
-        c_prev = c_t
-    h[...] = h_prev
-    c[...] = c_all[0 if reverse else -1]
+def lstm_forward_gpu(x_proj, h0, c0, w_hh_t, reverse, y, c_all, h, c, work=None):
+    """x_proj (T, B, 4H) becomes the gates in place; y, c_all (T, B, H); h, c the last
+    states. ``work``: the CPU kernel's workspace, unused."""
+    B, H = h0.shape
+    w = _flat(w_hh_t)
+    _run(_lstm_seq_fwd, B, 5 * H, w, 4 * H, (x_proj, h0, c0, w, bool(reverse)),
+         (y, c_all, h, c))
 
 
 def lstm_backward_gpu(dy, dh_T, dc_T, c0, gates, c_all, w_hh, reverse, dgates, dh, dc,
                       hidden_grads):
-    """BPTT as ``recurrent_cpu.lstm_backward_cpu``, leaving dgates (T, B, 4H) for the
-    caller's GEMMs; dh, dc end as dL/dh0, dL/dc0."""
-    xp = array_module(gates)
-    T = gates.shape[0]
-    keep, hidden = _hidden(hidden_grads)
-    dh[...] = dh_T
-    dc[...] = dc_T
-    first = T - 1 if reverse else 0
-    for t in reversed(_order(T, reverse)):
-        c_prev = c0 if t == first else c_all[t + 1 if reverse else t - 1]
-        lstm_cell_backward(dy[t], dh, dc, gates[t], c_all[t], c_prev, keep,
-                           hidden[t] if keep else dh, dgates[t], dc)
-        xp.matmul(dgates[t], w_hh, out=dh)
+    """BPTT: dgates (T, B, 4H); dh, dc = dL/dh0, dL/dc0."""
+    _, B, H = c_all.shape
+    w = _flat(w_hh)
+    _run(_lstm_seq_bwd, B, 6 * H, w, H, (dy, dh_T, dc_T, c0, gates, c_all, w, bool(reverse)),
+         (*_hidden(hidden_grads), dgates, dh, dc))
 
 
-def gru_forward_gpu(x_proj, h0, w_hh_t, b_hh, reverse, y, hn, h, gh):
-    """As ``recurrent_cpu.gru_forward_cpu``: x_proj (T, B, 3H) becomes r, z, n in place."""
-    xp = array_module(x_proj)
-    h_prev = h0
-    for t in _order(x_proj.shape[0], reverse):
-        xp.matmul(h_prev, w_hh_t, out=gh)
-        gh += b_hh
-        gates, h_t = x_proj[t], y[t]
-        gru_cell_forward(gates, gh, h_prev, gates, hn[t], h_t)
-        h_prev = h_t
-    h[...] = h_prev
+def gru_forward_gpu(x_proj, h0, w_hh_t, b_hh, reverse, y, hn, h, gh=None):
+    """x_proj (T, B, 3H) = x W_ih^T + b_ih becomes r, z, n in place; hn (T, B, H) =
+    h_{t-1} W_hn^T + b_hn; h the last state. ``gh``: the CPU kernel's workspace, unused."""
+    B, H = h0.shape
+    w = _flat(w_hh_t)
+    _run(_gru_seq_fwd, B, 4 * H, w, 3 * H, (x_proj, h0, w, b_hh, bool(reverse)), (y, hn, h))
 
 
-def gru_backward_gpu(dy, dh_T, h0, y, gates, hn, w_hh, reverse, dgx, dgh, dh, dh_gated,
-                     hidden_grads):
-    """BPTT as ``recurrent_cpu.gru_backward_cpu``, leaving dgx, dgh (T, B, 3H) for the
-    caller's GEMMs; dh ends as dL/dh0."""
-    xp = array_module(gates)
-    T = gates.shape[0]
-    keep, hidden = _hidden(hidden_grads)
-    dh[...] = dh_T
-    first = T - 1 if reverse else 0
-    for t in reversed(_order(T, reverse)):
-        h_prev = h0 if t == first else y[t + 1 if reverse else t - 1]
-        gru_cell_backward(dy[t], dh, gates[t], hn[t], h_prev, keep, hidden[t] if keep else dh,
-                          dgx[t], dgh[t], dh)  # dh becomes g * z, in place
-        xp.matmul(dgh[t], w_hh, out=dh_gated)
-        dh += dh_gated
+def gru_backward_gpu(dy, dh_T, h0, y, gates, hn, w_hh, reverse, dgx, dgh, dh, hidden_grads):
+    """BPTT: dgx, dgh (T, B, 3H) the gradients of x W_ih^T + b_ih and h W_hh^T + b_hh;
+    dh = dL/dh0."""
+    _, B, H = y.shape
+    w = _flat(w_hh)
+    _run(_gru_seq_bwd, B, 4 * H, w, H, (dy, dh_T, h0, y, gates, hn, w, bool(reverse)),
+         (*_hidden(hidden_grads), dgx, dgh, dh))

@@ -4,8 +4,9 @@ Each forward runs one layer in one direction over a whole sequence, in one compi
 (``nnkit._ext.recurrent_cpu``): per step the GEMMs ``x_t @ W_ih^T`` and ``h_{t-1} @ W_hh^T``
 (a packed-panel C kernel) and the gate nonlinearities fused with the cell update, blocks of
 batch rows on separate threads. CuPy arrays take the input projection of all steps as one
-cuBLAS GEMM first, then run the loop from the host (``nnkit._ext.recurrent_cuda``): per step
-a cuBLAS GEMM and one fused Numba CUDA cell launch; every array stays on the device.
+cuBLAS GEMM first, then the whole time loop in one persistent Numba CUDA launch
+(``nnkit._ext.recurrent_cuda``: a thread block per tile of batch rows, W_hh on chip when it
+fits); every array stays on the device.
 
 Each backward runs BPTT in one compiled kernel, which leaves the gradients with respect to
 the gate pre-activations of every step; the parameter gradients are then products over all
@@ -197,8 +198,8 @@ def _gpu_route(x) -> bool:
 
 
 def _steps(x) -> _Steps:
-    """The kernels for x's device: Numba CPU for NumPy arrays, a host loop of Numba CUDA
-    cell launches and cuBLAS GEMMs for CuPy arrays."""
+    """The kernels for x's device: Numba CPU for NumPy arrays, a cuBLAS GEMM and one
+    persistent Numba CUDA launch for CuPy arrays."""
     if _gpu_route(x):
         g = _gpu_kernels()
         return _Steps(_projected(g.rnn_forward_gpu), _projected(g.lstm_forward_gpu),
@@ -456,8 +457,8 @@ def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, re
         y, c = xp.empty((T, B, H), dtype=x.dtype), xp.empty_like(h0)
     c_all = xp.empty((slots, B, H), dtype=x.dtype)
     h = xp.empty_like(h0)
-    # the workspace: [x_t, h_{t-1}] rows on the CPU (one GEMM per step), h W_hh^T on the GPU
-    work = xp.empty((B, 4 * H) if gpu else (B, x.shape[2] + H), dtype=x.dtype)
+    # the CPU kernel's workspace: [x_t, h_{t-1}] rows (one GEMM per step); none on the GPU
+    work = xp.empty((0, 0) if gpu else (B, x.shape[2] + H), dtype=x.dtype)
     _steps(x).lstm_forward(x, w_ih.T, _bias(xp, b_ih, b_hh, 4 * H, x.dtype), gates, h0, c0,
                            w_hh.T, bool(reverse), y, c_all, h, c, work)
     out = y_c if stacked else y
@@ -581,7 +582,7 @@ def gru_backward(dy, dh_T, cache, hidden_grads=None):
     if _gpu_route(y):
         dgx, dgh = xp.empty_like(gates), xp.empty_like(gates)
         _gpu_kernels().gru_backward_gpu(dy, dh_T, cache.h0, y, gates, hn, cache.weight_hh,
-                                        cache.reverse, dgx, dgh, dh, xp.empty_like(dh), hidden)
+                                        cache.reverse, dgx, dgh, dh, hidden)
         grads = _gpu_weight_grads(cache, dgx, dgh)
     else:
         dx, (gpx, gph), (work_x, work_h) = _cpu_grad_buffers(cache, 2)
