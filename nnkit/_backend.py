@@ -1,19 +1,22 @@
 """Backend choice by array type: NumPy arrays run on the CPU kernels, GPU arrays
 (CuPy, or anything with ``__cuda_array_interface__``) on the Numba CUDA kernels.
 
-CuPy and numba.cuda are imported lazily, so a CPU-only install never touches them.
+``backend`` names the device of an array and ``kernels_for`` returns the kernel module of
+``nnkit._ext`` for it: the one place where a call's backend is chosen. Kernel modules,
+CuPy and numba.cuda are imported lazily, so a CPU-only install never touches the GPU ones.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 
 import numpy as np
 
-__all__ = ["is_gpu_array", "array_module", "cuda_available", "unbroadcast",
-           "matmul", "SMALL_GEMM_FLOPS", "ROWS_PARALLEL_MIN_ROWS", "ROWS_PARALLEL_MIN_FLOPS",
-           "to_host"]
+__all__ = ["is_gpu_array", "backend", "describe_device", "kernels_for", "load_kernels",
+           "array_module", "cuda_available", "unbroadcast", "matmul", "SMALL_GEMM_FLOPS",
+           "ROWS_PARALLEL_MIN_ROWS", "ROWS_PARALLEL_MIN_FLOPS", "to_host"]
 
 # A matrix product under this many flops (a few ms on one core) runs on one BLAS thread
 # (``matmul``). Alone, OpenBLAS's second thread makes such a product up to 2x faster; but
@@ -31,6 +34,48 @@ SMALL_GEMM_FLOPS = 1 << 28
 def is_gpu_array(x) -> bool:
     """True for CuPy arrays and Numba device arrays (``__cuda_array_interface__``)."""
     return hasattr(x, "__cuda_array_interface__") and not isinstance(x, np.ndarray)
+
+
+def backend(x) -> str:
+    """``'cuda'`` for a GPU array, ``'cpu'`` for anything else (NumPy arrays, lists)."""
+    return "cuda" if is_gpu_array(x) else "cpu"
+
+
+def describe_device(x) -> str:
+    """Where ``x`` lives, for a message: 'a GPU array (ndarray)', 'a NumPy array', or the
+    type of what is neither ('list')."""
+    if is_gpu_array(x):
+        return f"a GPU array ({type(x).__module__.split('.')[0]}.{type(x).__name__})"
+    if isinstance(x, np.ndarray):
+        return "a NumPy array"
+    return type(x).__name__
+
+
+_LOADED: dict = {}
+
+
+def load_kernels(name: str):
+    """The kernel module ``nnkit._ext.<name>``, imported on first use (a CUDA module only
+    when it is asked for: importing it imports numba.cuda)."""
+    module = _LOADED.get(name)
+    if module is None:
+        module = _LOADED[name] = importlib.import_module(f"{__package__}._ext.{name}")
+    return module
+
+
+def kernels_for(cpu: str | None, cuda: str | None, x, *, name: str = "x"):
+    """The kernel module of ``nnkit._ext`` for ``x``'s device: ``cuda`` for a GPU array,
+    ``cpu`` otherwise. None for a device the family has no kernels for: a ``TypeError``
+    naming ``name`` then (a CPU-only family given a CuPy array, say)."""
+    if is_gpu_array(x):
+        if cuda is None:
+            raise TypeError(f"{name} must be a NumPy array (these kernels run on the CPU "
+                            f"only), got {describe_device(x)}")
+        return load_kernels(cuda)
+    if cpu is None:
+        raise TypeError(f"{name} must be a GPU array (these kernels run on the GPU only), "
+                        f"got {describe_device(x)}")
+    return load_kernels(cpu)
 
 
 def array_module(x):

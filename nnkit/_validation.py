@@ -3,6 +3,11 @@
 Every public entry point validates its inputs here once, then hands plain C-contiguous
 arrays to the kernels (which check nothing). Messages name the argument, what was
 expected and what arrived, in the style of scikit-learn's ``check_array``.
+
+One error type per failure, as NumPy and torch: a wrong type, device or dtype is a
+``TypeError``; a wrong shape, value, layout (not C-contiguous) or a read-only ``out`` is a
+``ValueError``. ``check_same_device`` and ``check_out`` hold the device and ``out=`` rules
+of every kernel family.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import math
 import numbers
 
 import numpy as np
+
+from ._backend import backend, describe_device, is_gpu_array
 
 FLOATS = (np.float32, np.float64)
 COMPLEX = (np.complex64, np.complex128)
@@ -22,6 +29,9 @@ __all__ = [
     "INTEGERS",
     "check_array",
     "check_same_shape",
+    "check_same_device",
+    "check_same_dtype",
+    "check_out",
     "check_scalar",
     "check_choice",
     "axis_or_dim",
@@ -65,10 +75,6 @@ def check_native_byte_order(arr, *, name: str):
     return arr
 
 
-def _is_device_array(x) -> bool:
-    return hasattr(x, "__cuda_array_interface__") and not isinstance(x, np.ndarray)
-
-
 def check_array(
     x,
     *,
@@ -104,7 +110,7 @@ def check_array(
     contiguous : bool
         Return a C-contiguous array (copies non-contiguous views, NumPy's and CuPy's).
     """
-    if _is_device_array(x):
+    if is_gpu_array(x):
         if not allow_device:
             raise TypeError(
                 f"{name} must be a NumPy array here; got a GPU array {type(x).__name__}"
@@ -163,6 +169,58 @@ def check_same_shape(a, b, *, name_a: str, name_b: str) -> None:
             f"{name_a} and {name_b} must have the same shape, got {tuple(a.shape)} and "
             f"{tuple(b.shape)}"
         )
+
+
+def _where(device: str) -> str:
+    return "a GPU array" if device == "cuda" else "a NumPy array"
+
+
+def check_same_device(array, like, *, name: str, like_name: str = "x"):
+    """Return ``array`` if it lives where ``like`` does (both NumPy arrays or both GPU
+    arrays), else raise ``TypeError``: "weight must be a GPU array like x, got a NumPy
+    array". ``like`` is an array, or a backend name ('cpu' or 'cuda') where only that is
+    kept (a cache)."""
+    want = like if isinstance(like, str) else backend(like)
+    if backend(array) != want:
+        raise TypeError(f"{name} must be {_where(want)} like {like_name}, got "
+                        f"{describe_device(array)}")
+    return array
+
+
+def check_same_dtype(array, like, *, name: str, like_name: str = "x"):
+    """Return ``array`` if it has ``like``'s dtype, else raise ``TypeError`` naming both
+    (kernels take one dtype; nothing is cast silently)."""
+    if array.dtype != like.dtype:
+        raise TypeError(f"{name} has dtype {describe_dtype(array.dtype)} but {like_name} has "
+                        f"dtype {describe_dtype(like.dtype)}; they must match (cast one of "
+                        f"them)")
+    return array
+
+
+def check_out(out, like, *, name: str = "out", like_name: str = "x", shape=None):
+    """Return ``out``, a preallocated result the kernels write in place (unchecked), or raise.
+
+    It must be an array on ``like``'s device (``TypeError``), of ``shape`` (default
+    ``like``'s; ``ValueError``), of ``like``'s dtype in native byte order (``TypeError``:
+    it cannot be replaced by a converted copy), C-contiguous and writeable (``ValueError``).
+    """
+    want = backend(like)
+    if not (isinstance(out, np.ndarray) or is_gpu_array(out)) or backend(out) != want:
+        raise TypeError(f"{name} must be {_where(want)} like {like_name}, got "
+                        f"{describe_device(out)}")
+    shape = tuple(like.shape) if shape is None else tuple(shape)
+    if tuple(out.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape} (that of {like_name}), got "
+                         f"{tuple(out.shape)}")
+    check_native_byte_order(out, name=name)
+    if out.dtype != like.dtype:
+        raise TypeError(f"{name} must have dtype {like.dtype} (that of {like_name}), got "
+                        f"{describe_dtype(out.dtype)}")
+    if not out.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (it is written in place)")
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise ValueError(f"{name} is read-only (it is written in place)")
+    return out
 
 
 def check_scalar(

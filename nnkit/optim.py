@@ -70,9 +70,9 @@ from collections import defaultdict
 import numpy as np
 
 from ._backend import array_module, to_host
-from ._ext.optim_cpu import adam_update_cpu
 from ._validation import check_bool, check_scalar, describe_dtype, dtype_names
 from .autograd import Tensor, enable_grad
+from .kernels.optim import adam_update
 
 __all__ = ["Optimizer", "SGD", "Adagrad", "Adam", "AdamW", "clip_grad_norm_"]
 
@@ -748,10 +748,10 @@ class Adam(Optimizer):
                     coef = np.array([weight_decay, 1 - lr * weight_decay, w1, 1 - w1, beta2,
                                      1 - beta2, bc2_sqrt, eps, -step_size], dtype=data.dtype)
                     n = data.size
-                    adam_update_cpu(data.reshape(n), g.reshape(n), exp_avg.reshape(n),
-                                     exp_avg_sq.reshape(n), vmax.reshape(n), coef, w1 < 0.5,
-                                     amsgrad, maximize, weight_decay != 0 and not decoupled,
-                                     weight_decay != 0 and decoupled)
+                    adam_update(data.reshape(n), g.reshape(n), exp_avg.reshape(n),
+                                exp_avg_sq.reshape(n), vmax.reshape(n), coef, w1 < 0.5,
+                                amsgrad, maximize, weight_decay != 0 and not decoupled,
+                                weight_decay != 0 and decoupled)
                 else:
                     self._adam_arrays(p, g, exp_avg, exp_avg_sq, vmax, lr, weight_decay,
                                       decoupled, maximize, amsgrad, w1, beta2, bc2_sqrt, eps,

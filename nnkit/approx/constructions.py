@@ -41,10 +41,10 @@ import numpy as np
 
 from .. import functional as F
 from .. import nn, optim
-from .._ext.approx_cpu import window_sum
 from .._random import get_rng, manual_seed
 from .._validation import check_array, check_scalar
 from ..autograd import no_grad
+from ..kernels.approx import window_sum
 
 __all__ = [
     "step",

@@ -28,11 +28,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._budget import reserve
-from .._ext import hopfield as _cy
-from .._ext import hopfield_cpu as _cpu
 from .._random import get_rng
 from .._validation import check_array, check_choice, check_scalar
-from ..kernels import softmax_forward
+from ..kernels import (
+    dense_memory_async_run,
+    hopfield_async_run,
+    hopfield_async_run_patterns,
+    hopfield_init_fields,
+    hopfield_sync_run,
+    softmax_forward,
+)
 
 __all__ = [
     "Hopfield",
@@ -370,17 +375,17 @@ class Hopfield(_StoresPatterns):
         work, rows = np.empty(x.shape, np.int32), np.arange(B, dtype=np.int64)
         if self.storage_ == "patterns":
             m = self._overlaps(x)
-            _cpu.async_run_patterns(self.patterns_t_, x, m, work, rows, max_sweeps, shuffle,
-                                    np.uint64(seed), sweeps, conv)
+            hopfield_async_run_patterns(self.patterns_t_, x, m, work, rows, max_sweeps, shuffle,
+                                        np.uint64(seed), sweeps, conv)
             return sweeps, conv
         init = self._patterns_f is not None  # fields per state in the worker threads
         h = np.empty(x.shape, self._dtype) if init else self._int_fields(x)
 
         def part_run(part):
             if init:
-                _cy.init_fields(self._patterns_rows_i8, self._patterns_rows_f, x, h, part)
-            _cy.async_run(self.couplings_, x, h, work, part, max_sweeps, shuffle, seed,
-                          sweeps, conv)
+                hopfield_init_fields(self._patterns_rows_i8, self._patterns_rows_f, x, h, part)
+            hopfield_async_run(self.couplings_, x, h, work, part, max_sweeps, shuffle, seed,
+                               sweeps, conv)
         _threaded(part_run, rows, self.n_neurons, n_jobs)
         return sweeps, conv
 
@@ -391,7 +396,7 @@ class Hopfield(_StoresPatterns):
             return _sync_numpy(self._int_fields, x, max_sweeps)
         h = self._int_fields(x)
         work = np.empty(x.shape, np.int64)
-        _cpu.sync_run(h, self.couplings_, x, work, max_sweeps, sweeps, conv)
+        hopfield_sync_run(h, self.couplings_, x, work, max_sweeps, sweeps, conv)
         return sweeps, conv
 
 
@@ -539,10 +544,10 @@ class DenseAssociativeMemory(_StoresPatterns):
         m = np.rint(x.astype(np.float64) @ self.patterns_t_.astype(np.float64)).astype(np.int64)
         B = x.shape[0]
         sweeps, conv = np.zeros(B, np.int64), np.zeros(B, np.uint8)
-        _cpu.dense_async_run(self.patterns_t_, x, m, np.empty(x.shape, np.int32),
-                             np.arange(B, dtype=np.int64), max_sweeps, order == "random",
-                             np.uint64(_seed(random_state)), _cpu.INTERACTIONS[self.interaction],
-                             self.degree, sweeps, conv)
+        dense_memory_async_run(self.patterns_t_, x, m, np.empty(x.shape, np.int32),
+                               np.arange(B, dtype=np.int64), max_sweeps, order == "random",
+                               np.uint64(_seed(random_state)), self.interaction, self.degree,
+                               sweeps, conv)
         return _result(x, sweeps, conv, x8.ndim == 1)
 
 

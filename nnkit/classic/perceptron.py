@@ -2,7 +2,7 @@
 
 ``McCullochPitts(sigma, theta)`` is the fixed threshold unit f(x) = 1{sigma . x >= theta}.
 ``Perceptron`` learns (w, b) with the mistake-driven rule w <- w + y x, b <- b + y; its epoch
-loop is compiled (``nnkit._ext.perceptron``) and ``_perceptron_epochs_reference`` below is the
+loop is compiled (``nnkit.kernels.perceptron``) and ``_perceptron_epochs_reference`` below is the
 plain-Python twin the tests hold it to, update for update. ``make_separable`` draws data with
 a known margin for Novikoff's bound.
 """
@@ -18,9 +18,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._ext.perceptron import perceptron_epochs
 from .._random import get_rng
 from .._validation import check_array, check_bool, check_scalar
+from ..kernels.perceptron import perceptron_epochs
 
 __all__ = ["McCullochPitts", "Perceptron", "make_separable"]
 
@@ -90,7 +90,7 @@ def _activation_reference(x, w, b) -> float:
 
 
 def _perceptron_epochs_reference(X, y, w, b, order, max_epochs, fit_intercept):
-    """Plain-Python twin of ``nnkit._ext.perceptron.perceptron_epochs`` (Algorithm 1).
+    """Plain-Python twin of ``nnkit.kernels.perceptron.perceptron_epochs`` (Algorithm 1).
 
     Same arguments, same in-place updates of ``w`` (D,) and ``b`` (1,), same return value
     ``(n_updates, n_epochs, converged)``, the same float64 arithmetic in the same order.

@@ -10,7 +10,7 @@ import numpy as np
 from scipy import special
 
 from .. import kernels
-from .._backend import array_module, is_gpu_array, matmul
+from .._backend import array_module, backend, matmul
 from .._random import device_uniform, get_rng
 from .._validation import (
     axis_or_dim,
@@ -262,7 +262,7 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     if logits.ndim != 2:
         raise ValueError(f"logits must be 2-D (N, C), got shape {logits.shape}")
     target = _check_target(target, logits.shape[0])
-    if reduction == "mean" and is_gpu_array(logits.data) and logits.data.size:
+    if reduction == "mean" and backend(logits.data) == "cuda" and logits.data.size:
         return _cross_entropy_mean_gpu(logits, target, int(ignore_index))
     if reduction == "mean":
         def forward(ld):
@@ -290,26 +290,10 @@ def _cross_entropy_mean_gpu(logits: Tensor, target, ignore_index: int) -> Tensor
     """The fused mean cross-entropy of CuPy ``logits`` (N, C), N, C > 0, without a host
     round trip: the count of valid rows stays a device scalar (the CPU path's validation
     and ``float`` conversions would copy values to the host and wait for the GPU)."""
-    from .._ext import softmax_cuda
-
-    if not is_gpu_array(target):
-        raise TypeError("logits and target must both be NumPy arrays or both be GPU arrays; "
-                        f"got GPU logits and a {type(target).__name__} target")
-    ld = check_array(logits.data, name="logits", ndim=2, dtype=(np.float32, np.float64))
-    xp = array_module(ld)
-    t = xp.ascontiguousarray(target.astype(np.int64, copy=False))
-    N = ld.shape[0]
-    lse = xp.empty((N,), dtype=np.float64)  # float64 as the CPU kernel's cache
-    loss_rows = xp.empty((N,), dtype=np.float64)  # NaN where the target is out of range
-    softmax_cuda.cross_entropy_rows(ld, t, ignore_index, lse, loss_rows)
-    n_valid = (t != ignore_index).sum()  # a 0-d device array
-    loss = (loss_rows.sum() / n_valid).astype(ld.dtype)  # 0 / 0 = NaN: every row ignored
+    loss, cache = kernels.cross_entropy_forward_gpu(logits.data, target, ignore_index)
 
     def backward(g):
-        out = xp.empty_like(ld)
-        softmax_cuda.cross_entropy_backward_rows(ld, t, lse, 1.0, ignore_index, out)
-        out *= xp.where(n_valid > 0, g / xp.maximum(n_valid, 1), 0).astype(ld.dtype)
-        return (out,)
+        return (kernels.cross_entropy_backward_gpu(g, cache, ignore_index),)
 
     return make_result(loss, (logits,), backward, "cross_entropy")
 

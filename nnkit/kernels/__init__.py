@@ -1,12 +1,18 @@
 """Validated NumPy-level forward/backward kernels with backend dispatch.
 
-Each function checks its inputs once, picks the backend by array type (NumPy -> the
-compiled CPU kernels in ``nnkit._ext``, CuPy/device arrays -> the Numba CUDA kernels) and
-returns plain arrays. ``nnkit.kernels.reference`` holds the naive twin of each.
+Each function checks its inputs once (``nnkit._validation``), picks the backend by array
+type in one place (``nnkit._backend.kernels_for``: NumPy -> the compiled CPU kernels in
+``nnkit._ext``, CuPy/device arrays -> the Numba CUDA kernels) and returns plain arrays.
+``nnkit.kernels.reference`` holds the naive twin of each. The layers above (functional,
+optim, approx, classic) reach the compiled kernels only through this package; the entry
+points of the optimizer, approximation and classic kernels (``adam_update``,
+``window_sum``, ``perceptron_epochs``, the Hopfield dynamics) trust their callers'
+validation.
 """
 
 from . import reference
 from .activation import dropout_forward, gelu_backward, gelu_forward
+from .approx import window_sum
 from .attention import attention_backward, attention_forward, attention_mask_backward
 from .conv import (
     avg_pool2d_backward,
@@ -18,7 +24,16 @@ from .conv import (
     max_pool2d_backward,
     max_pool2d_forward,
 )
+from .hopfield import (
+    dense_memory_async_run,
+    hopfield_async_run,
+    hopfield_async_run_patterns,
+    hopfield_init_fields,
+    hopfield_sync_run,
+)
 from .layer_norm import layer_norm_backward, layer_norm_forward
+from .optim import adam_update
+from .perceptron import perceptron_epochs
 from .recurrent import (
     gru_backward,
     gru_forward,
@@ -30,7 +45,9 @@ from .recurrent import (
 from .scan import linear_scan_backward, linear_scan_forward
 from .softmax import (
     cross_entropy_backward,
+    cross_entropy_backward_gpu,
     cross_entropy_forward,
+    cross_entropy_forward_gpu,
     log_softmax_backward,
     log_softmax_forward,
     softmax_backward,
@@ -48,6 +65,8 @@ __all__ = [
     "log_softmax_backward",
     "cross_entropy_forward",
     "cross_entropy_backward",
+    "cross_entropy_forward_gpu",
+    "cross_entropy_backward_gpu",
     "layer_norm_forward",
     "layer_norm_backward",
     "gelu_forward",
@@ -69,4 +88,12 @@ __all__ = [
     "lstm_backward",
     "gru_forward",
     "gru_backward",
+    "adam_update",
+    "window_sum",
+    "perceptron_epochs",
+    "hopfield_init_fields",
+    "hopfield_async_run",
+    "hopfield_async_run_patterns",
+    "hopfield_sync_run",
+    "dense_memory_async_run",
 ]

@@ -15,10 +15,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._ext import activation_cpu
+from .._backend import kernels_for
 from .._validation import FLOATS, check_array, check_same_shape, check_scalar
 
 __all__ = ["gelu_forward", "gelu_backward", "dropout_forward"]
+
+
+def _kernels(x):
+    """activation_cpu: these kernels run on the CPU only (a GPU x is a ``TypeError``)."""
+    return kernels_for("activation_cpu", None, x)
 
 
 def gelu_forward(x):
@@ -26,7 +31,7 @@ def gelu_forward(x):
     x = check_array(x, name="x", dtype=FLOATS, allow_device=False)
     y, cdf = np.empty_like(x), np.empty_like(x)
     if x.size:
-        activation_cpu.gelu_forward(x.reshape(-1), y.reshape(-1), cdf.reshape(-1))
+        _kernels(x).gelu_forward(x.reshape(-1), y.reshape(-1), cdf.reshape(-1))
     return y, cdf
 
 
@@ -39,8 +44,8 @@ def gelu_backward(g, x, cdf):
     check_same_shape(cdf, x, name_a="cdf", name_b="x")
     dx = np.empty(x.shape, dtype=np.result_type(g, x))
     if x.size:
-        activation_cpu.gelu_backward(g.reshape(-1), x.reshape(-1), cdf.reshape(-1),
-                                     dx.reshape(-1))
+        _kernels(x).gelu_backward(g.reshape(-1), x.reshape(-1), cdf.reshape(-1),
+                                  dx.reshape(-1))
     return dx
 
 
@@ -58,6 +63,6 @@ def dropout_forward(x, p: float, seed: int):
         raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
     y, mask = np.empty_like(x), np.empty_like(x)
     if x.size:
-        activation_cpu.dropout_forward(x.reshape(-1), np.uint64(seed), float(p),
-                                       1.0 / (1.0 - p), y.reshape(-1), mask.reshape(-1))
+        _kernels(x).dropout_forward(x.reshape(-1), np.uint64(seed), float(p),
+                                    1.0 / (1.0 - p), y.reshape(-1), mask.reshape(-1))
     return y, mask

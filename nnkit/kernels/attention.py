@@ -21,9 +21,10 @@ that cannot be folded into B without a copy is it copied over those leading dime
 still without its broadcast L or S axes).
 
 NumPy arrays run on ``nnkit._ext.attention_cpu``, GPU arrays (CuPy) on
-``nnkit._ext.attention_cuda`` (imported lazily). ``attention_mask_backward`` gives the
-gradient of a float mask (dL/dscores, summed to the mask's shape); it is not fused (it builds
-one (L, S) slab per (batch, head)) and only runs when a mask requires grad.
+``nnkit._ext.attention_cuda`` (imported lazily; ``nnkit._backend.kernels_for`` chooses).
+``attention_mask_backward`` gives the gradient of a float mask (dL/dscores, summed to the
+mask's shape); it is not fused (it builds one (L, S) slab per (batch, head)) and only runs
+when a mask requires grad.
 
 Examples
 --------
@@ -46,9 +47,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._backend import array_module, is_gpu_array, unbroadcast
+from .._backend import array_module, kernels_for, unbroadcast
 from .._ext import attention_cpu
-from .._validation import FLOATS, check_array, check_bool, check_scalar
+from .._validation import FLOATS, check_array, check_bool, check_same_device, check_scalar
 
 __all__ = ["attention_forward", "attention_backward", "attention_mask_backward",
            "AttentionCache"]
@@ -83,8 +84,8 @@ def _check_qkv(query, key, value):
     if not query.dtype == key.dtype == value.dtype:
         raise TypeError(f"query, key and value must have one dtype, got {query.dtype}, "
                         f"{key.dtype} and {value.dtype}")
-    if not is_gpu_array(query) == is_gpu_array(key) == is_gpu_array(value):
-        raise TypeError("query, key and value must all be NumPy arrays or all GPU arrays")
+    check_same_device(key, query, name="key", like_name="query")
+    check_same_device(value, query, name="value", like_name="query")
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(f"query and key must have the same embedding size E (last axis): "
                          f"query {tuple(query.shape)} (..., L, E), key {tuple(key.shape)} "
@@ -109,8 +110,7 @@ def _check_mask(attn_mask, query, batch, L, S):
     if attn_mask.dtype != np.bool_ and attn_mask.dtype != query.dtype:
         raise TypeError(f"attn_mask must be bool (True = takes part) or have the query's dtype "
                         f"{query.dtype} (added to the scores), got {attn_mask.dtype}")
-    if is_gpu_array(attn_mask) != is_gpu_array(query):
-        raise TypeError("attn_mask must live where query lives (both NumPy or both GPU arrays)")
+    check_same_device(attn_mask, query, name="attn_mask", like_name="query")
     target = batch + (L, S)
     try:
         ok = np.broadcast_shapes(tuple(attn_mask.shape), target) == target
@@ -179,12 +179,9 @@ def _mask_4d(additive, batch, B, H, L, S, xp):
     return xp.broadcast_to(folded, (B, H, L, S))
 
 
-def _backend(x):
-    if is_gpu_array(x):
-        from .._ext import attention_cuda
-
-        return attention_cuda
-    return attention_cpu
+def _kernels(x):
+    """attention_cpu for NumPy arrays, attention_cuda for GPU arrays."""
+    return kernels_for("attention_cpu", "attention_cuda", x, name="query")
 
 
 # ---- public pair --------------------------------------------------------------------------
@@ -224,7 +221,7 @@ def attention_forward(query, key, value, attn_mask=None, is_causal=False, scale=
         mask = xp.broadcast_to(xp.zeros((), query.dtype), (B, H, L, S))
     out = xp.empty((B, H, L, Ev), query.dtype)
     lse = xp.empty((B, H, L), query.dtype)
-    _backend(query).attention_forward(q, k, v, mask, has_mask, is_causal, scale, dropout_p,
+    _kernels(query).attention_forward(q, k, v, mask, has_mask, is_causal, scale, dropout_p,
                                       seed, out, lse)
     cache = AttentionCache(q, k, v, mask, has_mask, is_causal, scale, dropout_p, seed, out, lse,
                            (tuple(query.shape), tuple(key.shape), tuple(value.shape)), batch)
@@ -247,13 +244,14 @@ def attention_backward(dout, cache):
     c = cache
     B, H, L, Ev = c.out.shape
     dout = check_array(dout, name="dout", dtype=(c.q.dtype,), contiguous=False)
+    check_same_device(dout, c.q, name="dout", like_name="the forward's query")
     if tuple(dout.shape) != c.batch + (L, Ev):
         raise ValueError(f"dout must have the output's shape {c.batch + (L, Ev)}, got "
                          f"{tuple(dout.shape)}")
     xp = array_module(c.q)
     dout4 = xp.ascontiguousarray(dout).reshape(B, H, L, Ev)
     dq, dk, dv = xp.empty_like(c.q), xp.empty_like(c.k), xp.empty_like(c.v)
-    _backend(c.q).attention_backward(c.q, c.k, c.v, c.mask, c.has_mask, c.causal, c.scale,
+    _kernels(c.q).attention_backward(c.q, c.k, c.v, c.mask, c.has_mask, c.causal, c.scale,
                                      c.dropout_p, c.seed, c.out, c.lse, dout4, dq, dk, dv)
     grads = []
     for g, shape in zip((dq, dk, dv), c.shapes, strict=True):

@@ -51,8 +51,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._backend import array_module, is_gpu_array
-from .._validation import FLOATS, check_array, check_bool, check_scalar
+from .._backend import array_module, backend, kernels_for, load_kernels
+from .._validation import (
+    FLOATS,
+    check_array,
+    check_bool,
+    check_same_device,
+    check_same_dtype,
+    check_scalar,
+)
 
 __all__ = [
     "ConvCache",
@@ -138,19 +145,16 @@ def _check_conv_inputs(x, weight, bias, groups, nd):
                          f"* groups = {Cg} * {groups} = {Cg * groups}")
     if any(s == 0 for s in weight.shape[2:]):
         raise ValueError(f"weight has an empty kernel: shape {tuple(weight.shape)}")
-    for a, name in ((weight, "weight"), (bias, "bias")):
-        if a is not None and is_gpu_array(a) != is_gpu_array(x):
-            where = "a GPU array" if is_gpu_array(x) else "a NumPy array"
-            raise TypeError(f"{name} must be {where} like x, got {type(a).__name__}")
-    if weight.dtype != x.dtype:
-        raise TypeError(f"weight has dtype {weight.dtype} but x has dtype {x.dtype}")
+    check_same_device(weight, x, name="weight")
+    if bias is not None:
+        check_same_device(bias, x, name="bias")
+    check_same_dtype(weight, x, name="weight")
     if bias is not None:
         bias = check_array(bias, name="bias", dtype=FLOATS)
         if tuple(bias.shape) != (K,):
             raise ValueError(f"bias must have shape ({K},) for weight of shape "
                              f"{tuple(weight.shape)}, got {tuple(bias.shape)}")
-        if bias.dtype != x.dtype:
-            raise TypeError(f"bias has dtype {bias.dtype} but x has dtype {x.dtype}")
+        check_same_dtype(bias, x, name="bias")
     return x, weight, bias, int(groups)
 
 
@@ -262,9 +266,24 @@ def _forward(x, weight, bias, stride, pads, dilation, groups, squeeze=False):
                    in zip(x.shape[2:], kernel, stride, pads, dilation, strict=True))
     cache = ConvCache(x, weight, bias is not None, stride, pads, dilation, groups, out_hw,
                       squeeze=squeeze)
-    if is_gpu_array(x):
+    if backend(x) == "cuda":
         return _conv2d_forward_cuda(x, weight, bias, cache), cache
     return _conv2d_forward_cpu(x, weight, bias, cache), cache
+
+
+def _kernels(x):
+    """conv_cpu for NumPy arrays, conv_cuda for GPU arrays (the pooling launchers)."""
+    return kernels_for("conv_cpu", "conv_cuda", x)
+
+
+def _cpu():
+    """The CPU route's kernels (its helpers run on NumPy arrays by construction)."""
+    return load_kernels("conv_cpu")
+
+
+def _cuda():
+    """The GPU route's kernels (the simulator tests drive this route with NumPy arrays)."""
+    return load_kernels("conv_cuda")
 
 
 # Serial Numba builds around the GEMMs (see the module docstring): a parallel
@@ -277,8 +296,7 @@ def _around_blas(kernel):
 
 
 def _im2col(cache, out):
-    from .._ext import conv_cpu
-
+    conv_cpu = _cpu()
     (sh, sw), ((pt, _), (pl, _)), (dh, dw) = cache.stride, cache.pads, cache.dilation
     kh, kw = cache.weight.shape[2:]
     _around_blas(conv_cpu.im2col)(cache.x, kh, kw, sh, sw, pt, pl, dh, dw, *cache.out_hw,
@@ -287,8 +305,7 @@ def _im2col(cache, out):
 
 
 def _conv2d_forward_cpu(x, weight, bias, cache):
-    from .._ext import conv_cpu
-
+    conv_cpu = _cpu()
     N, C, H, W = x.shape
     K, Cg, kh, kw = weight.shape
     G, P = cache.groups, cache.out_hw[0] * cache.out_hw[1]
@@ -312,7 +329,7 @@ def _conv2d_forward_cpu(x, weight, bias, cache):
 def release(cache):
     """Return the forward's cols to the workspace pool (when no backward will run)."""
     if isinstance(cache, ConvCache) and cache.cols is not None:
-        if not is_gpu_array(cache.cols):
+        if backend(cache.cols) == "cpu":
             _pool.give(cache.cols)
         cache.cols = None
 
@@ -344,11 +361,8 @@ def conv2d_backward(dy, cache, needs_input_grad=True, needs_weight_grad=True):
     if cache.squeeze:
         dy = dy[:, :, None, :] if getattr(dy, "ndim", 0) == 3 else dy
     dy = check_array(dy, name="dy", dtype=FLOATS)
-    expected = (N, K, *cache.out_hw)
-    if tuple(dy.shape) != expected or dy.dtype != x.dtype or is_gpu_array(dy) != is_gpu_array(x):
-        raise ValueError(f"dy must have shape {expected} and dtype {x.dtype} like the forward's "
-                         f"output, got shape {tuple(dy.shape)} and dtype {dy.dtype}")
-    if is_gpu_array(x):
+    _check_dy(dy, (N, K, *cache.out_hw), x.dtype, backend(x))
+    if backend(x) == "cuda":
         dx, dw, db = _conv2d_backward_cuda(dy, cache, needs_input_grad, needs_weight_grad)
     else:
         dx, dw, db = _conv2d_backward_cpu(dy, cache, needs_input_grad, needs_weight_grad)
@@ -358,9 +372,21 @@ def conv2d_backward(dy, cache, needs_input_grad=True, needs_weight_grad=True):
     return dx, dw, db
 
 
-def _conv2d_backward_cpu(dy, cache, needs_input_grad, needs_weight_grad):
-    from .._ext import conv_cpu
+def _check_dy(dy, shape, dtype, device):
+    """dy of the forward's output: its device (TypeError), shape (ValueError) and dtype
+    (TypeError)."""
+    check_same_device(dy, device, name="dy", like_name="the forward's output")
+    if tuple(dy.shape) != tuple(shape):
+        raise ValueError(f"dy must have shape {tuple(shape)} like the forward's output, got "
+                         f"shape {tuple(dy.shape)}")
+    if dy.dtype != dtype:
+        raise TypeError(f"dy must have dtype {dtype} like the forward's output, got "
+                        f"{dy.dtype}")
+    return dy
 
+
+def _conv2d_backward_cpu(dy, cache, needs_input_grad, needs_weight_grad):
+    conv_cpu = _cpu()
     x, weight = cache.x, cache.weight
     N, C, H, W = x.shape
     K, Cg, kh, kw = weight.shape
@@ -441,8 +467,7 @@ def _cuda_geometry(cache):
 def _conv2d_forward_cuda(x, weight, bias, cache):
     """The CPU algorithm on the GPU: cols by ``conv_cuda.im2col``, Y = W @ cols per group in
     cuBLAS (CuPy's matmul; NumPy's under the simulator), bias added in the transpose."""
-    from .._ext import conv_cuda
-
+    conv_cuda = _cuda()
     xp = array_module(x)
     x, weight = xp.ascontiguousarray(x), xp.ascontiguousarray(weight)
     cache.x, cache.weight = x, weight
@@ -464,8 +489,7 @@ def _conv2d_forward_cuda(x, weight, bias, cache):
 
 def _conv2d_backward_cuda(dy, cache, needs_input_grad, needs_weight_grad):
     """dW = dY @ cols^T and dcols = W^T @ dY per group (cuBLAS), dx = col2im(dcols)."""
-    from .._ext import conv_cuda
-
+    conv_cuda = _cuda()
     xp = array_module(dy)
     x, weight = cache.x, cache.weight
     N, C = x.shape[:2]
@@ -601,15 +625,12 @@ def max_pool2d_forward(x, kernel_size, stride=None, padding=0, dilation=1, ceil_
     y = xp.empty(x.shape[:2] + out_hw, dtype=x.dtype)
     idx = xp.empty(x.shape[:2] + out_hw, dtype=np.int64)
     cache = PoolCache(tuple(x.shape), x.dtype, kernel, stride, pad, dilation, True, out_hw,
-                      idx, is_gpu_array(x))
+                      idx, backend(x) == "cuda")
+    kernels = _kernels(x)
     if cache.gpu:
-        from .._ext import conv_cuda
-
-        conv_cuda.max_pool(xp.ascontiguousarray(x), kernel, stride, pad, dilation, y, idx)
+        kernels.max_pool(xp.ascontiguousarray(x), kernel, stride, pad, dilation, y, idx)
     else:
-        from .._ext import conv_cpu
-
-        conv_cpu.max_pool(x, *kernel, *stride, *pad, *dilation, y, idx)
+        kernels.max_pool(x, *kernel, *stride, *pad, *dilation, y, idx)
     return y, cache
 
 
@@ -618,11 +639,8 @@ def _check_pool_dy(dy, cache):
         raise TypeError(f"cache must be the PoolCache of the pooling forward, got "
                         f"{type(cache).__name__}")
     dy = check_array(dy, name="dy", dtype=FLOATS)
-    expected = cache.x_shape[:2] + cache.out_hw
-    if tuple(dy.shape) != expected or dy.dtype != cache.dtype or is_gpu_array(dy) != cache.gpu:
-        raise ValueError(f"dy must have shape {expected} and dtype {cache.dtype} like the "
-                         f"forward's output, got shape {tuple(dy.shape)}, dtype {dy.dtype}")
-    return dy
+    return _check_dy(dy, cache.x_shape[:2] + cache.out_hw, cache.dtype,
+                     "cuda" if cache.gpu else "cpu")
 
 
 def max_pool2d_backward(dy, cache):
@@ -630,15 +648,12 @@ def max_pool2d_backward(dy, cache):
     dy = _check_pool_dy(dy, cache)
     xp = array_module(dy)
     dx = xp.empty(cache.x_shape, dtype=cache.dtype)
+    kernels = _kernels(dy)
     if cache.gpu:
-        from .._ext import conv_cuda
-
-        conv_cuda.max_pool_backward(xp.ascontiguousarray(dy), cache.idx, cache.kernel,
-                                    cache.stride, cache.padding, cache.dilation, dx)
+        kernels.max_pool_backward(xp.ascontiguousarray(dy), cache.idx, cache.kernel,
+                                  cache.stride, cache.padding, cache.dilation, dx)
     else:
-        from .._ext import conv_cpu
-
-        conv_cpu.max_pool_backward(dy, cache.idx, dx)
+        kernels.max_pool_backward(dy, cache.idx, dx)
     return dx
 
 
@@ -676,15 +691,12 @@ def avg_pool2d_forward(x, kernel_size, stride=None, padding=0, ceil_mode=False,
     xp = array_module(x)
     y = xp.empty(x.shape[:2] + out_hw, dtype=x.dtype)
     cache = PoolCache(tuple(x.shape), x.dtype, kernel, stride, pad, dilation, include, out_hw,
-                      None, is_gpu_array(x), divisor)
+                      None, backend(x) == "cuda", divisor)
+    kernels = _kernels(x)
     if cache.gpu:
-        from .._ext import conv_cuda
-
-        conv_cuda.avg_pool(xp.ascontiguousarray(x), kernel, stride, pad, include, divisor, y)
+        kernels.avg_pool(xp.ascontiguousarray(x), kernel, stride, pad, include, divisor, y)
     else:
-        from .._ext import conv_cpu
-
-        conv_cpu.avg_pool(x, *kernel, *stride, *pad, include, divisor, y)
+        kernels.avg_pool(x, *kernel, *stride, *pad, include, divisor, y)
     return y, cache
 
 
@@ -693,14 +705,11 @@ def avg_pool2d_backward(dy, cache):
     dy = _check_pool_dy(dy, cache)
     xp = array_module(dy)
     dx = xp.empty(cache.x_shape, dtype=cache.dtype)
+    kernels = _kernels(dy)
     if cache.gpu:
-        from .._ext import conv_cuda
-
-        conv_cuda.avg_pool_backward(xp.ascontiguousarray(dy), cache.kernel, cache.stride,
-                                    cache.padding, cache.count_include_pad, cache.divisor, dx)
+        kernels.avg_pool_backward(xp.ascontiguousarray(dy), cache.kernel, cache.stride,
+                                  cache.padding, cache.count_include_pad, cache.divisor, dx)
     else:
-        from .._ext import conv_cpu
-
-        conv_cpu.avg_pool_backward(dy, *cache.kernel, *cache.stride, *cache.padding,
-                                   cache.count_include_pad, cache.divisor, dx)
+        kernels.avg_pool_backward(dy, *cache.kernel, *cache.stride, *cache.padding,
+                                  cache.count_include_pad, cache.divisor, dx)
     return dx

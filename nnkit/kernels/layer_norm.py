@@ -4,8 +4,9 @@
 (biased variance, torch's ``layer_norm`` semantics) and returns the per-row ``mean`` and
 ``rstd`` it used; ``layer_norm_backward`` takes them back as its cache. NumPy arrays run on
 ``nnkit._ext.layer_norm_cpu`` (Numba, parallel over rows), GPU arrays (CuPy) on
-``nnkit._ext.layer_norm_cuda``. Both accumulate in float64; see those modules for the
-numerics and the deterministic reduction of dweight/dbias.
+``nnkit._ext.layer_norm_cuda`` (chosen by ``nnkit._backend.kernels_for``). Both accumulate
+in float64; see those modules for the numerics and the deterministic reduction of
+dweight/dbias.
 """
 
 from __future__ import annotations
@@ -15,8 +16,15 @@ import numbers
 
 import numpy as np
 
-from .._backend import array_module, is_gpu_array
-from .._validation import FLOATS, check_array, check_same_shape, check_scalar
+from .._backend import array_module, is_gpu_array, kernels_for
+from .._validation import (
+    FLOATS,
+    check_array,
+    check_same_device,
+    check_same_dtype,
+    check_same_shape,
+    check_scalar,
+)
 
 __all__ = ["layer_norm_forward", "layer_norm_backward"]
 
@@ -45,44 +53,23 @@ def _check_param(p, name, shape, x):
     if p is None:
         return None
     p = check_array(p, name=name, dtype=FLOATS)
-    if is_gpu_array(p) != is_gpu_array(x):
-        where = "a GPU array" if is_gpu_array(x) else "a NumPy array"
-        raise TypeError(f"{name} must be {where} like x, got {type(p).__name__}")
+    check_same_device(p, x, name=name)
     if tuple(p.shape) != shape:
         raise ValueError(
             f"{name} must have shape normalized_shape={shape}, got shape {tuple(p.shape)}"
         )
-    if p.dtype != x.dtype:
-        raise TypeError(
-            f"{name} has dtype {p.dtype} but x has dtype {x.dtype}; cast {name} with "
-            f"{name}.astype(x.dtype)"
-        )
-    return p
+    return check_same_dtype(p, x, name=name)
 
 
-def _same_device_and_dtype(a, name, x):
-    if is_gpu_array(a) != is_gpu_array(x):
-        where = "a GPU array" if is_gpu_array(x) else "a NumPy array"
-        raise TypeError(f"{name} must be {where} like x, got {type(a).__name__}")
-    if a.dtype != x.dtype:
-        raise TypeError(f"{name} has dtype {a.dtype} but x has dtype {x.dtype}; they must match")
-
-
-def _backend(x):
+def _kernels(x):
     """(kernel module, array module) for x: numpy + layer_norm_cpu, or cupy + layer_norm_cuda."""
-    if is_gpu_array(x):
-        xp = array_module(x)
-        if xp is np:
-            raise TypeError(
-                f"GPU arrays must be CuPy arrays here, got {type(x).__name__}; wrap it with "
-                "cupy.asarray(x)"
-            )
-        from .._ext import layer_norm_cuda
-
-        return layer_norm_cuda, xp
-    from .._ext import layer_norm_cpu
-
-    return layer_norm_cpu, np
+    xp = array_module(x)
+    if is_gpu_array(x) and xp is np:
+        raise TypeError(
+            f"GPU arrays must be CuPy arrays here, got {type(x).__name__}; wrap it with "
+            "cupy.asarray(x)"
+        )
+    return kernels_for("layer_norm_cpu", "layer_norm_cuda", x), xp
 
 
 def _contiguous(a, xp):
@@ -133,7 +120,7 @@ def layer_norm_forward(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     weight = _check_param(weight, "weight", shape, x)
     bias = _check_param(bias, "bias", shape, x)
     eps = float(check_scalar(eps, name="eps", low=0, low_inclusive=False))
-    kernels, xp = _backend(x)
+    kernels, xp = _kernels(x)
     x = _contiguous(x, xp)
 
     batch = tuple(x.shape[: x.ndim - k])
@@ -194,7 +181,8 @@ def layer_norm_backward(dy, x, mean, rstd, weight=None, bias=None):
     check_same_shape(dy, x, name_a="dy", name_b="x")
     check_same_shape(mean, rstd, name_a="mean", name_b="rstd")
     for a, name in ((dy, "dy"), (mean, "mean"), (rstd, "rstd")):
-        _same_device_and_dtype(a, name, x)
+        check_same_device(a, x, name=name)
+        check_same_dtype(a, x, name=name)
     nb = mean.ndim
     if nb >= x.ndim or tuple(x.shape[:nb]) != tuple(mean.shape):
         raise ValueError(
@@ -205,7 +193,7 @@ def layer_norm_backward(dy, x, mean, rstd, weight=None, bias=None):
     shape = tuple(x.shape[nb:])  # normalized_shape
     weight = _check_param(weight, "weight", shape, x)
     bias = _check_param(bias, "bias", shape, x)
-    kernels, xp = _backend(x)
+    kernels, xp = _kernels(x)
     x, dy = _contiguous(x, xp), _contiguous(dy, xp)
     mean, rstd = _contiguous(mean, xp), _contiguous(rstd, xp)
 

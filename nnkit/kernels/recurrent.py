@@ -32,8 +32,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._backend import array_module, is_gpu_array
-from .._validation import FLOATS, check_array, check_choice
+from .._backend import array_module, backend, is_gpu_array, load_kernels
+from .._validation import (
+    FLOATS,
+    check_array,
+    check_choice,
+    check_out,
+    check_same_device,
+    check_same_dtype,
+)
 
 __all__ = [
     "RecurrentCache",
@@ -102,13 +109,8 @@ def _check_inputs(x, h0, weight_ih, weight_hh, bias_ih, bias_hh, gates, c0=None)
 
 def _check_param(p, name, ndim, x):
     p = check_array(p, name=name, ndim=ndim, dtype=FLOATS)
-    if is_gpu_array(p) != is_gpu_array(x):
-        where = "a GPU array" if is_gpu_array(x) else "a NumPy array"
-        raise TypeError(f"{name} must live where x does: x is {where}")
-    if p.dtype != x.dtype:
-        raise TypeError(f"{name} has dtype {p.dtype} but x has dtype {x.dtype}; they must "
-                        "match")
-    return p
+    check_same_device(p, x, name=name)
+    return check_same_dtype(p, x, name=name)
 
 
 def _check_state(s, name, shape, x):
@@ -129,8 +131,7 @@ def _check_grad(g, name, like):
     g = check_array(g, name=name, dtype=FLOATS)
     if tuple(g.shape) != tuple(like.shape):
         raise ValueError(f"{name} has shape {tuple(g.shape)}; expected {tuple(like.shape)}")
-    if is_gpu_array(g) != is_gpu_array(like):
-        raise TypeError(f"{name} must live where the forward's arrays do")
+    check_same_device(g, like, name=name, like_name="the forward's arrays")
     return xp.ascontiguousarray(g, dtype=like.dtype)
 
 
@@ -175,11 +176,7 @@ def _hidden_out(hidden_grads, y):
     """The kernel's hidden_grads argument: the caller's (T, B, H) array or an empty one."""
     if hidden_grads is None:
         return array_module(y).empty((0, 0, 0), dtype=y.dtype)
-    if hidden_grads.shape != y.shape or hidden_grads.dtype != y.dtype or \
-            not hidden_grads.flags.c_contiguous:
-        raise ValueError(f"hidden_grads must be a C-contiguous {y.dtype} array of shape "
-                         f"{y.shape}, got {hidden_grads.dtype} {hidden_grads.shape}")
-    return hidden_grads
+    return check_out(hidden_grads, y, name="hidden_grads", like_name="the forward's y")
 
 
 class _Steps(NamedTuple):
@@ -192,9 +189,10 @@ class _Steps(NamedTuple):
 
 
 def _gpu_route(x) -> bool:
-    """Whether x's layer runs on the GPU kernels (CuPy arrays; tests send NumPy arrays down
-    this route under the CUDA simulator by replacing this function)."""
-    return is_gpu_array(x)
+    """Whether x's layer runs on the GPU kernels (``nnkit._backend.backend``: CuPy arrays;
+    tests send NumPy arrays down this route under the CUDA simulator by replacing this
+    function)."""
+    return backend(x) == "cuda"
 
 
 def _steps(x) -> _Steps:
@@ -209,15 +207,11 @@ def _steps(x) -> _Steps:
 
 
 def _cpu_kernels():
-    from .._ext import recurrent_cpu
-
-    return recurrent_cpu
+    return load_kernels("recurrent_cpu")
 
 
 def _gpu_kernels():
-    from .._ext import recurrent_cuda
-
-    return recurrent_cuda
+    return load_kernels("recurrent_cuda")
 
 
 def _projected(loop):
@@ -247,12 +241,10 @@ def _bias(xp, b_ih, b_hh, size, dtype):
 def _cpu_grad_buffers(cache, count):
     """The CPU BPTT kernels' outputs: dx (T, B, D), then ``count`` packed dA buffers
     (P, T B, NR) and ``count`` (B, G H) workspaces."""
-    from .._ext.gemm_cpu import PANEL_WIDTH
-
     x = cache.x
     T, B, _ = x.shape
     GH = cache.weight_hh.shape[0]
-    nr = PANEL_WIDTH[x.dtype.name]
+    nr = load_kernels("gemm_cpu").PANEL_WIDTH[x.dtype.name]
     packed = [np.empty(((GH + nr - 1) // nr, T * B, nr), dtype=x.dtype) for _ in range(count)]
     work = [np.empty((B, GH), dtype=x.dtype) for _ in range(count)]
     return np.empty_like(x), packed, work
@@ -262,8 +254,9 @@ def _cpu_weight_grads(cache, dx, gpx, gph):
     """(dx, dW_ih, dW_hh, db_ih, db_hh) from dx and the packed dA of the CPU BPTT kernels:
     [dW_ih, db, dW_hh]^T = [x; 1; h_prev]^T dA, one product when dA_x is dA_h (RNN, LSTM),
     else [dW_ih, db_ih]^T = [x; 1]^T dA_x and [dW_hh, db_hh]^T = [h_prev; 1]^T dA_h."""
-    from .._ext.recurrent_cpu import packed_weight_grads, transposed_inputs_cpu
-
+    kernels = _cpu_kernels()
+    packed_weight_grads, transposed_inputs_cpu = (kernels.packed_weight_grads,
+                                                  kernels.transposed_inputs_cpu)
     x, y = cache.x, cache.saved["y"]
     T, B, D = x.shape
     GH, H = cache.weight_hh.shape

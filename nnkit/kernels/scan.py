@@ -36,7 +36,8 @@ CPU backends (``nnkit._ext.scan_cpu``), chosen by ``_plan``:
   not a measurement (the machine measured has 2 cores). The chunked kernels are held to
   the sequential twin by the tests whatever the switch says.
 
-GPU arrays go to ``nnkit._ext.scan_cuda`` (imported lazily): one thread per sequence when
+GPU arrays go to ``nnkit._ext.scan_cuda`` (imported lazily, chosen by
+``nnkit._backend.kernels_for``): one thread per sequence when
 there are many sequences, else one single-pass kernel with a decoupled look-back along T.
 
 Examples
@@ -52,9 +53,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import is_gpu_array
+from .._backend import array_module, backend, kernels_for
 from .._ext import scan_cpu
-from .._validation import COMPLEX, FLOATS, check_array, check_bool, check_native_byte_order
+from .._validation import (
+    COMPLEX,
+    FLOATS,
+    check_array,
+    check_bool,
+    check_out,
+    check_same_device,
+)
 
 __all__ = ["linear_scan_forward", "linear_scan_backward", "log_linear_scan_forward",
            "log_linear_scan_backward", "CHUNK_MAX_SEQUENCES", "CHUNK_MIN_T"]
@@ -73,6 +81,7 @@ CHUNK_LANES = 8  # chunks a task walks in lockstep
 def _check_pair(a, b, name_a="a", name_b="b"):
     a = check_array(a, name=name_a, ndim=3, dtype=SCAN_DTYPES)
     b = check_array(b, name=name_b, ndim=3, dtype=SCAN_DTYPES)
+    check_same_device(b, a, name=name_b, like_name=name_a)
     if a.dtype != b.dtype:
         kind = ("mixed real and complex dtypes" if (a.dtype.kind == "c") != (b.dtype.kind == "c")
                 else "different dtypes")
@@ -81,8 +90,6 @@ def _check_pair(a, b, name_a="a", name_b="b"):
     if a.shape != b.shape:
         raise ValueError(f"{name_a} and {name_b} must have the same shape (B, T, D), got "
                          f"{tuple(a.shape)} and {tuple(b.shape)}")
-    if is_gpu_array(a) != is_gpu_array(b):
-        raise TypeError(f"{name_a} and {name_b} must both be NumPy arrays or both GPU arrays")
     return a, b
 
 
@@ -92,52 +99,25 @@ def _check_h0(h0, a, names=("h0", "a", "b")):
     h, na, nb = names
     B, _, D = a.shape
     if h0 is None:
-        xp = _xp(a)
-        return xp.zeros((B, D), dtype=a.dtype)
+        return array_module(a).zeros((B, D), dtype=a.dtype)
     h0 = check_array(h0, name=h, ndim=2, dtype=SCAN_DTYPES)
+    check_same_device(h0, a, name=h, like_name=na)
     if h0.dtype != a.dtype:
         raise TypeError(f"{h} must have the dtype of {na} and {nb} ({a.dtype}), got {h0.dtype}")
     if tuple(h0.shape) != (B, D):
         raise ValueError(f"{h} must have shape (B, D) = {(B, D)} to match {na} of shape "
                          f"{tuple(a.shape)}, got {tuple(h0.shape)}")
-    if is_gpu_array(h0) != is_gpu_array(a):
-        raise TypeError(f"{h} must live where {na} and {nb} live (both NumPy or both GPU "
-                        "arrays)")
     return h0
 
 
-def _check_out(out, like, name):
-    """A preallocated output: an array where ``like`` lives, of its shape and dtype,
-    C-contiguous and writeable (the kernels write it in place, unchecked)."""
-    xp = _xp(like)
-    if not isinstance(out, xp.ndarray):
-        raise TypeError(f"{name} must be a {xp.__name__} array, got {type(out).__name__}")
-    check_native_byte_order(out, name=name)  # written in place: never a converted copy
-    if out.shape != like.shape or out.dtype != like.dtype:
-        raise ValueError(f"{name} must have shape {tuple(like.shape)} and dtype {like.dtype}, "
-                         f"got {tuple(out.shape)} and {out.dtype}")
-    if not out.flags.c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous (it is written in place)")
-    if xp is np and not out.flags.writeable:
-        raise ValueError(f"{name} is read-only")
-    return out
-
-
 def _check_grads_out(out, a, h0):
-    """``out`` of the backward: a tuple (da, db, dh0) of outputs, as ``_check_out``."""
+    """``out`` of the backward: a tuple (da, db, dh0) of outputs, each as ``check_out``."""
     if not isinstance(out, (tuple, list)) or len(out) != 3:
         got = f"{len(out)} arrays" if isinstance(out, (tuple, list)) else type(out).__name__
         raise TypeError(f"out must be a tuple of 3 arrays (da, db, dh0), got {got}")
-    return (_check_out(out[0], a, "out[0] (da)"), _check_out(out[1], a, "out[1] (db)"),
-            _check_out(out[2], h0, "out[2] (dh0)"))
-
-
-def _xp(x):
-    if is_gpu_array(x):
-        import cupy
-
-        return cupy
-    return np
+    return (check_out(out[0], a, name="out[0] (da)", like_name="a"),
+            check_out(out[1], a, name="out[1] (db)", like_name="a"),
+            check_out(out[2], h0, name="out[2] (dh0)", like_name="h0"))
 
 
 # ---- plan ------------------------------------------------------------------------------
@@ -192,16 +172,15 @@ def linear_scan_forward(a, b, h0=None, reverse=False, out=None):
     a, b = _check_pair(a, b)
     h0 = _check_h0(h0, a)
     reverse = check_bool(reverse, name="reverse")
-    out = _xp(a).empty_like(a) if out is None else _check_out(out, a, "out")
-    if is_gpu_array(a):
-        from .._ext import scan_cuda
-
-        return scan_cuda.linear_scan(a, b, h0, out, reverse)
+    out = array_module(a).empty_like(a) if out is None else check_out(out, a, like_name="a")
+    kernels = kernels_for("scan_cpu", "scan_cuda", a, name="a")
+    if backend(a) == "cuda":
+        return kernels.linear_scan(a, b, h0, out, reverse)
     B, T, D = a.shape
     mode, n = _plan(B, T, D)
     if mode == "chunks":
         return _scan_chunked(a, b, h0, out, reverse, n)
-    scan_cpu.scan_rows(a, b, h0, out, reverse, n)
+    kernels.scan_rows(a, b, h0, out, reverse, n)
     return out
 
 
@@ -225,19 +204,18 @@ def linear_scan_backward(dh, a, h, h0=None, reverse=False, out=None):
     h, _ = _check_pair(h, a, "h", "a")
     h0 = _check_h0(h0, a)
     reverse = check_bool(reverse, name="reverse")
-    xp = _xp(a)
+    xp = array_module(a)
     da, db, dh0 = ((xp.empty_like(a), xp.empty_like(a), xp.empty_like(h0)) if out is None
                    else _check_grads_out(out, a, h0))
-    if is_gpu_array(a):
-        from .._ext import scan_cuda
-
-        scan_cuda.linear_scan_backward(dh, a, h, h0, da, db, dh0, reverse)
+    kernels = kernels_for("scan_cpu", "scan_cuda", a, name="a")
+    if backend(a) == "cuda":
+        kernels.linear_scan_backward(dh, a, h, h0, da, db, dh0, reverse)
         return da, db, dh0
     B, T, D = a.shape
     mode, n = _plan(B, T, D)
     if mode == "chunks":
         return _backward_chunked(dh, a, h, h0, da, db, dh0, reverse, n)
-    scan_cpu.scan_rows_backward(dh, a, h, h0, da, db, dh0, reverse, n)
+    kernels.scan_rows_backward(dh, a, h, h0, da, db, dh0, reverse, n)
     return da, db, dh0
 
 
@@ -275,14 +253,15 @@ def log_linear_scan_forward(log_a, log_b, log_h0=None):
     log_h : array (B, T, D)
     """
     log_a, log_b = _check_pair(log_a, log_b, "log_a", "log_b")
-    if log_a.dtype.kind != "f" or is_gpu_array(log_a):
+    kernels = kernels_for("scan_cpu", None, log_a, name="log_a")
+    if log_a.dtype.kind != "f":
         raise TypeError(f"log_a and log_b must be real NumPy arrays, got {log_a.dtype}")
     B, T, D = log_a.shape
     log_h0 = (np.full((B, D), -np.inf, log_a.dtype) if log_h0 is None
               else _check_h0(log_h0, log_a, ("log_h0", "log_a", "log_b")))
     out = np.empty_like(log_a)
     mode, n = _plan(B, T, D)
-    scan_cpu.log_scan_rows(log_a, log_b, log_h0, out, False, n if mode == "rows" else D)
+    kernels.log_scan_rows(log_a, log_b, log_h0, out, False, n if mode == "rows" else D)
     return out
 
 

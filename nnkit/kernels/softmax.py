@@ -4,7 +4,8 @@ dispatch.
 Each function checks its inputs once (``nnkit._validation``), moves ``axis`` last and
 views the array as rows ``(M, C)`` (C the softmax axis), then runs a row kernel:
 ``nnkit._ext.softmax_cpu`` (Numba) for NumPy arrays, ``nnkit._ext.softmax_cuda`` (Numba
-CUDA, imported lazily) for GPU arrays. Both expose the same launchers.
+CUDA, imported lazily) for GPU arrays, chosen by ``nnkit._backend.kernels_for``. Both
+expose the same launchers.
 
 Numerics: every kernel shifts by the row maximum; cross-entropy is fused (one pass per row
 computes the maximum, the log-sum-exp and the loss; no softmax is stored) and stays finite
@@ -36,14 +37,15 @@ import numbers
 
 import numpy as np
 
-from .._backend import array_module, is_gpu_array
-from .._ext import softmax_cpu
+from .._backend import array_module, is_gpu_array, kernels_for
 from .._validation import (
     FLOATS,
     INTEGERS,
     axis_or_dim,
     check_array,
-    check_native_byte_order,
+    check_out,
+    check_same_device,
+    check_same_dtype,
     check_same_shape,
     check_scalar,
 )
@@ -55,16 +57,14 @@ __all__ = [
     "log_softmax_backward",
     "cross_entropy_forward",
     "cross_entropy_backward",
+    "cross_entropy_forward_gpu",
+    "cross_entropy_backward_gpu",
 ]
 
 
-def _backend(x):
+def _kernels(x, name="x"):
     """The launcher module for ``x``: the CUDA kernels for GPU arrays, else the CPU ones."""
-    if is_gpu_array(x):
-        from .._ext import softmax_cuda
-
-        return softmax_cuda
-    return softmax_cpu
+    return kernels_for("softmax_cpu", "softmax_cuda", x, name=name)
 
 
 def _check_axis(axis, ndim, name="x"):
@@ -78,35 +78,13 @@ def _check_axis(axis, ndim, name="x"):
     return int(axis) % ndim
 
 
-def _check_out(out, like, name="out"):
-    """``out`` must be a C-contiguous array with ``like``'s shape, dtype and device."""
-    if out is None:
-        return None
-    if is_gpu_array(out) != is_gpu_array(like):
-        raise TypeError(f"{name} must be on the same device as the input")
-    if not is_gpu_array(out) and not isinstance(out, np.ndarray):
-        raise TypeError(f"{name} must be a NumPy array, got {type(out).__name__}")
-    if tuple(out.shape) != tuple(like.shape):
-        raise ValueError(
-            f"{name} has shape {tuple(out.shape)} but the result has shape {tuple(like.shape)}"
-        )
-    check_native_byte_order(out, name=name)  # written in place: never a converted copy
-    if out.dtype != like.dtype:
-        raise TypeError(f"{name} has dtype {out.dtype} but the result has dtype {like.dtype}")
-    if not out.flags.c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous; pass np.empty_like(x)")
-    return out
-
-
 def _check_pair(dy, y):
     """Validate a (dy, y) pair: float arrays of one shape, dtype and device."""
     y = check_array(y, name="y", min_ndim=1, dtype=FLOATS)
     dy = check_array(dy, name="dy", min_ndim=1, dtype=FLOATS)
+    check_same_device(dy, y, name="dy", like_name="y")
     check_same_shape(dy, y, name_a="dy", name_b="y")
-    if dy.dtype != y.dtype:
-        raise TypeError(f"dy has dtype {dy.dtype} but y has dtype {y.dtype}; cast one of them")
-    if is_gpu_array(dy) != is_gpu_array(y):
-        raise TypeError("dy and y must both be NumPy arrays or both be GPU arrays")
+    check_same_dtype(dy, y, name="dy", like_name="y")
     return dy, y
 
 
@@ -164,8 +142,8 @@ def softmax_forward(x, axis=None, out=None, *, dim=None):
     """
     x = check_array(x, name="x", min_ndim=1, dtype=FLOATS)
     axis = _check_axis(axis_or_dim(axis, dim, default=-1, op="softmax"), x.ndim)
-    out = _check_out(out, x)
-    return _rowwise(_backend(x).softmax_rows, (x,), axis, out)
+    out = None if out is None else check_out(out, x)
+    return _rowwise(_kernels(x).softmax_rows, (x,), axis, out)
 
 
 def log_softmax_forward(x, axis=None, out=None, *, dim=None):
@@ -175,8 +153,8 @@ def log_softmax_forward(x, axis=None, out=None, *, dim=None):
     """
     x = check_array(x, name="x", min_ndim=1, dtype=FLOATS)
     axis = _check_axis(axis_or_dim(axis, dim, default=-1, op="softmax"), x.ndim)
-    out = _check_out(out, x)
-    return _rowwise(_backend(x).log_softmax_rows, (x,), axis, out)
+    out = None if out is None else check_out(out, x)
+    return _rowwise(_kernels(x).log_softmax_rows, (x,), axis, out)
 
 
 def softmax_backward(dy, y, axis=None, *, dim=None):
@@ -187,7 +165,7 @@ def softmax_backward(dy, y, axis=None, *, dim=None):
     """
     dy, y = _check_pair(dy, y)
     axis = _check_axis(axis_or_dim(axis, dim, default=-1, op="softmax"), y.ndim, "y")
-    return _rowwise(_backend(y).softmax_backward_rows, (dy, y), axis, None)
+    return _rowwise(_kernels(y, "y").softmax_backward_rows, (dy, y), axis, None)
 
 
 def log_softmax_backward(dy, y, axis=None, *, dim=None):
@@ -198,7 +176,7 @@ def log_softmax_backward(dy, y, axis=None, *, dim=None):
     """
     dy, y = _check_pair(dy, y)
     axis = _check_axis(axis_or_dim(axis, dim, default=-1, op="softmax"), y.ndim, "y")
-    return _rowwise(_backend(y).log_softmax_backward_rows, (dy, y), axis, None)
+    return _rowwise(_kernels(y, "y").log_softmax_backward_rows, (dy, y), axis, None)
 
 
 def _check_ce(logits, target, ignore_index):
@@ -206,8 +184,7 @@ def _check_ce(logits, target, ignore_index):
     logits = check_array(logits, name="logits", ndim=2, dtype=FLOATS)
     target = check_array(target, name="target", ndim=1, dtype=INTEGERS)
     check_scalar(ignore_index, name="ignore_index", kind=numbers.Integral)
-    if is_gpu_array(logits) != is_gpu_array(target):
-        raise TypeError("logits and target must both be NumPy arrays or both be GPU arrays")
+    check_same_device(target, logits, name="target", like_name="logits")
     N, C = logits.shape
     if target.shape[0] != N:
         raise ValueError(
@@ -257,7 +234,8 @@ def cross_entropy_forward(logits, target, ignore_index=-100):
         lse.fill(-math.inf)
         loss_rows.fill(0.0)
     elif N:
-        _backend(logits).cross_entropy_rows(logits, target, int(ignore_index), lse, loss_rows)
+        _kernels(logits, "logits").cross_entropy_rows(logits, target, int(ignore_index), lse,
+                                                      loss_rows)
     total = float(loss_rows.sum(dtype=np.float64)) if N else 0.0
     loss = total / n_valid if n_valid else math.nan
     return xp.asarray(loss, dtype=logits.dtype), lse
@@ -281,6 +259,7 @@ def cross_entropy_backward(dloss, logits, target, lse, ignore_index=-100):
     """
     logits, target, n_valid = _check_ce(logits, target, ignore_index)
     lse = check_array(lse, name="lse", ndim=1, dtype=FLOATS)
+    check_same_device(lse, logits, name="lse", like_name="logits")
     N, C = logits.shape
     if lse.shape[0] != N:
         raise ValueError(f"lse has shape {tuple(lse.shape)}; expected ({N},), one per row")
@@ -297,7 +276,46 @@ def cross_entropy_backward(dloss, logits, target, lse, ignore_index=-100):
     out = xp.empty((N, C), dtype=logits.dtype)
     if out.size:
         scale = dloss / n_valid if n_valid else 0.0
-        _backend(logits).cross_entropy_backward_rows(
+        _kernels(logits, "logits").cross_entropy_backward_rows(
             logits, target, lse, scale, int(ignore_index), out
         )
+    return out
+
+
+def cross_entropy_forward_gpu(logits, target, ignore_index=-100):
+    """The mean cross-entropy of GPU ``logits`` (N, C) without a host round trip.
+
+    ``cross_entropy_forward`` reads the targets and the count of valid rows on the host to
+    validate them, which waits for the device; here the count stays a device scalar, so a
+    target outside [0, C) gives a NaN loss instead of a ``ValueError``.
+
+    Returns
+    -------
+    loss : 0-d device array of ``logits``' dtype (NaN when every row is ignored)
+    cache : (logits C-contiguous, target as int64, lse (N,) float64, n_valid 0-d), for
+        ``cross_entropy_backward_gpu``
+    """
+    logits = check_array(logits, name="logits", ndim=2, dtype=FLOATS)
+    kernels = kernels_for(None, "softmax_cuda", logits, name="logits")
+    check_same_device(target, logits, name="target", like_name="logits")
+    xp = array_module(logits)
+    t = xp.ascontiguousarray(target.astype(np.int64, copy=False))
+    N = logits.shape[0]
+    lse = xp.empty((N,), dtype=np.float64)  # float64 as the CPU kernel's cache
+    loss_rows = xp.empty((N,), dtype=np.float64)  # NaN where the target is out of range
+    kernels.cross_entropy_rows(logits, t, ignore_index, lse, loss_rows)
+    n_valid = (t != ignore_index).sum()  # a 0-d device array
+    loss = (loss_rows.sum() / n_valid).astype(logits.dtype)  # 0 / 0 = NaN: every row ignored
+    return loss, (logits, t, lse, n_valid)
+
+
+def cross_entropy_backward_gpu(dloss, cache, ignore_index=-100):
+    """Gradient of ``cross_entropy_forward_gpu``'s loss with respect to its ``logits``, with
+    the upstream gradient ``dloss`` and the count of valid rows kept on the device."""
+    logits, t, lse, n_valid = cache
+    kernels = kernels_for(None, "softmax_cuda", logits, name="logits")
+    xp = array_module(logits)
+    out = xp.empty_like(logits)
+    kernels.cross_entropy_backward_rows(logits, t, lse, 1.0, ignore_index, out)
+    out *= xp.where(n_valid > 0, dloss / xp.maximum(n_valid, 1), 0).astype(logits.dtype)
     return out

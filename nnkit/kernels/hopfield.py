@@ -1,0 +1,62 @@
+"""Hopfield-family dynamics, compiled: the kernels of ``nnkit.classic.hopfield``, which
+validates the spins and the couplings first; nothing is validated here.
+
+Asynchronous dynamics from a coupling matrix run in Cython (``nnkit._ext.hopfield``: one
+state per call over a range of rows, the GIL released, so ``classic`` threads the batch);
+synchronous runs, asynchronous runs from the stored patterns and the dense associative
+memories in Numba (``nnkit._ext.hopfield_cpu``). States are int8 in {-1, +1}, ``rows`` the
+int64 indices of the states to run, ``order_work`` int32 scratch of the states' shape,
+``sweeps`` (B,) int64 and ``converged`` (B,) uint8 are written; sgn(0) = +1. NumPy arrays
+only (a GPU array is a ``TypeError``).
+"""
+
+from __future__ import annotations
+
+from .._backend import kernels_for
+
+__all__ = ["hopfield_init_fields", "hopfield_async_run", "hopfield_async_run_patterns",
+           "hopfield_sync_run", "dense_memory_async_run"]
+
+
+def hopfield_init_fields(patterns_i8, patterns, states, fields, rows):
+    """fields[r] = C states[r] for r in ``rows``, C the Hebbian couplings (zero diagonal) of
+    the patterns, given as int8 ``patterns_i8`` (s, n) and as floats ``patterns`` (s, n)."""
+    kernels_for("hopfield", None, states, name="states").init_fields(
+        patterns_i8, patterns, states, fields, rows)
+
+
+def hopfield_async_run(couplings, states, fields, order_work, rows, max_sweeps, shuffle, seed,
+              sweeps, converged):
+    """Asynchronous dynamics on ``states[rows]`` in place with the couplings (n, n) and the
+    fields (B, n) they give (kept up to date as neurons flip); ``shuffle``: a fresh
+    splitmix64-driven order of the neurons before every sweep, seeded with ``seed``."""
+    kernels_for("hopfield", None, states, name="states").async_run(
+        couplings, states, fields, order_work, rows, max_sweeps, shuffle, seed, sweeps,
+        converged)
+
+
+def hopfield_async_run_patterns(patterns_t, states, overlaps, order_work, rows, max_sweeps, shuffle,
+                       seed, sweeps, converged):
+    """Asynchronous dynamics from the patterns ``patterns_t`` (n, s) int8 and the states'
+    overlaps (B, s) int64 with them (kept up to date), without a coupling matrix."""
+    kernels_for("hopfield_cpu", None, states, name="states").async_run_patterns(
+        patterns_t, states, overlaps, order_work, rows, max_sweeps, shuffle, seed, sweeps,
+        converged)
+
+
+def hopfield_sync_run(fields, couplings, states, work, max_sweeps, sweeps, converged):
+    """Synchronous steps x <- sgn(C x) on every state until one changes nothing or
+    ``max_sweeps``; ``fields`` (B, n) = C x of the initial states (kept up to date),
+    ``work`` (B, n) int64 scratch."""
+    kernels_for("hopfield_cpu", None, states, name="states").sync_run(
+        fields, couplings, states, work, max_sweeps, sweeps, converged)
+
+
+def dense_memory_async_run(patterns_t, states, overlaps, order_work, rows, max_sweeps,
+                           shuffle, seed, interaction, degree, sweeps, converged):
+    """Asynchronous dynamics of a dense associative memory: ``interaction`` 'quadratic',
+    'poly' (of ``degree``) or 'exp' of the overlaps with the patterns ``patterns_t`` (n, s)."""
+    kernels = kernels_for("hopfield_cpu", None, states, name="states")
+    kernels.dense_async_run(patterns_t, states, overlaps, order_work, rows, max_sweeps,
+                            shuffle, seed, kernels.INTERACTIONS[interaction], degree, sweeps,
+                            converged)
