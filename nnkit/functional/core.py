@@ -290,12 +290,13 @@ def _cross_entropy_mean_gpu(logits: Tensor, target, ignore_index: int) -> Tensor
     """The fused mean cross-entropy of CuPy ``logits`` (N, C), N, C > 0, without a host
     round trip: the count of valid rows stays a device scalar (the CPU path's validation
     and ``float`` conversions would copy values to the host and wait for the GPU)."""
-    loss, cache = kernels.cross_entropy_forward_gpu(logits.data, target, ignore_index)
+    def forward(ld):
+        return kernels.cross_entropy_forward_gpu(ld, target, ignore_index)
 
-    def backward(g):
+    def backward(g, cache, needs):
         return (kernels.cross_entropy_backward_gpu(g, cache, ignore_index),)
 
-    return make_result(loss, (logits,), backward, "cross_entropy")
+    return apply_op("cross_entropy", forward, backward, (logits,))
 
 
 def mse_loss(pred, target, reduction: str = "mean") -> Tensor:
