@@ -45,6 +45,7 @@ from numba import cuda, float64
 
 from .._backend import array_module
 from ._launch import launch
+from .simd_math import sigmoid_dev
 
 __all__ = [
     "block",
@@ -63,14 +64,6 @@ __all__ = [
 ]
 
 block = (8, 32)  # threads per block (batch rows, hidden units); the tests lower it
-
-
-@cuda.jit(device=True)
-def _sigmoid(a):
-    if a >= 0:
-        return 1.0 / (1.0 + math.exp(-a))
-    e = math.exp(a)
-    return e / (1.0 + e)
 
 
 @cuda.jit
@@ -103,10 +96,10 @@ def _lstm_cell_fwd(xg, hg, c_prev, gates, c, h):
     b, j = cuda.grid(2)
     H = c.shape[1]
     if b < c.shape[0] and j < H:
-        i = _sigmoid(float64(xg[b, j]) + float64(hg[b, j]))
-        f = _sigmoid(float64(xg[b, H + j]) + float64(hg[b, H + j]))
+        i = sigmoid_dev(float64(xg[b, j]) + float64(hg[b, j]))
+        f = sigmoid_dev(float64(xg[b, H + j]) + float64(hg[b, H + j]))
         g = math.tanh(float64(xg[b, 2 * H + j]) + float64(hg[b, 2 * H + j]))
-        o = _sigmoid(float64(xg[b, 3 * H + j]) + float64(hg[b, 3 * H + j]))
+        o = sigmoid_dev(float64(xg[b, 3 * H + j]) + float64(hg[b, 3 * H + j]))
         cv = f * float64(c_prev[b, j]) + i * g
         gates[b, j] = i
         gates[b, H + j] = f
@@ -142,8 +135,8 @@ def _gru_cell_fwd(xg, hg, h_prev, gates, hn, h):
     b, j = cuda.grid(2)
     H = h.shape[1]
     if b < h.shape[0] and j < H:
-        r = _sigmoid(float64(xg[b, j]) + float64(hg[b, j]))
-        z = _sigmoid(float64(xg[b, H + j]) + float64(hg[b, H + j]))
+        r = sigmoid_dev(float64(xg[b, j]) + float64(hg[b, j]))
+        z = sigmoid_dev(float64(xg[b, H + j]) + float64(hg[b, H + j]))
         hnv = float64(hg[b, 2 * H + j])
         n = math.tanh(float64(xg[b, 2 * H + j]) + r * hnv)
         gates[b, j] = r
