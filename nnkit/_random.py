@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["manual_seed", "get_rng", "set_rng"]
+__all__ = ["manual_seed", "get_rng", "set_rng", "splitmix64", "uniform53"]
 
 _state = {"rng": np.random.default_rng()}
 
@@ -46,7 +46,38 @@ def set_rng(generator: np.random.Generator) -> None:
 
 
 # splitmix64 (Steele, Lea & Flood 2014) of seed + (i + 1) * gamma: one independent 64-bit
-# hash per element, so a draw on the GPU needs no generator state there.
+# hash per element, so a draw on the GPU needs no generator state there. The compiled
+# kernels' forms: nnkit._ext.simd_math (Numba, CPU and CUDA), nnkit/_ext/splitmix64.h (C).
+_MASK64 = (1 << 64) - 1
+
+
+def splitmix64(seed, n):
+    """SplitMix64's outputs number n + 1 for ``seed`` (an int, taken mod 2**64):
+    ``mix(seed + (n + 1) * 0x9E3779B97F4A7C15)`` in wrapping 64-bit arithmetic, a uint64
+    array shaped like ``n`` (ints >= 0). Plain NumPy, for the reference twins and the Python
+    side: the stream of the compiled kernels (``nnkit._ext.simd_math.splitmix64``), and
+    ``splitmix64(seed, k)`` for k = 0, 1, ... is the sequential generator seeded with
+    ``seed``.
+
+    >>> hex(int(splitmix64(0, 0)))  # Vigna's published first output for seed 0
+    '0xe220a8397b1dcdaf'
+    """
+    n = np.asarray(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps, as intended
+        z = np.uint64(int(seed) & _MASK64) + (n + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def uniform53(z):
+    """The top 53 bits of uint64 ``z`` as float64 in [0, 1): (z >> 11) * 2**-53."""
+    return (np.asarray(z, dtype=np.uint64) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+# The CuPy kernel's CUDA C (NVRTC) form, self-contained rather than including splitmix64.h:
+# under NVRTC the header's function would have to be __device__ and <stdint.h> is not
+# there. tests/test_activation.py checks its constants, tests/cuda its stream on a GPU.
 _SPLITMIX_BODY = """
 unsigned long long z = seed + (unsigned long long)(i + 1) * 0x9E3779B97F4A7C15ULL;
 z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;

@@ -179,17 +179,21 @@ def test_tiles_refuse_head_dims_too_large():
 
 
 def test_dropout_hash_is_the_cpu_kernels_stream():
-    """The CUDA module's uniform (its plain-Python body) equals the CPU module's."""
-    from nnkit._ext import attention_cpu, attention_cuda
+    """The CUDA and the CPU kernels draw from the same SplitMix64 functions (simd_math: the
+    device functions are compiled from the CPU functions' plain-Python bodies), whose
+    stream is the plain-NumPy one of the twins (``nnkit._random.splitmix64``)."""
+    from nnkit import _random
+    from nnkit._ext import attention_cuda, simd_math
 
-    if not hasattr(attention_cuda._uniform, "__code__"):
-        pytest.skip("_uniform is compiled")
+    assert attention_cuda.splitmix64_dev is simd_math.splitmix64_dev
+    assert attention_cuda.uniform53_dev is simd_math.uniform53_dev
     for seed, n in ((0, 0), (12345, 77), (-3, 10**9), (2**40, 5)):
         seed = attention_cuda._seed(seed)
         with np.errstate(over="ignore"):
-            got = attention_cuda._uniform(seed, np.int64(n))
-            want = attention_cpu._uniform(seed, np.int64(n))
-        assert got == want, (seed, n, got, want)
+            got = simd_math.uniform53(np.uint64(simd_math.splitmix64(seed, np.int64(n))))
+            plain = simd_math._uniform53(simd_math._splitmix64(seed, np.int64(n)))
+        want = _random.uniform53(_random.splitmix64(int(seed) % 2**64, n))
+        assert got == plain == want, (seed, n, got, plain, want)
 
 
 # ---- the CUDA kernels under Numba's simulator (child process) --------------------------------

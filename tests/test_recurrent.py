@@ -201,19 +201,19 @@ def test_weight_gradients_from_packed_steps_equal_the_products(dtype, monkeypatc
         "reference more precise than float64")),
 ])
 def test_gate_nonlinearities_are_within_a_few_ulps(dtype, bound):
-    """act_sigmoid / act_tanh compiled as the time loops are (``JIT_OPTIONS``, fused
-    multiply-adds allowed), against long-double references: within the ulps that
-    recurrent_cpu's docstring states, over the range where the results are normal numbers,
+    """simd_math.act_sigmoid / act_tanh compiled as recurrent_cpu's time loops are
+    (``JIT_OPTIONS``, fused multiply-adds allowed), against long-double references: within
+    the ulps that the docstrings state, over the range where the results are normal numbers,
     tiny arguments and the limits included; NaN propagates."""
     import numba
 
-    from nnkit._ext import recurrent_cpu as rc
+    from nnkit._ext import recurrent_cpu, simd_math
 
-    @numba.njit(**rc.JIT_OPTIONS)
+    @numba.njit(**recurrent_cpu.JIT_OPTIONS)
     def apply(x, sig, th):
         for i in range(x.size):
-            sig[i] = rc.act_sigmoid(x[i])
-            th[i] = rc.act_tanh(x[i])
+            sig[i] = simd_math.act_sigmoid(x[i])
+            th[i] = simd_math.act_tanh(x[i])
 
     half = np.concatenate([np.linspace(0, 87, 400_001), np.geomspace(1e-30, 30, 100_001)])
     x = np.concatenate([half, -half, [np.inf, -np.inf, np.nan]]).astype(dtype)

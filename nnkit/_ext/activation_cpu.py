@@ -11,7 +11,7 @@ array passes; the fused passes take about half the time, even with libm's ``erf`
 Numba calls one element at a time (a tenth of a BERT-mini training step:
 benchmarks/RESULTS.md, "BERT and ViT"). For float32 arrays Phi comes from a branch-free
 formula that LLVM vectorises instead (``_normal_cdf_fast``: the Chebyshev fit of erfc in
-Numerical Recipes, fractional error < 1.2e-7, with nnkit's polynomial exp; Phi measured
+Numerical Recipes, fractional error < 1.2e-7, with ``simd_math.fast_exp``; Phi measured
 within 1.7e-7 relative of SciPy's ``ndtr`` over [-10, 10], ~3 float32 ulps, and accurate in
 the far left tail where 1 + erf(x / sqrt 2) cancels); float64 arrays keep libm.
 """
@@ -21,12 +21,11 @@ from __future__ import annotations
 import math
 
 import numba
-import numpy as np
 from numba import prange, types
 from numba.extending import overload
 
 from ._dispatch import serial_or_parallel
-from .recurrent_cpu import fast_exp
+from .simd_math import fast_exp, splitmix64, uniform53
 
 __all__ = ["gelu_forward", "gelu_backward", "dropout_forward"]
 
@@ -114,23 +113,17 @@ gelu_backward = serial_or_parallel(_gelu_backward)
 
 # ---- dropout: splitmix64 counters, the same stream as nnkit._random.device_uniform --------
 # Element i keeps its value when u_i >= p, u_i = (splitmix64(seed + (i + 1) gamma) >> 11)
-# 2^-53: no generator state, so the pass is parallel, and a seed gives the same mask on the
-# CPU as on the GPU. (Drawing with NumPy's Generator, building a float mask and multiplying
-# took several times as long: benchmarks/RESULTS.md, "BERT and ViT", stop 14.)
-_GAMMA = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
+# 2^-53 (``simd_math.splitmix64``, ``uniform53``): no generator state, so the pass is
+# parallel, and a seed gives the same mask on the CPU as on the GPU. (Drawing with NumPy's
+# Generator, building a float mask and multiplying took several times as long:
+# benchmarks/RESULTS.md, "BERT and ViT", stop 14.)
 
 
 def _dropout_forward(x, seed, p, scale, y, mask):
     """mask[i] = scale if u_i >= p else 0, y[i] = x[i] mask[i], over flat arrays; seed a
     uint64."""
     for i in prange(x.size):
-        z = seed + np.uint64(i + 1) * _GAMMA
-        z = (z ^ (z >> np.uint64(30))) * _MIX1
-        z = (z ^ (z >> np.uint64(27))) * _MIX2
-        z = z ^ (z >> np.uint64(31))
-        u = np.float64(z >> np.uint64(11)) * 1.1102230246251565e-16
+        u = uniform53(splitmix64(seed, i))
         mask[i] = scale if u >= p else 0.0
         y[i] = x[i] * mask[i]  # by the stored mask, as the backward multiplies
 

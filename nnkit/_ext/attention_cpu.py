@@ -51,15 +51,16 @@ number n + 1 for the given seed, n = ((b H + h) L + i) S + j:
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;  z = (z ^ (z >> 27)) * 0x94D049BB133111EB
     u = ((z ^ (z >> 31)) >> 11) * 2^-53
 
-so the backward regenerates the forward's mask and no mask is stored; kept probabilities are
+(``simd_math.splitmix64`` and ``uniform53``, compiled for the CUDA kernels too), so the
+backward regenerates the forward's mask and no mask is stored; kept probabilities are
 scaled by 1 / (1 - dropout_p). ``dropout_multipliers`` writes the full (B, H, L, S) matrix of
 multipliers (for tests and for the CUDA twin's tests; never used by the kernels).
 
 Speed. The GEMMs go through Numba's ``np.dot`` (SciPy's BLAS, limited to one thread by
 ``serial_step_blas`` while the kernels run: the tasks already fill the cores; two threads
 calling it concurrently do overlap, measured). The elementwise work uses
-``softmax_cpu.exp_approx`` (a vectorisable polynomial exp: Numba compiles ``math.exp`` to a
-scalar libm call, one element at a time) and ``softmax_cpu.fmax`` (a row maximum that
+``simd_math.exp_approx`` (a vectorisable polynomial exp: Numba compiles ``math.exp`` to a
+scalar libm call, one element at a time) and ``simd_math.fmax`` (a row maximum that
 vectorises). The kernels are GEMM-bound: the GEMMs take over 80% of the forward and over
 90% of the backward on one thread. The prange runs over ``_TASK_GROUPS`` contiguous groups
 of tasks, each allocating its scratch once: a score tile allocated per task (512 KiB,
@@ -87,7 +88,7 @@ import numpy as np
 from numba import prange
 
 from ._dispatch import serial_or_parallel, serial_step_blas
-from .softmax_cpu import exp_approx, fmax
+from .simd_math import exp_approx, fmax, splitmix64, uniform53
 
 __all__ = ["attention_forward", "attention_backward", "dropout_multipliers", "Q_TILE",
            "CAUSAL_Q_TILE", "K_TILE", "BWD_Q_TILE", "BWD_K_TILE", "backward_chunks"]
@@ -103,30 +104,8 @@ BWD_K_TILE = 128
 
 _TASK_GROUPS = 64  # prange iterations; each allocates its workspace once for its tasks
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_S30 = np.uint64(30)
-_S27 = np.uint64(27)
-_S31 = np.uint64(31)
-_S11 = np.uint64(11)
-_ONE = np.uint64(1)
-_TWO_M53 = 1.0 / 9007199254740992.0
-
 
 # ---- small helpers ----------------------------------------------------------------------------
-
-def _uniform(seed, n):
-    """SplitMix64's output number n + 1 for ``seed``, as a float64 in [0, 1)."""
-    z = np.uint64(seed) + (np.uint64(n) + _ONE) * _GOLDEN
-    z = (z ^ (z >> _S30)) * _MIX1
-    z = (z ^ (z >> _S27)) * _MIX2
-    z = z ^ (z >> _S31)
-    return np.float64(z >> _S11) * _TWO_M53
-
-
-_uniform_jit = numba.njit(cache=True, inline="always")(_uniform)
-
 
 def _zigzag(t, n):
     """A bijection of [0, n) pairing early and late tiles: 0, n-1, 1, n-2, ... (a
@@ -188,7 +167,7 @@ _exp_shift_sum_jit = numba.njit(cache=True, fastmath={"reassoc"})(_exp_shift_sum
 def _dropout_row(row, seed, n0, p, keep_scale, zero):
     """row[c] *= z(n0 + c): 0 with probability p, else keep_scale (row's dtype)."""
     for c in range(row.shape[0]):
-        u = _uniform_jit(seed, n0 + c)
+        u = uniform53(splitmix64(seed, n0 + c))
         row[c] = row[c] * keep_scale if u >= p else zero
     return row
 
@@ -385,7 +364,7 @@ def _backward_block(qm, km, vm, mm, has_mask, causal, scale, p, seed, row0, lsem
             if p > 0:
                 n0 = (row0 + i) * S + j0
                 for c in range(w):
-                    z = keep_scale if _uniform_jit(seed, n0 + c) >= p else zero
+                    z = keep_scale if uniform53(splitmix64(seed, n0 + c)) >= p else zero
                     pc = row[c]
                     dprow[c] = pc * (dprow[c] * z - d_i)
                     row[c] = pc * z
@@ -467,7 +446,8 @@ def _dropout_multipliers(seed, p, bh0, out):
             for i in range(L):
                 n0 = ((bh0 + b * H + h) * L + i) * S
                 for j in range(S):
-                    out[b, h, i, j] = keep_scale if _uniform_jit(seed, n0 + j) >= p else 0.0
+                    u = uniform53(splitmix64(seed, n0 + j))
+                    out[b, h, i, j] = keep_scale if u >= p else 0.0
 
 
 _dropout_multipliers_jit = numba.njit(cache=True)(_dropout_multipliers)

@@ -9,10 +9,11 @@ entry point); nothing of size L x S is ever allocated.
 
 Scores s_ij = scale q_i . k_j + mask_ij, with s_ij = -inf where ``causal`` and j > i (torch's
 ``is_causal``: the top-left aligned lower triangle). P = softmax_j(s); out = (P o Z) V where Z
-is the dropout mask: Z_ij = 1 / (1 - p) when ``_uniform(seed, ((b H + h) L + i) S + j) >= p``,
-else 0 (SplitMix64, the same stream as ``attention_cpu``; no
-dropout when p = 0). lse_i = log sum_j exp(s_ij), taken before dropout. A row where no key
-takes part gets out = 0, lse = -inf and zero gradients (torch 2.13's CPU result).
+is the dropout mask: Z_ij = 1 / (1 - p) when u >= p, else 0, u = ``uniform53(splitmix64(seed,
+((b H + h) L + i) S + j))`` (``simd_math``'s SplitMix64: the same functions, so the same
+stream, as ``attention_cpu``; no dropout when p = 0). lse_i = log sum_j exp(s_ij), taken
+before dropout. A row where no key takes part gets out = 0, lse = -inf and zero gradients
+(torch 2.13's CPU result).
 
 Kernels (Dao 2023, FlashAttention-2), all gathers, no atomics:
 
@@ -48,9 +49,10 @@ from __future__ import annotations
 import functools
 import math
 
-from numba import cuda, float32, float64, uint64
+from numba import cuda, float32, float64
 
 from ._launch import device_empty, launch
+from .simd_math import splitmix64_dev, uniform53_dev
 
 __all__ = ["attention_forward", "attention_backward"]
 
@@ -64,21 +66,6 @@ row_threads = 128  # threads per block of the D_i = rowsum(dout * out) kernel
 
 _NEG_INF = -math.inf
 _DTYPES = {"float32": float32, "float64": float64}
-
-
-# ---- dropout ------------------------------------------------------------------------------
-
-def _uniform(seed, n):
-    """SplitMix64's output number n + 1 for ``seed`` as a float64 in [0, 1): the same stream
-    as ``attention_cpu._uniform`` (n = ((b H + h) L + i) S + j numbers the element)."""
-    z = uint64(seed) + (uint64(n) + uint64(1)) * uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> uint64(30))) * uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> uint64(27))) * uint64(0x94D049BB133111EB)
-    z = z ^ (z >> uint64(31))
-    return float64(z >> uint64(11)) * (1.0 / 9007199254740992.0)  # 53 bits / 2**53
-
-
-_uniform_dev = cuda.jit(device=True)(_uniform)
 
 
 # ---- tiles --------------------------------------------------------------------------------
@@ -185,7 +172,7 @@ _score_dev = cuda.jit(device=True)(_score)
 def _keep(dropout_p, keep_scale, zero, seed, row_base, i, S, j):
     """Z_ij: ``keep_scale`` = 1 / (1 - p) for a kept element, ``zero`` for a dropped one;
     row_base = (b H + h) L."""
-    if dropout_p > 0 and _uniform_dev(seed, (row_base + i) * S + j) < dropout_p:
+    if dropout_p > 0 and uniform53_dev(splitmix64_dev(seed, (row_base + i) * S + j)) < dropout_p:
         return zero
     return keep_scale
 

@@ -67,13 +67,9 @@ cdef inline void _axpy(floating* h, const floating* row, floating d, Py_ssize_t 
         hop_axpy_d(h, row, d, n)
 
 
-cdef inline uint64_t _splitmix64(uint64_t* state) noexcept nogil:
-    """The next splitmix64 output (Steele, Lea and Flood 2014); advances ``state``."""
-    state[0] += <uint64_t>0x9E3779B97F4A7C15ULL
-    cdef uint64_t z = state[0]
-    z = (z ^ (z >> 30)) * <uint64_t>0xBF58476D1CE4E5B9ULL
-    z = (z ^ (z >> 27)) * <uint64_t>0x94D049BB133111EBULL
-    return z ^ (z >> 31)
+# The next splitmix64 output; advances ``state`` (the C form of nnkit's one SplitMix64).
+cdef extern from "splitmix64.h":
+    uint64_t nnkit_splitmix64_next(uint64_t* state) noexcept nogil
 
 
 cdef inline void _shuffle(int* order, Py_ssize_t n, uint64_t* state) noexcept nogil:
@@ -82,7 +78,7 @@ cdef inline void _shuffle(int* order, Py_ssize_t n, uint64_t* state) noexcept no
     cdef Py_ssize_t i, j
     cdef int t
     for i in range(n - 1, 0, -1):
-        j = <Py_ssize_t>(((_splitmix64(state) >> 32) * <uint64_t>(i + 1)) >> 32)
+        j = <Py_ssize_t>(((nnkit_splitmix64_next(state) >> 32) * <uint64_t>(i + 1)) >> 32)
         t = order[i]
         order[i] = order[j]
         order[j] = t

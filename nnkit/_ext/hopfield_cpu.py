@@ -19,33 +19,23 @@ import numpy as np
 from numba import prange
 
 from ._dispatch import serial_or_parallel
+from .simd_math import SPLITMIX64_GAMMA, splitmix64
 
 __all__ = ["sync_run", "async_run_patterns", "dense_async_run", "shuffle_order",
            "INTERACTIONS"]
 
 INTERACTIONS = {"quadratic": 0, "poly": 1, "exp": 2}
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-
-
-@numba.njit(cache=True)
-def _splitmix64(state):
-    """Next splitmix64 output; ``state`` a (1,) uint64 array, advanced."""
-    z = state[0] + _GOLDEN
-    state[0] = z
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
 
 
 @numba.njit(cache=True)
 def shuffle_order(order, state):
     """Fisher-Yates, i = n-1 .. 1: swap order[i] with order[((z >> 32) (i + 1)) >> 32] (as
-    the Cython kernel: Lemire's multiply-shift, bias below n / 2^32)."""
+    the Cython kernel: Lemire's multiply-shift, bias below n / 2^32), z the next output of
+    the splitmix64 generator whose state is ``state`` (a (1,) uint64 array, advanced)."""
     for i in range(order.shape[0] - 1, 0, -1):
-        j = np.int64(((_splitmix64(state) >> np.uint64(32)) * np.uint64(i + 1))
-                     >> np.uint64(32))
+        z = splitmix64(state[0], 0)  # mix(state + gamma): the next output
+        state[0] += SPLITMIX64_GAMMA
+        j = np.int64(((z >> np.uint64(32)) * np.uint64(i + 1)) >> np.uint64(32))
         t = order[i]
         order[i] = order[j]
         order[j] = t

@@ -36,29 +36,27 @@ W.T (the packing reads those down their columns: no transposed copies).
 
 Numerics. The time loops are compiled with ``fastmath={'contract'}`` and nothing else
 (``JIT_OPTIONS``): a * b + c may become one fused multiply-add, which rounds once instead of
-twice; no reassociation, NaN and inf behave as without it. The gate nonlinearities are the
-branch-free polynomial ``sigmoid``/``tanh`` below, which LLVM vectorises (libm's are called
-one element at a time): float64 math for float64 arrays (<= 3 ulp), float32 math for float32
-arrays (<= 2.5 ulp measured, tests/test_recurrent.py), chosen by
-``act_sigmoid``/``act_tanh`` from the argument type. NaN propagates; inputs beyond the clamp
-give the limits (sigmoid(-inf) is 6e-39 in float32, not 0). ``error_model="numpy"`` drops
-Python's ZeroDivisionError check, whose branch alone kept the sigmoid loop scalar (about
-10x slower). The fused multiply-adds made the LSTM cell ~15% faster and its backward ~30%
+twice; no reassociation, NaN and inf behave as without it. The gate nonlinearities are
+``simd_math.act_sigmoid``/``act_tanh``, branch-free polynomials that LLVM vectorises (libm's
+are called one element at a time), inlined into the loops: float64 math for float64 arrays
+(<= 3 ulp), float32 math for float32 arrays (<= 2.5 ulp measured, tests/test_recurrent.py),
+chosen from the argument type. NaN propagates; inputs beyond the clamp give the limits
+(sigmoid(-inf) is 6e-39 in float32, not 0). ``error_model="numpy"`` drops Python's
+ZeroDivisionError check, whose branch alone kept the sigmoid loop scalar (about 10x slower).
+The fused multiply-adds made the LSTM cell ~15% faster and its backward ~30%
 (benchmarks/RESULTS.md, "Recurrent networks", stop 16).
 """
 
 from __future__ import annotations
 
-import math
-
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import prange, types
-from numba.extending import intrinsic, overload
+from numba.extending import overload
 
 from ._dispatch import serial_or_parallel
 from .gemm_cpu import pack_panels, pack_stacked_panels, step_gemm
+from .simd_math import act_sigmoid, act_tanh
 
 __all__ = [
     "rnn_forward_cpu",
@@ -67,13 +65,6 @@ __all__ = [
     "lstm_backward_cpu",
     "gru_forward_cpu",
     "gru_backward_cpu",
-    "fast_exp",
-    "sigmoid",
-    "tanh",
-    "sigmoid32",
-    "tanh32",
-    "act_sigmoid",
-    "act_tanh",
     "MIN_CHUNK_ROWS",
     "packed_weight_grads",
     "transposed_inputs_cpu",
@@ -82,164 +73,6 @@ __all__ = [
 
 # How the time loops are compiled (see "Numerics" above).
 JIT_OPTIONS = {"error_model": "numpy", "fastmath": {"contract"}}
-
-# ---- vectorisable exp, expm1, sigmoid, tanh -------------------------------------------------
-# Numba calls libm for math.exp/tanh, one element at a time (no SIMD): in the LSTM cell
-# those calls cost ~6x the arithmetic. These versions are branch-free float64 arithmetic
-# that LLVM vectorises: exp(x) = 2^k exp(r), k = round(x / ln 2), |r| <= ln2 / 2, exp(r) by
-# its Taylor series to degree 13 (truncation < 1e-17), 2^k built from its bits. Measured:
-# max error 1.01 ulp (float64) over [-700, 700]; about 6x faster than math.exp
-# (benchmarks/RESULTS.md, "Figures moved from docstrings"). Inputs are clamped to
-# [-708, 709] (no overflow, no denormals), so exp(+inf) is 8.2e307 rather than inf: sigmoid
-# and tanh still reach their limits exactly. NaN propagates (every clamp is written so that
-# a NaN comparison keeps x).
-
-_LOG2E = 1.4426950408889634
-_LN2_HI = 0.6931471803691238  # ln 2 split so that k * _LN2_HI is exact for |k| <= 1024
-_LN2_LO = 1.9082149292705877e-10
-
-
-@intrinsic
-def _int64_bits_as_float64(typingctx, v):
-    """Reinterpret the bits of an int64 as a float64 (an LLVM bitcast; vectorises)."""
-    sig = types.float64(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-
-    return sig, codegen
-
-
-def _expm1_parts(x):
-    """(s, e) with exp(x) = s + e and expm1(x) = (s - 1) + e, s = 2^k exact, x float64."""
-    x = x if not (x > 709.0) else 709.0
-    x = x if not (x < -708.0) else -708.0
-    k = math.floor(x * _LOG2E + 0.5)
-    r = (x - k * _LN2_HI) - k * _LN2_LO
-    q = 1.0 / 6227020800.0
-    q = 1.0 / 479001600.0 + r * q
-    q = 1.0 / 39916800.0 + r * q
-    q = 1.0 / 3628800.0 + r * q
-    q = 1.0 / 362880.0 + r * q
-    q = 1.0 / 40320.0 + r * q
-    q = 1.0 / 5040.0 + r * q
-    q = 1.0 / 720.0 + r * q
-    q = 1.0 / 120.0 + r * q
-    q = 1.0 / 24.0 + r * q
-    q = 1.0 / 6.0 + r * q
-    q = 0.5 + r * q
-    q = 1.0 + r * q  # exp(r) = 1 + r q
-    s = _int64_bits_as_float64((np.int64(k) + 1023) << 52)
-    return s, s * (r * q)
-
-
-expm1_parts = numba.njit(cache=True, inline="always", error_model="numpy")(_expm1_parts)
-
-
-def _fast_exp(x):
-    s, e = expm1_parts(float(x))
-    return s + e
-
-
-def _fast_sigmoid(x):
-    """1 / (1 + exp(-x)), float64; relative error ~2 ulp."""
-    s, e = expm1_parts(-float(x))
-    return 1.0 / (1.0 + (s + e))
-
-
-def _fast_tanh(x):
-    """tanh(x) = -u / (u + 2) with u = expm1(-2|x|), float64; relative error ~3 ulp."""
-    a = float(x)
-    s, e = expm1_parts(-2.0 * abs(a))
-    u = (s - 1.0) + e  # in (-1, 0]
-    t = abs(u) / (u + 2.0)
-    return t if a >= 0 else -t
-
-
-fast_exp = numba.njit(cache=True, inline="always", error_model="numpy")(_fast_exp)
-sigmoid = numba.njit(cache=True, inline="always", error_model="numpy")(_fast_sigmoid)
-tanh = numba.njit(cache=True, inline="always", error_model="numpy")(_fast_tanh)
-
-
-# float32 twins of the above, for float32 arrays: twice the SIMD lanes. Same reduction, with
-# inputs clamped to [-87, 88], the Taylor series to degree 8 (truncation < 3e-9 relative)
-# and 2^k from float32 bits. Measured: max error 2 ulp (float32) over [-80, 80].
-_F = np.float32
-_LOG2E_F = _F(1.4426950408889634)
-_LN2_HI_F = _F(0.693145751953125)  # 11 significant bits: k * _LN2_HI_F exact for |k| < 2^13
-_LN2_LO_F = _F(1.4286068203094172e-06)
-
-
-@intrinsic
-def _int32_bits_as_float32(typingctx, v):
-    """Reinterpret the bits of an int32 as a float32 (an LLVM bitcast; vectorises)."""
-    sig = types.float32(types.int32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.FloatType())
-
-    return sig, codegen
-
-
-def _expm1_parts32(x):
-    """(s, e) with exp(x) = s + e, s = 2^k exact; x and the results float32."""
-    x = x if not (x > _F(88.0)) else _F(88.0)
-    x = x if not (x < _F(-87.0)) else _F(-87.0)
-    k = np.floor(x * _LOG2E_F + _F(0.5))
-    r = (x - k * _LN2_HI_F) - k * _LN2_LO_F
-    q = _F(1.0 / 40320.0)
-    q = _F(1.0 / 5040.0) + r * q
-    q = _F(1.0 / 720.0) + r * q
-    q = _F(1.0 / 120.0) + r * q
-    q = _F(1.0 / 24.0) + r * q
-    q = _F(1.0 / 6.0) + r * q
-    q = _F(0.5) + r * q
-    q = _F(1.0) + r * q
-    s = _int32_bits_as_float32((np.int32(k) + np.int32(127)) << np.int32(23))
-    return s, s * (r * q)
-
-
-expm1_parts32 = numba.njit(cache=True, inline="always", error_model="numpy")(_expm1_parts32)
-
-
-def _sigmoid32(x):
-    s, e = expm1_parts32(-x)
-    return _F(1.0) / (_F(1.0) + (s + e))
-
-
-def _tanh32(x):
-    s, e = expm1_parts32(_F(-2.0) * abs(x))
-    u = (s - _F(1.0)) + e  # in (-1, 0]
-    t = abs(u) / (u + _F(2.0))
-    return t if x >= 0 else -t
-
-
-sigmoid32 = numba.njit(cache=True, inline="always", error_model="numpy")(_sigmoid32)
-tanh32 = numba.njit(cache=True, inline="always", error_model="numpy")(_tanh32)
-
-
-def act_sigmoid(x):
-    """sigmoid in the precision of x: float32 math for float32, float64 otherwise."""
-    return 1.0 / (1.0 + math.exp(-x))
-
-
-def act_tanh(x):
-    """tanh in the precision of x: float32 math for float32, float64 otherwise."""
-    return math.tanh(x)
-
-
-@overload(act_sigmoid)
-def _act_sigmoid(x):
-    if x == types.float32:
-        return lambda x: sigmoid32(x)
-    return lambda x: sigmoid(x)
-
-
-@overload(act_tanh)
-def _act_tanh(x):
-    if x == types.float32:
-        return lambda x: tanh32(x)
-    return lambda x: tanh(x)
 
 
 def one_like(a):

@@ -47,6 +47,7 @@ from numba import cuda, float64
 
 from .._backend import array_module
 from ._launch import device_empty, launch
+from .simd_math import sigmoid_dev
 
 __all__ = [
     "threads",
@@ -63,14 +64,6 @@ __all__ = [
 threads = 256  # threads per block, at most
 max_blocks = 128  # batch tiles, at most (more rows per block beyond), unless shared memory
 shared_limit = 48 * 1024  # dynamic shared memory per block, bytes
-
-
-@cuda.jit(device=True)
-def _sigmoid(a):
-    if a >= 0:
-        return 1.0 / (1.0 + math.exp(-a))
-    e = math.exp(a)
-    return e / (1.0 + e)
 
 
 # ---- the parts every kernel shares -------------------------------------------------------
@@ -209,10 +202,10 @@ def _lstm_seq_fwd(x_proj, h0, c0, w, reverse, rows, w_on_chip, state_on_chip, wo
         for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
             r = idx // H
             b, j, p = b0 + r, idx - r * H, r * G
-            i = _sigmoid(float64(x_proj[t, b, j]) + pre[p + j])
-            f = _sigmoid(float64(x_proj[t, b, H + j]) + pre[p + H + j])
+            i = sigmoid_dev(float64(x_proj[t, b, j]) + pre[p + j])
+            f = sigmoid_dev(float64(x_proj[t, b, H + j]) + pre[p + H + j])
             g = math.tanh(float64(x_proj[t, b, 2 * H + j]) + pre[p + 2 * H + j])
-            o = _sigmoid(float64(x_proj[t, b, 3 * H + j]) + pre[p + 3 * H + j])
+            o = sigmoid_dev(float64(x_proj[t, b, 3 * H + j]) + pre[p + 3 * H + j])
             cp = float64(c0[b, j]) if s == 0 else float64(c_all[tp, b, j])
             cv = f * cp + i * g
             x_proj[t, b, j] = i
@@ -314,8 +307,8 @@ def _gru_seq_fwd(x_proj, h0, w, b_hh, reverse, rows, w_on_chip, state_on_chip, w
         for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
             r = idx // H
             b, j, p = b0 + r, idx - r * H, r * G
-            rv = _sigmoid(float64(x_proj[t, b, j]) + pre[p + j] + float64(b_hh[j]))
-            z = _sigmoid(float64(x_proj[t, b, H + j]) + pre[p + H + j]
+            rv = sigmoid_dev(float64(x_proj[t, b, j]) + pre[p + j] + float64(b_hh[j]))
+            z = sigmoid_dev(float64(x_proj[t, b, H + j]) + pre[p + H + j]
                          + float64(b_hh[H + j]))
             hnv = pre[p + 2 * H + j] + float64(b_hh[2 * H + j])
             nv = math.tanh(float64(x_proj[t, b, 2 * H + j]) + rv * hnv)

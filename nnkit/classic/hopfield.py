@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._budget import reserve
-from .._random import get_rng
+from .._random import get_rng, splitmix64
 from .._validation import check_array, check_choice, check_scalar
 from ..kernels import (
     dense_memory_async_run,
@@ -148,16 +148,14 @@ def random_orders(n, n_sweeps, seed):
 
     The kernels start from 0..n-1 and, before every sweep, apply a Fisher-Yates shuffle
     (i = n-1 .. 1: swap entries i and ((z >> 32) (i + 1)) >> 32, Lemire's multiply-shift)
-    driven by splitmix64 seeded with ``seed`` (see ``_seed``). Plain Python, for the twins
-    and the tests.
+    driven by splitmix64 seeded with ``seed`` (see ``_seed``; ``nnkit._random.splitmix64``).
+    Plain Python, for the twins and the tests.
     """
-    state, order, out = int(seed) & _MASK64, list(range(n)), []
-    for _ in range(n_sweeps):
-        for i in range(n - 1, 0, -1):
-            state = (state + 0x9E3779B97F4A7C15) & _MASK64
-            z = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-            z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-            j = (((z ^ (z >> 31)) >> 32) * (i + 1)) >> 32
+    order, out, per_sweep = list(range(n)), [], max(n - 1, 0)
+    for sweep in range(n_sweeps):  # draw k of the stream is splitmix64(seed, k)
+        draws = splitmix64(seed, np.arange(sweep * per_sweep, (sweep + 1) * per_sweep))
+        for i, z in zip(range(n - 1, 0, -1), draws.tolist(), strict=True):
+            j = ((z >> 32) * (i + 1)) >> 32
             order[i], order[j] = order[j], order[i]
         out.append(list(order))
     return np.array(out, dtype=np.int64).reshape(n_sweeps, n)

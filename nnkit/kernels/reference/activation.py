@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from ..._random import splitmix64, uniform53
+
 __all__ = ["gelu", "gelu_backward", "dropout_mask"]
 
 
@@ -35,15 +37,6 @@ def gelu_backward(g, x):
 
 def dropout_mask(shape, p, seed, dtype=np.float64):
     """1/(1-p) where u >= p else 0, u_i = (splitmix64(seed + (i + 1) gamma) >> 11) 2^-53 for
-    element i in C order, in Python integers (exact 64-bit arithmetic, one element at a
-    time)."""
-    mask64 = (1 << 64) - 1
-    n = int(np.prod(shape))
-    out = np.empty(n, dtype=dtype)
-    for i in range(n):
-        z = (seed + (i + 1) * 0x9E3779B97F4A7C15) & mask64
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask64
-        z ^= z >> 31
-        out[i] = 1.0 / (1.0 - p) if (z >> 11) * 2.0**-53 >= p else 0.0
-    return out.reshape(shape)
+    element i in C order (``nnkit._random.splitmix64``, plain NumPy)."""
+    u = uniform53(splitmix64(seed, np.arange(int(np.prod(shape)))))
+    return np.where(u >= p, 1.0 / (1.0 - p), 0.0).astype(dtype).reshape(shape)

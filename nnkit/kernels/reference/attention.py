@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from ..._backend import unbroadcast
+from ..._random import splitmix64, uniform53
 
 __all__ = ["attention_reference", "attention_reference_backward",
            "dropout_multipliers_reference"]
@@ -104,25 +105,10 @@ def attention_reference_backward(dout, q, k, v, mask=None, causal=False, scale=N
     return tuple(g.astype(dtype) for g in grads) + (ds,)
 
 
-_MASK64 = (1 << 64) - 1
-
-
 def dropout_multipliers_reference(seed, p, shape):
-    """The dropout multipliers z(b, h, i, j) of the kernels, by plain loops over Python ints:
-    SplitMix64 output n + 1 for ``seed`` with n = ((b H + h) L + i) S + j; kept (z =
-    1 / (1 - p)) iff its top 53 bits / 2^53 >= p, else z = 0. ``shape`` = (B, H, L, S)."""
-    B, H, L, S = shape
-    out = np.empty(shape)
-    seed = int(seed) & _MASK64
-    for b in range(B):
-        for h in range(H):
-            for i in range(L):
-                for j in range(S):
-                    n = ((b * H + h) * L + i) * S + j
-                    z = (seed + (n + 1) * 0x9E3779B97F4A7C15) & _MASK64
-                    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-                    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-                    z ^= z >> 31
-                    u = (z >> 11) / 2.0**53
-                    out[b, h, i, j] = 1.0 / (1.0 - p) if u >= p else 0.0
-    return out
+    """The dropout multipliers z(b, h, i, j) of the kernels: SplitMix64 output n + 1 for
+    ``seed`` (``nnkit._random.splitmix64``, plain NumPy) with n = ((b H + h) L + i) S + j,
+    the C-order index; kept (z = 1 / (1 - p)) iff its top 53 bits / 2^53 >= p, else z = 0.
+    ``shape`` = (B, H, L, S)."""
+    u = uniform53(splitmix64(seed, np.arange(math.prod(shape)).reshape(shape)))
+    return np.where(u >= p, 1.0 / (1.0 - p), 0.0)
