@@ -30,12 +30,13 @@ import numbers
 import numpy as np
 
 from .._backend import array_module
-from .._validation import check_choice, check_input_dtype, check_scalar
+from .._validation import check_bool, check_choice, check_input_dtype, check_scalar
 from ..autograd import Tensor, as_tensor, concat, no_grad, stack
 from ..nn import init
 from ..nn.layers import Dropout, LayerNorm, Linear, _dtype
 from ..nn.module import Module, Parameter
 from ..nn.transformer import TransformerEncoder, TransformerEncoderLayer
+from ._hub import PretrainedMixin
 
 __all__ = ["ViT", "patchify"]
 
@@ -85,7 +86,7 @@ def patchify(images, patch_size) -> Tensor:
     return x.reshape(B, (H // ph) * (W // pw), C * ph * pw)  # (B, n, C ph pw)
 
 
-class ViT(Module):
+class ViT(PretrainedMixin, Module):
     """Vision Transformer for image classification.
 
     Parameters
@@ -112,6 +113,13 @@ class ViT(Module):
         tokens' final states (global average pooling; the [CLS] token still takes part in
         attention).
     dtype : float32 (default) or float64
+    layer_norm_eps : float > 0
+        The epsilon of every LayerNorm (1e-5, torch's default; the published ViT checkpoints
+        use 1e-12, which ``from_pretrained`` reads from their config).
+    qkv_bias : bool
+        Biases on the query, key and value projections (``in_proj_bias``); without them
+        each layer's ``self_attn.in_proj_bias`` is None (the output projection keeps its
+        bias), as a checkpoint built with ``qkv_bias=False``.
 
     Attributes
     ----------
@@ -143,7 +151,8 @@ class ViT(Module):
 
     def __init__(self, image_size, patch_size, in_channels: int, num_classes: int, dim: int,
                  depth: int, heads: int, mlp_dim: int, dropout: float = 0.0,
-                 pool: str = "cls", dtype=None):
+                 pool: str = "cls", dtype=None, layer_norm_eps: float = 1e-5,
+                 qkv_bias: bool = True):
         super().__init__()
         self.image_size = _pair(image_size, "image_size")
         self.patch_size = _pair(patch_size, "patch_size")
@@ -160,6 +169,10 @@ class ViT(Module):
                              "head gets dim // heads features")
         check_scalar(dropout, name="dropout", low=0.0, high=1.0, high_inclusive=False)
         self.pool = check_choice(pool, name="pool", choices=("cls", "mean"))
+        check_scalar(layer_norm_eps, name="layer_norm_eps", low=0.0, low_inclusive=False)
+        check_bool(qkv_bias, name="qkv_bias")
+        self.layer_norm_eps, self.qkv_bias = float(layer_norm_eps), bool(qkv_bias)
+        self.dropout_p = float(dropout)
         self.in_channels, self.num_classes = int(in_channels), int(num_classes)
         self.dim, self.depth, self.heads = int(dim), int(depth), int(heads)
         self.grid_size = (H // ph, W // pw)
@@ -171,9 +184,12 @@ class ViT(Module):
         init.normal_(self.pos_embed, 0.0, 0.02)
         self.dropout = Dropout(dropout)
         layer = TransformerEncoderLayer(dim, heads, dim_feedforward=mlp_dim, dropout=dropout,
-                                        activation="gelu", batch_first=True, norm_first=True,
-                                        dtype=dtype)
-        self.encoder = TransformerEncoder(layer, depth, norm=LayerNorm(dim, dtype=dtype))
+                                        activation="gelu", layer_norm_eps=layer_norm_eps,
+                                        batch_first=True, norm_first=True, dtype=dtype)
+        if not qkv_bias:  # before the copies: no layer ever holds the bias
+            layer.self_attn.register_parameter("in_proj_bias", None)
+        self.encoder = TransformerEncoder(layer, depth, norm=LayerNorm(dim, eps=layer_norm_eps,
+                                                                       dtype=dtype))
         for block in self.encoder.layers[1:]:  # fresh weights per layer (deep copies start equal)
             _reinitialise(block)
         self.head = Linear(dim, num_classes, dtype=dtype)
