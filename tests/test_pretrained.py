@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -553,3 +555,23 @@ def test_vit_layer_norm_eps_and_qkv_bias_survive_nk_save(tmp_path):
     images = _images()
     with nk.no_grad():
         np.testing.assert_array_equal(back.eval()(images).numpy(), model.eval()(images).numpy())
+
+
+def test_loading_and_saving_import_neither_torch_nor_transformers(bert_folder, tmp_path):
+    script = f"""
+import sys
+import nnkit as nk
+from nnkit.models import BertForPreTraining, ViT
+from nnkit.text import WordPieceTokenizer
+model = BertForPreTraining.from_pretrained({str(bert_folder)!r})
+model.save_pretrained({str(tmp_path / "again")!r})
+ViT(8, 2, 3, 3, dim=8, depth=1, heads=2, mlp_dim=8).save_pretrained({str(tmp_path / "v")!r})
+WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]).save_pretrained(
+    {str(tmp_path / "t")!r})
+WordPieceTokenizer.from_pretrained({str(tmp_path / "t")!r})
+print(sorted(m for m in ("torch", "transformers", "tokenizers", "safetensors")
+             if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
