@@ -575,3 +575,92 @@ print(sorted(m for m in ("torch", "transformers", "tokenizers", "safetensors")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# ----- item 5: image preprocessing and position interpolation ------------------------------------
+def _pil_processor(transformers, **kwargs):
+    """transformers' PIL-based ViT image processor (5.x names it ViTImageProcessorPil)."""
+    pytest.importorskip("PIL")
+    cls = getattr(transformers, "ViTImageProcessorPil", None) or transformers.ViTImageProcessor
+    return cls(**kwargs)
+
+
+@pytest.mark.parametrize("resample", [2, 3])
+@pytest.mark.parametrize("shape, size", [((37, 53, 3), 24), ((10, 7, 3), (16, 20)),
+                                         ((64, 64, 3), 64), ((300, 200, 3), (32, 17)),
+                                         ((5, 40, 3), (5, 9))])
+def test_vit_preprocess_equals_transformers_image_processor(shape, size, resample):
+    transformers = import_transformers()
+    from nnkit.models import vit_preprocess
+
+    size2 = (size, size) if isinstance(size, int) else size
+    processor = _pil_processor(transformers, size={"height": size2[0], "width": size2[1]},
+                               resample=resample, image_mean=[0.4, 0.5, 0.6],
+                               image_std=[0.2, 0.3, 0.25])
+    images = [np.random.default_rng(i).integers(0, 256, shape, dtype=np.uint8)
+              for i in range(2)]
+    theirs = processor(images=images, return_tensors="np")["pixel_values"]
+    ours = vit_preprocess(images, size, mean=[0.4, 0.5, 0.6], std=[0.2, 0.3, 0.25],
+                          resample=resample)
+    assert ours.shape == theirs.shape and ours.dtype == np.float32
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_preprocessor_config_is_loaded_with_the_checkpoint(hf_checkpoints, tmp_path):
+    transformers = import_transformers()
+
+    folder = _copy(hf_checkpoints["ViTForImageClassification"][0], tmp_path / "vit")
+    processor = _pil_processor(transformers, size={"height": 8, "width": 8}, resample=3,
+                               image_mean=[0.1, 0.2, 0.3], image_std=[0.9, 0.8, 0.7])
+    processor.save_pretrained(folder)
+    model = ViT.from_pretrained(folder)
+    assert model.preprocessing["resample"] == 3 and model.preprocessing["size"] == (8, 8)
+    image = np.random.default_rng(0).integers(0, 256, (30, 20, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(model.preprocess(image),
+                                  processor(images=image, return_tensors="np")["pixel_values"])
+    with open(folder / "preprocessor_config.json", "w") as f:
+        json.dump({"size": {"shortest_edge": 224}, "do_center_crop": True}, f)
+    with pytest.raises(ValueError, match=r"preprocessor_config.json': field 'size'"):
+        ViT.from_pretrained(folder)
+
+
+def test_vit_preprocess_bad_input():
+    from nnkit.models import vit_preprocess
+
+    image = np.zeros((4, 4, 3), np.uint8)
+    with pytest.raises(ValueError, match="resample=1"):
+        vit_preprocess(image, 2, resample=1)
+    with pytest.raises(ValueError, match="mean and std need 3 values"):
+        vit_preprocess(image, 2, mean=[0.5], std=[0.5])
+    with pytest.raises(ValueError, match="do_resize=False"):
+        vit_preprocess(image, 2, do_resize=False)
+    with pytest.raises(ValueError, match=r"got shape \(1, 1, 4, 4, 3\)"):
+        vit_preprocess(image[None, None], 2)
+    assert vit_preprocess(image.astype(np.float64) / 255, 4, do_rescale=False,
+                          dtype=np.float64).dtype == np.float64
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(12, 12), (6, 10), (8, 8), (4, 4), (10, 6)])
+def test_position_interpolation_equals_transformers(hf_checkpoints, shape, dtype):
+    import torch
+
+    folder, hf = hf_checkpoints["ViTForImageClassification"]
+    model = ViT.from_pretrained(folder, dtype=dtype)
+    images = _images((2, 3, *shape), dtype)
+    hf = hf.to(_torch_dtype(torch, dtype))
+    with torch.no_grad():
+        theirs = hf(torch.tensor(images), interpolate_pos_encoding=True).logits
+    with nk.no_grad():
+        _close(model(images, interpolate_pos_encoding=True), theirs, dtype)
+    if shape != (8, 8):
+        with pytest.raises(ValueError, match="interpolate_pos_encoding=True"):
+            model(images)
+
+
+def test_position_interpolation_is_differentiable():
+    nk.manual_seed(8)
+    model = ViT(4, 2, 1, 2, dim=4, depth=1, heads=2, mlp_dim=4, dtype=np.float64)
+    images = _images((1, 1, 6, 4), np.float64)
+    nk.gradcheck(lambda pos: model.embed(images, interpolate_pos_encoding=True),
+                 [model.pos_embed], eps=1e-6, atol=1e-8, rtol=1e-6)

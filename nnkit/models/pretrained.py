@@ -57,6 +57,7 @@ from .bert import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
+from .preprocess import preprocess_arguments
 from .vit import ViT
 
 __all__ = [
@@ -74,6 +75,7 @@ __all__ = [
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+PREPROCESSOR_FILE = "preprocessor_config.json"  # a ViT's image preprocessing
 INDEX_FILE = "model.safetensors.index.json"  # sharded checkpoints: name -> shard file
 _PICKLED = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
             "flax_model.msgpack")
@@ -105,9 +107,14 @@ def read_config(folder) -> tuple[Path, dict]:
     if not path.is_file():
         raise FileNotFoundError(f"'{path}' does not exist: a checkpoint folder needs "
                                 f"{CONFIG_FILE} (the architecture) beside {WEIGHTS_FILE}")
+    return path, _read_json(path)
+
+
+def _read_json(path: Path) -> dict:
+    """The JSON object of a (small) config file; ValueError naming it otherwise."""
     if path.stat().st_size > _MAX_CONFIG_BYTES:
         raise ValueError(f"'{path}' is {path.stat().st_size} bytes long, more than the "
-                         f"{_MAX_CONFIG_BYTES} a config.json may have; it is not a config")
+                         f"{_MAX_CONFIG_BYTES} a config file may have; it is not a config")
     try:
         fields = json.loads(path.read_text(encoding="utf-8"))
     except RecursionError:
@@ -117,7 +124,7 @@ def read_config(folder) -> tuple[Path, dict]:
     if not isinstance(fields, dict):
         raise ValueError(f"'{path}' holds a JSON {type(fields).__name__}, not an object of "
                          "config fields")
-    return path, fields
+    return fields
 
 
 def read_weights(folder) -> tuple[Path, dict]:
@@ -651,6 +658,9 @@ def load_pretrained(cls, folder, *, dtype=None, num_labels=None, max_bytes=MAX_B
             raise
         raise ValueError(f"'{config_path}': its fields do not make a valid {cls.__name__} "
                          f"({exc})") from None
+    if base is ViT and (config_path.parent / PREPROCESSOR_FILE).is_file():
+        path = config_path.parent / PREPROCESSOR_FILE
+        model.preprocessing = preprocess_arguments(path, _read_json(path))
     own = model.state_dict()
     used, state, missing = set(), {}, []
     if base is BertForPreTraining:
