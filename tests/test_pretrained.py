@@ -222,7 +222,7 @@ def test_heads_missing_from_a_pretraining_checkpoint_are_initialised_and_reporte
     ids, types, mask = _inputs()
     with nk.no_grad():  # the encoder is the checkpoint's all the same
         seq, pooled = model.bert(ids, types, mask)
-    theirs = _bert_outputs(torch, hf.bert, ids, types, mask)
+    theirs = _bert_outputs(torch, hf.float().bert, ids, types, mask)
     _close(seq, theirs.last_hidden_state, np.float32)
     _close(pooled, theirs.pooler_output, np.float32)
 
@@ -664,3 +664,62 @@ def test_position_interpolation_is_differentiable():
     images = _images((1, 1, 6, 4), np.float64)
     nk.gradcheck(lambda pos: model.embed(images, interpolate_pos_encoding=True),
                  [model.pos_embed], eps=1e-6, atol=1e-8, rtol=1e-6)
+
+
+# ----- item 6: the examples on tiny checkpoints --------------------------------------------------
+def _example(name):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fill_mask_example_gives_transformers_probabilities(tmp_path, capsys):
+    transformers = import_transformers()
+    import torch
+
+    from nnkit.text import SPECIAL_TOKENS, WordPieceTokenizer
+
+    words = ["the", "capital", "of", "france", "is", "paris", ".", "man", "worked", "as", "a"]
+    vocab = [*SPECIAL_TOKENS, *words, *(f"w{i}" for i in range(99 - 5 - len(words)))]
+    folder = WordPieceTokenizer(vocab).save_pretrained(tmp_path / "bert")
+    config = transformers.BertConfig(**BERT)
+    hf = _perturb(torch, transformers.BertForMaskedLM(config))
+    hf.save_pretrained(folder)
+    text = "the capital of france is [MASK]."
+    results = _example("bert_fill_mask").main([str(folder), text, "--top-k", "3"])
+    assert "[MASK] 1:" in capsys.readouterr().out
+    theirs_tok = transformers.BertTokenizerFast.from_pretrained(folder)
+    enc = theirs_tok(text, return_tensors="pt")
+    with torch.no_grad():
+        logits = hf(**enc).logits[0]
+    position = enc["input_ids"][0].tolist().index(theirs_tok.mask_token_id)
+    probs = torch.softmax(logits[position].double(), -1).numpy()
+    best = np.argsort(-probs)[:3]
+    assert [t for t, _ in results[0]] == theirs_tok.convert_ids_to_tokens(best.tolist())
+    np.testing.assert_allclose([p for _, p in results[0]], probs[best], rtol=1e-5, atol=1e-6)
+
+
+def test_vit_classify_example_gives_transformers_probabilities(hf_checkpoints, tmp_path,
+                                                               capsys):
+    transformers = import_transformers()
+    import torch
+
+    folder = _copy(hf_checkpoints["ViTForImageClassification"][0], tmp_path / "vit")
+    processor = _pil_processor(transformers, size={"height": 8, "width": 8})
+    processor.save_pretrained(folder)
+    image = np.random.default_rng(3).integers(0, 256, (20, 30, 3), dtype=np.uint8)
+    np.save(tmp_path / "image.npy", image)
+    results = _example("vit_classify").main([str(folder), str(tmp_path / "image.npy")])
+    assert "LABEL_" in capsys.readouterr().out
+    hf = hf_checkpoints["ViTForImageClassification"][1].float()
+    pixels = processor(images=image, return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        probs = torch.softmax(hf(pixels).logits[0].double(), -1).numpy()
+    best = np.argsort(-probs)
+    assert [label for label, _ in results] == [hf.config.id2label[int(i)] for i in best]
+    np.testing.assert_allclose([p for _, p in results], probs[best], rtol=1e-5, atol=1e-6)
