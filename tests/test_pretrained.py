@@ -618,6 +618,12 @@ def test_preprocessor_config_is_loaded_with_the_checkpoint(hf_checkpoints, tmp_p
     image = np.random.default_rng(0).integers(0, 256, (30, 20, 3), dtype=np.uint8)
     np.testing.assert_array_equal(model.preprocess(image),
                                   processor(images=image, return_tensors="np")["pixel_values"])
+    model.save_pretrained(tmp_path / "again")  # and written back with the checkpoint
+    again = ViT.from_pretrained(tmp_path / "again")
+    assert again.preprocessing == model.preprocessing
+    np.testing.assert_array_equal(
+        _pil_processor(transformers).from_pretrained(tmp_path / "again")(
+            images=image, return_tensors="np")["pixel_values"], again.preprocess(image))
     with open(folder / "preprocessor_config.json", "w") as f:
         json.dump({"size": {"shortest_edge": 224}, "do_center_crop": True}, f)
     with pytest.raises(ValueError, match=r"preprocessor_config.json': field 'size'"):

@@ -768,7 +768,9 @@ def _tensors(model, base, arch: _Architecture) -> dict:
 def save_pretrained(model, folder) -> Path:
     """Write ``folder/config.json`` and ``folder/model.safetensors`` in the Hugging Face
     layout, so that transformers' ``from_pretrained(folder)`` (and nnkit's) rebuilds the same
-    model; the folder is created when missing. Returns the folder."""
+    model; the folder is created when missing. A ViT with ``preprocessing`` (loaded from a
+    checkpoint that had it, or set) also gets its preprocessor_config.json. Returns the
+    folder."""
     base, arch = _architecture(type(model))
     config = _config(model, base, arch)
     tensors = {name: np.ascontiguousarray(a) for name, a in _tensors(model, base, arch).items()}
@@ -776,7 +778,24 @@ def save_pretrained(model, folder) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     write_file(folder / WEIGHTS_FILE, tensors, {"format": "pt"})
     _write_json(folder / CONFIG_FILE, config)
+    if base is ViT and getattr(model, "preprocessing", None):
+        _write_json(folder / PREPROCESSOR_FILE, _preprocessor_config(model.preprocessing))
     return folder
+
+
+def _preprocessor_config(args: dict) -> dict:
+    """preprocessor_config.json's fields for ``vit_preprocess`` arguments."""
+    size = args.get("size", 224)
+    height, width = (size, size) if isinstance(size, numbers.Integral) else size
+    return {"image_processor_type": "ViTImageProcessor",
+            "do_resize": bool(args.get("do_resize", True)),
+            "size": {"height": int(height), "width": int(width)},
+            "resample": int(args.get("resample", 2)),
+            "do_rescale": bool(args.get("do_rescale", True)),
+            "rescale_factor": float(args.get("rescale_factor", 1 / 255)),
+            "do_normalize": bool(args.get("do_normalize", True)),
+            "image_mean": [float(v) for v in args.get("mean", (0.5, 0.5, 0.5))],
+            "image_std": [float(v) for v in args.get("std", (0.5, 0.5, 0.5))]}
 
 
 def _write_json(path: Path, data: dict) -> None:
