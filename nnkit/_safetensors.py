@@ -5,6 +5,10 @@ of a JSON header ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__m
 {str: str}}`` (padded with spaces to a multiple of 8), then the tensors' bytes, little-endian,
 C order, back to back.
 
+bfloat16 tensors (dtype ``BF16``, what many published checkpoints hold) are read as float32:
+NumPy has no bfloat16, and a bfloat16 is the top half of a float32, so the conversion is
+exact (the 16 bits become the high half, the low half zero). They are never written.
+
 Writes are atomic: the bytes go to a temporary file in the same folder, which is flushed,
 fsynced, read back (its header parsed and checked as a read would) and renamed over the
 target, so a crash mid-write leaves the previous file intact, and the temporary file of a
@@ -35,6 +39,8 @@ _DTYPES = {
     "F16": np.float16, "F32": np.float32, "F64": np.float64,
 }
 _CODES = {np.dtype(v): k for k, v in _DTYPES.items()}
+_BF16 = "BF16"  # read as uint16 (its bytes), then widened to float32
+_READ_ONLY = {_BF16: np.uint16}
 _MAX_HEADER = 100 * 2**20  # the reference implementation's limit
 _MAX_NDIM = 32  # NumPy's array rank limit (NumPy 1; NumPy 2 allows 64)
 _MAX_DIM = 2**63 - 1  # one axis of a NumPy array (intp)
@@ -190,9 +196,9 @@ def _check_entry(path: Path, name: str, entry) -> tuple:
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
         raise bad("expected a JSON object with the keys dtype, shape and data_offsets")
     code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if not isinstance(code, str) or code not in _DTYPES:
+    if not isinstance(code, str) or (code not in _DTYPES and code not in _READ_ONLY):
         raise FileFormatError(f"'{path}': tensor '{name}' has dtype {code!r:.100}, which nnkit "
-                              f"does not read (it reads {', '.join(_DTYPES)})")
+                              f"does not read (it reads {', '.join([*_DTYPES, *_READ_ONLY])})")
     if not (isinstance(shape, list) and all(type(s) is int and 0 <= s <= _MAX_DIM
                                             for s in shape)):
         raise bad("shape must be a list of integers from 0 to 2**63 - 1")
@@ -201,13 +207,18 @@ def _check_entry(path: Path, name: str, entry) -> tuple:
     if not (isinstance(offsets, list) and len(offsets) == 2
             and all(type(o) is int and o >= 0 for o in offsets) and offsets[0] <= offsets[1]):
         raise bad("data_offsets must be [begin, end], integers with 0 <= begin <= end")
-    dtype = np.dtype(_DTYPES[code])
+    dtype = np.dtype(_DTYPES.get(code) or _READ_ONLY[code])
     size = math.prod(shape) * dtype.itemsize  # Python ints: no wrap-around
     if offsets[1] - offsets[0] != size:
         raise FileFormatError(f"'{path}': tensor '{name}' of shape {tuple(shape)} and dtype "
                               f"{code} needs {size} bytes but its offsets {offsets} span "
                               f"{offsets[1] - offsets[0]}; the file is corrupted")
-    return dtype, tuple(shape), offsets
+    return dtype, tuple(shape), offsets, code
+
+
+def _bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
+    """uint16 array of bfloat16 bit patterns -> the float32 array of the same values."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
 def _check_metadata(path: Path, metadata) -> dict:
@@ -228,7 +239,8 @@ def read_file(path) -> tuple[dict, dict]:
     """Read a safetensors file: ``(tensors {name: ndarray}, metadata {str: str})``.
 
     Raises FileNotFoundError for a missing file and FileFormatError (a ValueError) naming the
-    problem for a truncated, corrupted or foreign file. Arrays are fresh, writable copies.
+    problem for a truncated, corrupted or foreign file. Arrays are fresh, writable copies;
+    bfloat16 tensors come back as float32 (exactly).
     """
     path = Path(path)
     if not path.is_file():
@@ -241,7 +253,7 @@ def read_file(path) -> tuple[dict, dict]:
                          key=lambda item: item[0][2][0])
         data_start = f.tell()
         expected = 0
-        for (_, _, offsets), name in entries:
+        for (_, _, offsets, _), name in entries:
             if offsets[0] != expected:
                 raise FileFormatError(f"'{path}': tensor '{name}' starts at byte {offsets[0]} "
                                       f"of the data, expected {expected} (gaps or overlaps); "
@@ -253,7 +265,7 @@ def read_file(path) -> tuple[dict, dict]:
             raise FileFormatError(f"'{path}' {what}: the header describes {expected} bytes "
                                   f"of tensor data, the file holds {file_size - data_start}")
         tensors = {}
-        for (dtype, shape, _), name in entries:
+        for (dtype, shape, _, code), name in entries:
             try:
                 out = np.empty(shape, dtype=dtype.newbyteorder("<"))
             except (ValueError, OverflowError) as exc:  # (MemoryError: the machine, not the file)
@@ -261,5 +273,6 @@ def read_file(path) -> tuple[dict, dict]:
                                       f"made ({exc}); the file is corrupted") from None
             if out.size and f.readinto(out.reshape(-1).view(np.uint8).data) != out.nbytes:
                 raise FileFormatError(f"'{path}': could not read tensor '{name}' (truncated)")
-            tensors[name] = out.astype(dtype, copy=False)
+            out = out.astype(dtype, copy=False)
+            tensors[name] = _bfloat16_to_float32(out) if code == _BF16 else out
     return {n: tensors[n] for n in header}, metadata

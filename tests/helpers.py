@@ -65,6 +65,13 @@ def import_torch():
     return pytest.importorskip("torch")
 
 
+def import_transformers():
+    """Import transformers (and torch) or skip the test cleanly: both are optional test
+    dependencies (for the Hugging Face checkpoint comparisons), never nnkit's."""
+    import_torch()
+    return pytest.importorskip("transformers")
+
+
 # ---- CUDA kernels under Numba's simulator, in a child process -------------------------------
 # The simulator must be enabled before numba.cuda is first imported, so a test file runs
 # itself as a script with NUMBA_ENABLE_CUDASIM=1: its ``__main__`` calls

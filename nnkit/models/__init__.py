@@ -18,6 +18,7 @@ from .bert import (
     mask_tokens,
 )
 from .decoding import beam_search, greedy_decode, length_penalty, sequence_log_prob
+from .preprocess import vit_preprocess
 from .seq2seq import Seq2Seq
 from .translator import TransformerTranslator
 from .vit import ViT, patchify
@@ -38,4 +39,5 @@ __all__ = [
     "best_span",
     "ViT",
     "patchify",
+    "vit_preprocess",
 ]

@@ -43,6 +43,7 @@ from ..nn.attention import MultiheadAttention
 from ..nn.layers import Dropout, Embedding, LayerNorm, Linear, _dtype
 from ..nn.module import Module, Parameter
 from ..nn.transformer import TransformerEncoder, TransformerEncoderLayer
+from ._hub import PretrainedMixin
 from .decoding import check_ids
 
 __all__ = [
@@ -182,7 +183,7 @@ class BertEmbeddings(Module):
         return self.dropout(self.norm(x))
 
 
-class Bert(Module):
+class Bert(PretrainedMixin, Module):
     """The BERT encoder: embeddings, a post-norm GELU transformer encoder, the [CLS] pooler.
 
     Parameters
@@ -306,7 +307,7 @@ class Bert(Module):
 
 
 # ----- pretraining ---------------------------------------------------------------------------
-class BertForPreTraining(Module):
+class BertForPreTraining(PretrainedMixin, Module):
     """BERT with the masked-LM head (decoder tied to the word embedding) and the NSP head.
 
     Same arguments as ``Bert``. Submodules: ``bert``, ``mlm_dense`` (H -> H), ``mlm_norm``,
@@ -476,7 +477,7 @@ def _dropout_p(bert: Bert, classifier_dropout):
     return bert.dropout_p if classifier_dropout is None else classifier_dropout
 
 
-class BertForSequenceClassification(Module):
+class BertForSequenceClassification(PretrainedMixin, Module):
     """A Linear classifier on the pooled [CLS] vector: logits (B, num_labels).
 
     Parameters
@@ -516,7 +517,7 @@ class BertForSequenceClassification(Module):
         return ClassifierOutput(logits, loss)
 
 
-class BertForTokenClassification(Module):
+class BertForTokenClassification(PretrainedMixin, Module):
     """A Linear classifier on every token: logits (B, T, num_labels).
 
     Same arguments as ``BertForSequenceClassification``. Labels (B, T) use -100 for the
@@ -542,7 +543,7 @@ class BertForTokenClassification(Module):
         return ClassifierOutput(logits, loss)
 
 
-class BertForQuestionAnswering(Module):
+class BertForQuestionAnswering(PretrainedMixin, Module):
     """Span extraction: start and end logits per token, from one Linear H -> 2.
 
     Parameters

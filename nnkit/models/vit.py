@@ -30,12 +30,13 @@ import numbers
 import numpy as np
 
 from .._backend import array_module
-from .._validation import check_choice, check_input_dtype, check_scalar
+from .._validation import check_bool, check_choice, check_input_dtype, check_scalar
 from ..autograd import Tensor, as_tensor, concat, no_grad, stack
 from ..nn import init
 from ..nn.layers import Dropout, LayerNorm, Linear, _dtype
 from ..nn.module import Module, Parameter
 from ..nn.transformer import TransformerEncoder, TransformerEncoderLayer
+from ._hub import PretrainedMixin
 
 __all__ = ["ViT", "patchify"]
 
@@ -85,7 +86,7 @@ def patchify(images, patch_size) -> Tensor:
     return x.reshape(B, (H // ph) * (W // pw), C * ph * pw)  # (B, n, C ph pw)
 
 
-class ViT(Module):
+class ViT(PretrainedMixin, Module):
     """Vision Transformer for image classification.
 
     Parameters
@@ -112,6 +113,13 @@ class ViT(Module):
         tokens' final states (global average pooling; the [CLS] token still takes part in
         attention).
     dtype : float32 (default) or float64
+    layer_norm_eps : float > 0
+        The epsilon of every LayerNorm (1e-5, torch's default; the published ViT checkpoints
+        use 1e-12, which ``from_pretrained`` reads from their config).
+    qkv_bias : bool
+        Biases on the query, key and value projections (``in_proj_bias``); without them
+        each layer's ``self_attn.in_proj_bias`` is None (the output projection keeps its
+        bias), as a checkpoint built with ``qkv_bias=False``.
 
     Attributes
     ----------
@@ -143,7 +151,8 @@ class ViT(Module):
 
     def __init__(self, image_size, patch_size, in_channels: int, num_classes: int, dim: int,
                  depth: int, heads: int, mlp_dim: int, dropout: float = 0.0,
-                 pool: str = "cls", dtype=None):
+                 pool: str = "cls", dtype=None, layer_norm_eps: float = 1e-5,
+                 qkv_bias: bool = True):
         super().__init__()
         self.image_size = _pair(image_size, "image_size")
         self.patch_size = _pair(patch_size, "patch_size")
@@ -160,6 +169,10 @@ class ViT(Module):
                              "head gets dim // heads features")
         check_scalar(dropout, name="dropout", low=0.0, high=1.0, high_inclusive=False)
         self.pool = check_choice(pool, name="pool", choices=("cls", "mean"))
+        check_scalar(layer_norm_eps, name="layer_norm_eps", low=0.0, low_inclusive=False)
+        check_bool(qkv_bias, name="qkv_bias")
+        self.layer_norm_eps, self.qkv_bias = float(layer_norm_eps), bool(qkv_bias)
+        self.dropout_p = float(dropout)
         self.in_channels, self.num_classes = int(in_channels), int(num_classes)
         self.dim, self.depth, self.heads = int(dim), int(depth), int(heads)
         self.grid_size = (H // ph, W // pw)
@@ -171,16 +184,20 @@ class ViT(Module):
         init.normal_(self.pos_embed, 0.0, 0.02)
         self.dropout = Dropout(dropout)
         layer = TransformerEncoderLayer(dim, heads, dim_feedforward=mlp_dim, dropout=dropout,
-                                        activation="gelu", batch_first=True, norm_first=True,
-                                        dtype=dtype)
-        self.encoder = TransformerEncoder(layer, depth, norm=LayerNorm(dim, dtype=dtype))
+                                        activation="gelu", layer_norm_eps=layer_norm_eps,
+                                        batch_first=True, norm_first=True, dtype=dtype)
+        if not qkv_bias:  # before the copies: no layer ever holds the bias
+            layer.self_attn.register_parameter("in_proj_bias", None)
+        self.encoder = TransformerEncoder(layer, depth, norm=LayerNorm(dim, eps=layer_norm_eps,
+                                                                       dtype=dtype))
         for block in self.encoder.layers[1:]:  # fresh weights per layer (deep copies start equal)
             _reinitialise(block)
         self.head = Linear(dim, num_classes, dtype=dtype)
 
     # ----- input ------------------------------------------------------------------------------
-    def _check_images(self, images) -> Tensor:
-        """images (B, C, H, W) or (B, C H W) -> Tensor (B, C, H, W), shapes checked."""
+    def _check_images(self, images, interpolate: bool = False) -> Tensor:
+        """images (B, C, H, W) or (B, C H W) -> Tensor (B, C, H, W), shapes checked; with
+        ``interpolate`` any size that the patches tile."""
         x = as_tensor(images)
         C, (H, W) = self.in_channels, self.image_size
         if x.dtype.kind != "f":
@@ -199,33 +216,85 @@ class ViT(Module):
         if x.shape[1] != C:
             raise ValueError(f"images have {x.shape[1]} channels (shape {x.shape}) but ViT was "
                              f"built with in_channels={C}")
+        if interpolate:
+            ph, pw = self.patch_size
+            if x.shape[2] % ph or x.shape[3] % pw:
+                raise ValueError(f"images of size H x W = {x.shape[2]} x {x.shape[3]} are not "
+                                 f"a multiple of patch_size={(ph, pw)}")
+            return x
         if tuple(x.shape[2:]) != (H, W):
             ph, pw = self.patch_size
             tiling = ("" if x.shape[2] % ph == 0 and x.shape[3] % pw == 0 else
                       f"; it is not even a multiple of patch_size={(ph, pw)}")
             raise ValueError(f"images have size H x W = {x.shape[2]} x {x.shape[3]} (shape "
                              f"{x.shape}) but ViT was built with image_size={(H, W)} (its "
-                             f"learned positions fix the number of patches){tiling}")
+                             f"learned positions fix the number of patches; pass "
+                             f"interpolate_pos_encoding=True to interpolate them){tiling}")
         return x
 
     # ----- forward ------------------------------------------------------------------------------
-    def embed(self, images) -> Tensor:
-        """Tokens z_0 (B, n + 1, D): [CLS] then the projected patches, plus positions."""
-        x = self._check_images(images)
+    def embed(self, images, interpolate_pos_encoding: bool = False) -> Tensor:
+        """Tokens z_0 (B, n + 1, D): [CLS] then the projected patches, plus positions.
+
+        ``interpolate_pos_encoding``: images of another size (a multiple of the patch) get
+        the learned grid of patch positions resized bicubically to their patch grid
+        (``interpolate_positions``), as transformers' ViT does.
+        """
+        x = self._check_images(images, interpolate_pos_encoding)
         tokens = self.patch_embed(patchify(x, self.patch_size))  # (B, n, D)
         B = tokens.shape[0]
         xp = array_module(tokens.data)
         cls = self.cls_token + xp.zeros((B, 1, self.dim), dtype=tokens.dtype)  # (B, 1, D)
-        z = concat([cls, tokens], axis=1) + self.pos_embed  # (B, n + 1, D)
+        pos = self.pos_embed
+        if interpolate_pos_encoding:
+            grid = (x.shape[2] // self.patch_size[0], x.shape[3] // self.patch_size[1])
+            pos = self.interpolate_positions(grid, square=x.shape[2] == x.shape[3])
+        z = concat([cls, tokens], axis=1) + pos  # (B, n + 1, D)
         return self.dropout(z)
+
+    def interpolate_positions(self, grid, square: bool = True) -> Tensor:
+        """The position embeddings (1, 1 + gh gw, D) for a patch grid ``grid`` = (gh, gw).
+
+        Row 0 ([CLS]) is kept; the (Gh, Gw) grid of learned patch positions is resized to
+        (gh, gw) by torch's bicubic interpolation (a = -0.75, align_corners=False, edges
+        replicated), separably, as matrix products: differentiable. The learned table is
+        returned unchanged for the model's own grid when the image is ``square``, as
+        transformers does (it interpolates a non-square image even of the same patch
+        count).
+        """
+        gh, gw = _pair(grid, "grid")
+        if (gh, gw) == self.grid_size and square:
+            return self.pos_embed
+        D, (Gh, Gw) = self.dim, self.grid_size
+        xp = array_module(self.pos_embed.data)
+        dtype = self.pos_embed.dtype
+        rows = Tensor(xp.asarray(_bicubic_weights(Gh, gh), dtype=dtype))  # (gh, Gh)
+        cols = Tensor(xp.asarray(_bicubic_weights(Gw, gw), dtype=dtype))  # (gw, Gw)
+        grid_pos = self.pos_embed[0, 1:].reshape(Gh, Gw * D)
+        y = (rows @ grid_pos).reshape(gh, Gw, D).transpose(1, 0, 2).reshape(Gw, gh * D)
+        y = (cols @ y).reshape(gw, gh, D).transpose(1, 0, 2).reshape(1, gh * gw, D)
+        return concat([self.pos_embed[:, :1], y], axis=1)  # (1, 1 + gh gw, D)
+
+    def preprocess(self, images):
+        """Images (channels last, uint8 or float; see ``vit_preprocess``) -> this model's
+        input (B, C, H, W): as the checkpoint's preprocessor_config.json says when the model
+        was loaded with one (``self.preprocessing``), else transformers' ViT defaults (mean
+        and std 0.5, bytes / 255) at ``image_size``."""
+        from .preprocess import vit_preprocess
+
+        args = getattr(self, "preprocessing", None) or {"size": self.image_size}
+        return vit_preprocess(images, **args, dtype=self.patch_embed.weight.dtype)
 
     def _classify(self, z) -> Tensor:
         """Logits (B, num_classes) from the final states z (B, n + 1, D)."""
         pooled = z[:, 0] if self.pool == "cls" else z[:, 1:].mean(axis=1)  # (B, D)
         return self.head(pooled)
 
-    def forward(self, images, return_attention: bool = False):
+    def forward(self, images, return_attention: bool = False,
+                interpolate_pos_encoding: bool = False):
         """Class logits (B, num_classes) of images (B, C, H, W) or (B, C H W).
+
+        ``interpolate_pos_encoding``: accept images of another size (see ``embed``).
 
         With ``return_attention=True`` returns ``(logits, attention)``, attention a Tensor
         (depth, B, heads, n + 1, n + 1) of every layer's softmax weights (row i: how token i
@@ -234,7 +303,7 @@ class ViT(Module):
         composes the attention from autograd ops (it needs the weights); the default calls
         the fused kernel. Both give the same logits.
         """
-        z = self.embed(images)
+        z = self.embed(images, interpolate_pos_encoding)
         if not return_attention:
             return self._classify(self.encoder(z))
         weights = []
@@ -274,6 +343,24 @@ class ViT(Module):
     def extra_repr(self) -> str:
         return (f"image_size={self.image_size}, patch_size={self.patch_size}, "
                 f"num_patches={self.num_patches}, pool={self.pool!r}")
+
+
+def _bicubic_weights(n_in: int, n_out: int, a: float = -0.75) -> np.ndarray:
+    """(n_out, n_in) weights of torch's bicubic upsampling along one axis (align_corners
+    False: source x = (i + 0.5) n_in / n_out - 0.5, four taps, indices clamped)."""
+    out = np.zeros((n_out, n_in))
+    scale = n_in / n_out
+    for i in range(n_out):
+        src = (i + 0.5) * scale - 0.5
+        base = int(np.floor(src))
+        t = src - base
+        taps = (((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+                ((a + 2) * t - (a + 3)) * t * t + 1,
+                ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+                ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a)
+        for k, w in enumerate(taps):
+            out[i, min(max(base - 1 + k, 0), n_in - 1)] += w
+    return out
 
 
 def _reinitialise(layer: TransformerEncoderLayer) -> None:
