@@ -53,10 +53,12 @@ def _setup(fast=False):
         sys.path.insert(0, str(path))
     import cupy  # noqa: F401  (the stand-in)
 
-    from nnkit._ext import attention_cuda
+    from nnkit._ext import activation_cuda, attention_cuda, optim_cuda
 
     attention_cuda.block_m, attention_cuda.block_n = 8, 8
     attention_cuda.threads_y, attention_cuda.threads_x = 2, 4
+    optim_cuda.threads, optim_cuda.max_blocks = 32, 2
+    activation_cuda.threads, activation_cuda.max_blocks = 32, 4
     if fast:
         import warnings
 
@@ -107,6 +109,9 @@ def _ops(batch):
                                                  randn(128, 64, grad=True),
                                                  randn(128, grad=True)), F.linear))
     cases.update(pair("relu", lambda: (randn(batch, 128, grad=True),), F.relu))
+    cases.update(pair("gelu", lambda: (randn(batch, 17, 128, grad=True),), F.gelu))
+    cases.update(pair("dropout 0.1", lambda: (randn(batch, 17, 64, grad=True), 0.1),
+                      F.dropout))
     cases.update(pair("softmax", lambda: (randn(batch, 10, grad=True),), F.softmax))
     cases.update(pair("log_softmax", lambda: (randn(batch, 10, grad=True),), F.log_softmax))
     target = cupy.asarray(rng.integers(0, 10, batch))
@@ -118,6 +123,9 @@ def _ops(batch):
     cases.update(pair("sdpa (b,8,17,8)", lambda: tuple(randn(batch, 8, 17, 8, grad=True)
                                                        for _ in range(3)),
                       F.scaled_dot_product_attention))
+    mha = nk.nn.MultiheadAttention(64, 8, batch_first=True).to("cuda")
+    cases.update(pair("self-attention MHA 64/8", lambda: (randn(batch, 17, 64, grad=True),),
+                      lambda x: mha(x, x, x, need_weights=False)[0]))
     cases.update(pair("conv2d 1->8 3x3", lambda: (randn(batch, 1, 8, 8, grad=True),
                                                   randn(8, 1, 3, 3, grad=True),
                                                   randn(8, grad=True), 1, 1),
@@ -127,7 +135,7 @@ def _ops(batch):
 
     def optimizer(make_opt, n):
         def setup():
-            shapes = [(64, 32), (64,), (32, 64), (32,), (10, 32), (10,), (32,), (32,)][:n]
+            shapes = ([(64, 32), (64,), (32, 64), (32,), (10, 32), (10,), (32,), (32,)] * 6)[:n]
             params = [nk.nn.Parameter(cupy.asarray(rng.standard_normal(s).astype(np.float32)))
                       for s in shapes]
             opt = make_opt(params)
@@ -137,7 +145,7 @@ def _ops(batch):
             return opt.step
         return setup
 
-    for n in (1, 8):
+    for n in (1, 8, 44):  # 44: the digits ViT's parameters
         cases[f"Adam step, {n} params"] = optimizer(lambda ps: nk.optim.Adam(ps, lr=1e-3), n)
         cases[f"AdamW step, {n} params"] = optimizer(lambda ps: nk.optim.AdamW(ps, lr=1e-3), n)
         cases[f"SGD momentum step, {n} params"] = optimizer(
@@ -195,6 +203,8 @@ def count(batch, only=None):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--markdown", action="store_true",
+                        help="print the rows as a Markdown table too")
     parser.add_argument("--fast", action="store_true",
                         help="count the Numba launches without running them")
     parser.add_argument("--only", nargs="*", default=None, choices=("ops", "steps"))
@@ -223,6 +233,10 @@ def main(argv=None):
             print(f"counts depend on the batch: {diff}")
             return 1
         print(f"batch {args.batch} and {args.batch + 3}: the same counts")
+    if args.markdown:
+        print("\n| | case | Numba launches | device kernels |\n|---|---|---:|---:|")
+        for row in rows:
+            print(f"| {row['section']} | {row['case']} | {row['numba']} | {row['kernels']} |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -47,11 +47,13 @@ def _install_cupy_stand_in() -> bool:
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "stand_in"))
     import cupy  # noqa: F401  (raises ImportError without NUMBA_ENABLE_CUDASIM=1)
 
-    from nnkit._ext import attention_cuda, optim_cuda
+    from nnkit._ext import activation_cuda, attention_cuda, optim_cuda
 
     attention_cuda.block_m, attention_cuda.block_n = 8, 8
     attention_cuda.threads_y, attention_cuda.threads_x = 2, 4
-    optim_cuda.threads, optim_cuda.max_blocks = 32, 2  # the simulator: a thread per thread
+    # small grids striding over the elements: the simulator runs a Python thread per thread
+    optim_cuda.threads, optim_cuda.max_blocks = 32, 2
+    activation_cuda.threads, activation_cuda.max_blocks = 32, 4
     return True
 
 

@@ -488,6 +488,20 @@ def _budget_cases(cupy):
     conv, conv_cache = K.conv2d_forward(img, randn(2, 3, 3, 3), padding=1)
     pool, pool_cache = K.max_pool2d_forward(img, 2)
 
+    import nnkit as nk
+    import nnkit.functional as F
+
+    _y, gelu_cdf = K.gelu_forward(x)
+    params = [nk.nn.Parameter(randn(3)) for _ in range(20)]
+    for p in params:
+        p.grad = randn(3)
+    optimizers = {name: make(params) for name, make in (
+        ("adam", lambda ps: nk.optim.Adam(ps)),
+        ("amsgrad", lambda ps: nk.optim.AdamW(ps, amsgrad=True)),
+        ("sgd", lambda ps: nk.optim.SGD(ps, lr=0.1, momentum=0.9)))}
+    logits = nk.Tensor(x).requires_grad_()
+    target = cupy.asarray(np.array([0, 5, -100]))
+
     def rows_scan():
         saved, scan_cuda.rows_min = scan_cuda.rows_min, 1
         try:
@@ -506,7 +520,7 @@ def _budget_cases(cupy):
         ("layer_norm backward", lambda: K.layer_norm_backward(dy, x, ln[1], ln[2], randn(6),
                                                               randn(6)),
          {ln_name + "_layer_norm_dx_kernel": 1, ln_name + "_layer_norm_param_chunks_kernel": 1,
-          ln_name + "_sum_chunks_kernel": 2}),
+          ln_name + "_sum_chunks2_kernel": 1}),
         ("layer_norm backward, no affine", lambda: K.layer_norm_backward(dy, x, ln[1], ln[2]),
          {ln_name + "_layer_norm_dx_kernel": 1}),
         # one persistent launch per pass, whatever T (tests/test_recurrent_persistent.py)
@@ -542,6 +556,21 @@ def _budget_cases(cupy):
          {"conv_cuda._max_pool_kernel": 1}),
         ("max_pool2d backward", lambda: K.max_pool2d_backward(pool, pool_cache),
          {"conv_cuda._max_pool_bwd_kernel": 1}),
+        ("gelu forward", lambda: K.gelu_forward(x), {"activation_cuda._gelu_forward_kernel": 1}),
+        ("gelu backward", lambda: K.gelu_backward(dy, x, gelu_cdf),
+         {"activation_cuda._gelu_backward_kernel": 1}),
+        ("dropout forward", lambda: K.dropout_forward(x, 0.1, 7),
+         {"activation_cuda._dropout_kernel": 1}),
+        ("mean cross_entropy forward and backward", lambda: F.cross_entropy(
+            logits, target).backward(),
+         {sm + "_cross_entropy_kernel": 1, sm + "_mean_valid_kernel": 1,
+          sm + "_cross_entropy_mean_backward_kernel": 1}),
+        # one launch per 17 (13, 22) parameters of a dtype and step count
+        ("Adam step, 20 parameters", optimizers["adam"].step, {"optim_cuda.adam": 2}),
+        ("AdamW AMSGrad step, 20 parameters", optimizers["amsgrad"].step,
+         {"optim_cuda.adam_amsgrad": 2}),
+        ("SGD momentum step, 20 parameters", optimizers["sgd"].step,
+         {"optim_cuda._sgd_kernel": 1}),
     ]
 
 

@@ -1,6 +1,7 @@
 """The exact GELU, y = x Phi(x) (Phi the standard normal CDF): a validated forward/backward
 pair on NumPy arrays, running the fused Numba kernels of ``nnkit._ext.activation_cpu``
-(one pass each way; the naive twin is ``nnkit.kernels.reference.gelu``).
+(one pass each way; the naive twin is ``nnkit.kernels.reference.gelu``), and dropout; CuPy
+arrays run on the CUDA twins of ``nnkit._ext.activation_cuda`` (one launch each).
 
 Examples
 --------
@@ -15,32 +16,50 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._backend import array_module, is_gpu_array
 from .._ext import activation_cpu
 from .._validation import FLOATS, check_array, check_same_shape, check_scalar
 
 __all__ = ["gelu_forward", "gelu_backward", "dropout_forward"]
 
 
+def _kernels(*arrays):
+    """``activation_cpu`` for NumPy arrays, ``activation_cuda`` for CuPy ones (all of one
+    kind, else TypeError)."""
+    gpu = {is_gpu_array(a) for a in arrays}
+    if len(gpu) > 1:
+        raise TypeError("the arrays must all be NumPy arrays or all be GPU arrays")
+    if gpu == {True}:
+        if array_module(arrays[0]) is np:
+            raise TypeError(f"GPU arrays must be CuPy arrays here, got "
+                            f"{type(arrays[0]).__name__}")
+        from .._ext import activation_cuda
+
+        return activation_cuda
+    return activation_cpu
+
+
 def gelu_forward(x):
     """(y, cdf): y = x Phi(x) and Phi(x), both shaped and typed like ``x`` (float32/64)."""
-    x = check_array(x, name="x", dtype=FLOATS, allow_device=False)
-    y, cdf = np.empty_like(x), np.empty_like(x)
+    x = check_array(x, name="x", dtype=FLOATS)
+    xp = array_module(x)
+    y, cdf = xp.empty_like(x), xp.empty_like(x)
     if x.size:
-        activation_cpu.gelu_forward(x.reshape(-1), y.reshape(-1), cdf.reshape(-1))
+        _kernels(x).gelu_forward(x.reshape(-1), y.reshape(-1), cdf.reshape(-1))
     return y, cdf
 
 
 def gelu_backward(g, x, cdf):
     """dL/dx = g (Phi(x) + x phi(x)) from ``gelu_forward``'s ``cdf``; shapes of ``x``."""
-    x = check_array(x, name="x", dtype=FLOATS, allow_device=False)
-    g = check_array(g, name="g", dtype=FLOATS, allow_device=False)
-    cdf = check_array(cdf, name="cdf", dtype=FLOATS, allow_device=False)
+    x = check_array(x, name="x", dtype=FLOATS)
+    g = check_array(g, name="g", dtype=FLOATS)
+    cdf = check_array(cdf, name="cdf", dtype=FLOATS)
     check_same_shape(g, x, name_a="g", name_b="x")
     check_same_shape(cdf, x, name_a="cdf", name_b="x")
-    dx = np.empty(x.shape, dtype=np.result_type(g, x))
+    kernels = _kernels(x, g, cdf)
+    dx = array_module(x).empty(x.shape, dtype=np.result_type(g.dtype, x.dtype))
     if x.size:
-        activation_cpu.gelu_backward(g.reshape(-1), x.reshape(-1), cdf.reshape(-1),
-                                     dx.reshape(-1))
+        kernels.gelu_backward(g.reshape(-1), x.reshape(-1), cdf.reshape(-1), dx.reshape(-1))
     return dx
 
 
@@ -50,14 +69,15 @@ def dropout_forward(x, p: float, seed: int):
     ``splitmix64(seed + (i + 1) 0x9E3779B97F4A7C15) >> 11`` times 2**-53, the stream of
     ``nnkit._random.device_uniform`` (twin: ``nnkit.kernels.reference.dropout_mask``).
     ``p`` in [0, 1); ``seed`` in [0, 2**64)."""
-    x = check_array(x, name="x", dtype=FLOATS, allow_device=False)
+    x = check_array(x, name="x", dtype=FLOATS)
     check_scalar(p, name="p", low=0.0, high=1.0)
     if p >= 1.0:
         raise ValueError(f"p must be < 1 (p = 1 drops everything: no scale), got {p}")
     if not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**64:
         raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
-    y, mask = np.empty_like(x), np.empty_like(x)
+    xp = array_module(x)
+    y, mask = xp.empty_like(x), xp.empty_like(x)
     if x.size:
-        activation_cpu.dropout_forward(x.reshape(-1), np.uint64(seed), float(p),
-                                       1.0 / (1.0 - p), y.reshape(-1), mask.reshape(-1))
+        _kernels(x).dropout_forward(x.reshape(-1), np.uint64(seed), float(p), 1.0 / (1.0 - p),
+                                    y.reshape(-1), mask.reshape(-1))
     return y, mask
