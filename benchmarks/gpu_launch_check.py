@@ -162,6 +162,49 @@ def _cases(cupy, smoke):
         hopfield_cuda.sync_run(*arrays, 20)
         return [arrays[1], arrays[4], arrays[5]]
 
+    def activation():
+        rng = np.random.default_rng(9)
+        x, g = randn(rng, 37 if smoke else 5000, f64), randn(rng, 37 if smoke else 5000, f64)
+        y, cdf = K.gelu_forward(x)
+        return [y, cdf, K.gelu_backward(g, x, cdf), *K.dropout_forward(x, 0.3, 11)]
+
+    def cross_entropy_mean():
+        from nnkit._ext import softmax_cuda
+
+        rng = np.random.default_rng(10)
+        logits = randn(rng, (6, 9) if smoke else (33, 70))
+        target = rng.integers(0, logits.shape[1], logits.shape[0])
+        target[2] = -100
+        target = cupy.asarray(target)
+        N = logits.shape[0]
+        lse, rows = cupy.empty(N, f64), cupy.empty(N, f64)
+        loss, n_valid, out = cupy.empty(1, f32), cupy.empty(1, f64), cupy.empty_like(logits)
+        softmax_cuda.cross_entropy_rows(logits, target, -100, lse, rows)
+        softmax_cuda.cross_entropy_mean(rows, target, -100, loss, n_valid)
+        softmax_cuda.cross_entropy_mean_backward_rows(logits, target, lse,
+                                                      cupy.full(1, 0.5, f32), n_valid, -100,
+                                                      out)
+        return [lse, rows, loss, n_valid, out]
+
+    def optimizers():  # tuples of arrays: the multi-tensor steps
+        from nnkit._ext import optim_cuda
+
+        rng = np.random.default_rng(11)
+        sizes = (5, 1, 40) if smoke else (300, 1, 4000, 17)
+        outputs = []
+        for amsgrad in (False, True):
+            p, g, m, v, vm = ([randn(rng, n) for n in sizes] for _ in range(5))
+            v = [a * a for a in v]
+            vm = [a * a for a in vm]
+            optim_cuda.adam_step(p, g, m, v, vm if amsgrad else None, lr=1e-2, beta1=0.9,
+                                 beta2=0.999, eps=1e-8, weight_decay=0.01, step=3,
+                                 maximize=False, decoupled=amsgrad)
+            outputs += p + m + v + (vm if amsgrad else [])
+        p, g, b = ([randn(rng, n) for n in sizes] for _ in range(3))
+        optim_cuda.sgd_step(p, g, b, lr=0.1, momentum=0.9, dampening=0.1, weight_decay=0.01,
+                            nesterov=False, maximize=True, first=False)
+        return outputs + p + b
+
     cases = {"softmax": softmax, "cross_entropy": cross_entropy, "layer_norm": layer_norm,
              "layer_norm_no_rows": layer_norm_no_rows, "conv2d": conv2d, "pools": pools,
              "rnn": recurrent("rnn"), "lstm": recurrent("lstm"), "gru": recurrent("gru"),
@@ -169,7 +212,8 @@ def _cases(cupy, smoke):
              "scan_lookback": scan((2, 40, 3) if smoke else (2, 300, 3), f32),
              "scan_lookback_complex": scan((2, 40, 3) if smoke else (2, 300, 3), np.complex64),
              "attention_causal": attention(False), "attention_mask_dropout": attention(True),
-             "hopfield": hopfield}
+             "hopfield": hopfield, "gelu_dropout": activation,
+             "cross_entropy_mean": cross_entropy_mean, "optimizers": optimizers}
     return cases
 
 

@@ -37,8 +37,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 def _install_cupy_stand_in() -> bool:
     """With NNKIT_CUPY_STAND_IN=1 (and the simulator on): ``import cupy`` finds the NumPy-backed
-    stand-in of tests/stand_in (which teaches the simulator to launch on its arrays), and the
-    attention kernels take small tiles (the tests' sequences are short)."""
+    stand-in of tests/stand_in (which teaches the simulator to launch on its arrays), the
+    attention kernels take small tiles (the tests' sequences are short) and the optimizer
+    steps small grids (the simulator runs a Python thread per CUDA thread)."""
     if os.environ.get("NNKIT_CUPY_STAND_IN") != "1":
         return False
     import sys
@@ -46,10 +47,13 @@ def _install_cupy_stand_in() -> bool:
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "stand_in"))
     import cupy  # noqa: F401  (raises ImportError without NUMBA_ENABLE_CUDASIM=1)
 
-    from nnkit._ext import attention_cuda
+    from nnkit._ext import activation_cuda, attention_cuda, optim_cuda
 
     attention_cuda.block_m, attention_cuda.block_n = 8, 8
     attention_cuda.threads_y, attention_cuda.threads_x = 2, 4
+    # small grids striding over the elements: the simulator runs a Python thread per thread
+    optim_cuda.threads, optim_cuda.max_blocks = 32, 2
+    activation_cuda.threads, activation_cuda.max_blocks = 32, 4
     return True
 
 

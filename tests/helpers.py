@@ -4,6 +4,7 @@ the kernel-vs-reference comparison, and the torch import that skips cleanly."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import re
 
 import numpy as np
@@ -217,6 +218,52 @@ def simulator_outcomes(test_file, tmp_dir) -> dict:
         pytest.fail(f"the CUDA-case child failed (exit {proc.returncode}):\n"
                     f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return json.loads(result_path.read_text())
+
+
+# ---- all device work of a block, on the CuPy stand-in ---------------------------------------
+
+class DeviceWork:
+    """What a block ran on the (stand-in) device: ``numba`` (kernel name -> launches, from
+    ``nnkit._ext._launch``) and ``cupy`` (kind -> count, the stand-in's
+    ``count_operations``: ``kernel:*``, ``memset:*``, ``memcpy:*``)."""
+
+    def __init__(self, numba, cupy):
+        self.numba, self.cupy = numba, cupy
+
+    @property
+    def launches(self) -> int:
+        """Numba launches."""
+        return sum(self.numba.values())
+
+    @property
+    def cupy_kernels(self) -> int:
+        return sum(n for k, n in self.cupy.items() if k.startswith("kernel:"))
+
+    @property
+    def kernels(self) -> int:
+        """Every device kernel: Numba launches and CuPy's kernels (memsets and copies left
+        out, as the GPU profiler's count in benchmarks/bench_gpu.py)."""
+        return self.launches + self.cupy_kernels
+
+    @property
+    def memops(self) -> int:
+        return sum(n for k, n in self.cupy.items() if not k.startswith("kernel:"))
+
+    def summary(self) -> dict:
+        return {"numba": self.launches, "kernels": self.kernels, "memops": self.memops}
+
+
+@contextlib.contextmanager
+def count_device_work():
+    """Yield a ``DeviceWork`` of the Numba launches and CuPy operations made in the block
+    (the CuPy stand-in only: real CuPy has no such counter, so AssertionError there)."""
+    import cupy
+
+    from nnkit._ext._launch import count_launches
+
+    assert cupy.__version__.endswith("stand-in"), "count_device_work needs the CuPy stand-in"
+    with count_launches() as numba, cupy.count_operations() as ops:
+        yield DeviceWork(numba, ops)
 
 
 # ---- the skipped tests, counted by what they need (tests/conftest.py prints the summary) -----

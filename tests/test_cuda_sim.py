@@ -166,13 +166,16 @@ def _layer_norm(small):
             layer_norm_cpu.layer_norm_backward_rows(dy, x, mean, rstd, w, cdx, cdw, cdb)
             for name, a, c in (("dx", dx, cdx), ("dweight", dw, cdw), ("dbias", db, cdb)):
                 assert_matches_reference(a, c, dtype, factor=8, err_msg=f"{name} vs cpu {msg}")
-            # dx only, and dbias only
+            # dx only, dbias only
             dx2 = np.full((M, D), np.nan, dtype)
             layer_norm_cuda.layer_norm_backward_rows(dy, x, mean, rstd, w, dx2)
             np.testing.assert_array_equal(dx2, dx, err_msg="dx only " + msg)
             db2 = np.full(D, np.nan, dtype)
             layer_norm_cuda.layer_norm_backward_rows(dy, x, mean, rstd, w, dx2, None, db2)
             np.testing.assert_array_equal(db2, db, err_msg="dbias only " + msg)
+            dw2 = np.full(D, np.nan, dtype)  # and dweight only (dweight and dbias: one launch)
+            layer_norm_cuda.layer_norm_backward_rows(dy, x, mean, rstd, w, dx2, dw2, None)
+            np.testing.assert_array_equal(dw2, dw, err_msg="dweight only " + msg)
         # float32 rows at 1e4 with std 0.1: the cached float32 mean is off by up to 5e-4,
         # i.e. 5e-3 in xhat, unless the backward corrects it
         x = (1e4 + 0.1 * rng.standard_normal((3, 17))).astype(np.float32)

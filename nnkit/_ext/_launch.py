@@ -16,6 +16,11 @@ keeps it:
   to build): Numba's dispatcher, CuPy arrays viewed without a host synchronisation
   (``cuda.as_cuda_array(sync=False)``), on CuPy's current stream.
 
+An argument may also be a tuple of arrays (a kernel over many tensors: the multi-tensor
+optimizer steps of ``optim_cuda``), which Numba's ABI passes as its arrays one after the
+other; both paths take it. Numba's kernel parameters must stay within CUDA's 4 KiB (56
+bytes per 1-D array): the caller splits its tensors into launches to fit.
+
 Why: the host cost of a launch through Numba's dispatcher with CuPy arguments is about ten
 times that of Numba's PTX launched by CuPy with packed arguments (benchmarks/RESULTS.md,
 "GPU checklist on an NVIDIA H100").
@@ -147,7 +152,8 @@ def launch(kernel, grid, block, *args, stream=None, shared=0) -> None:
         return
     nd = _cupy_ndarray()
     key = (kernel, *[(a.dtype, a.ndim, a.flags.c_contiguous, a.flags.f_contiguous)
-                     if isinstance(a, nd) else a.__class__ for a in args])
+                     if isinstance(a, nd) else _tuple_key(a, nd) if a.__class__ is tuple
+                     else a.__class__ for a in args])
     entry = _entries.get(key)
     if entry is None:
         entry = _entries[key] = _specialise(kernel, key, args)
@@ -158,6 +164,12 @@ def launch(kernel, grid, block, *args, stream=None, shared=0) -> None:
     params = tuple(chain.from_iterable(
         [pack(a) for pack, a in zip(entry.packers, args, strict=True)]))
     entry.function(_dims(grid), _dims(block), params, shared)
+
+
+def _tuple_key(value, nd) -> tuple:
+    """The signature key of a tuple argument: its members' (arrays by dtype, rank, layout)."""
+    return (tuple, *[(a.dtype, a.ndim, a.flags.c_contiguous, a.flags.f_contiguous)
+                     if isinstance(a, nd) else a.__class__ for a in value])
 
 
 def device_empty(like, shape, dtype):
@@ -207,12 +219,17 @@ def _launch_numba(kernel, grid, block, args, stream, shared) -> None:
     """Numba's dispatcher; CuPy arrays become Numba views without a host synchronisation,
     on CuPy's current stream (ordered after the CuPy work that made them)."""
     nd = _cupy_ndarray()
-    if any(isinstance(a, nd) for a in args):
+    if any(isinstance(a, nd) or (a.__class__ is tuple and any(isinstance(e, nd) for e in a))
+           for a in args):
         from numba import cuda
 
         if stream is None:
             stream = _numba_stream()
-        args = [cuda.as_cuda_array(a, sync=False) if isinstance(a, nd) else a for a in args]
+
+        def view(a):
+            return cuda.as_cuda_array(a, sync=False) if isinstance(a, nd) else a
+
+        args = [tuple(map(view, a)) if a.__class__ is tuple else view(a) for a in args]
     kernel[grid, block, 0 if stream is None else stream, shared](*args)
 
 
@@ -236,12 +253,13 @@ def _specialise(kernel, key, args) -> _Entry:
     """The entry of a signature met for the first time: raw where it can, else Numba."""
     name = _name(kernel)
     nd = _cupy_ndarray()
-    arrays = [a for a in args if isinstance(a, np.ndarray)
+    members = chain.from_iterable(a if a.__class__ is tuple else (a,) for a in args)
+    arrays = [a for a in members if isinstance(a, np.ndarray)
               or hasattr(a, "__cuda_array_interface__")]
     if not arrays or not all(isinstance(a, nd) for a in arrays):
         return _Entry(name, "numba")  # NumPy or Numba device arrays: Numba's transfers
     try:
-        argtypes = tuple(_typeof(kernel, a) for a in args)
+        argtypes = tuple(_arg_type(kernel, a) for a in args)
         packers = _packers(argtypes, [a.__class__ for a in args])
         packed = packed_sizes(chain.from_iterable(p(a) for p, a in zip(packers, args,
                                                                       strict=True)))
@@ -255,6 +273,16 @@ def _specialise(kernel, key, args) -> _Entry:
         fallbacks[(name, key[1:])] = f"{type(exc).__name__}: {exc}"
         return _Entry(name, "numba")
     return _Entry(name, "raw", function, packers)
+
+
+def _arg_type(kernel, value):
+    """Numba's type of a kernel argument; a tuple's from its members' (Numba's own typeof
+    does not look into a tuple for ``__cuda_array_interface__``)."""
+    if value.__class__ is tuple:
+        from numba.core import types
+
+        return types.BaseTuple.from_types([_typeof(kernel, v) for v in value])
+    return _typeof(kernel, value)
 
 
 def _typeof(kernel, value):
@@ -302,7 +330,8 @@ def _cupy_function(ptx: str, entry: str):
 # A kernel's parameters, argument by argument (numba-cuda's ``_Kernel._prepare_args``):
 # an array of ndim d is 5 + 2 d parameters: meminfo (0), parent (0), nitems, itemsize, the
 # data pointer, the d extents, the d strides in bytes, each 8 bytes; a boolean is one byte;
-# an integer or float its own width; a complex number its real and imaginary parts.
+# an integer or float its own width; a complex number its real and imaginary parts; a tuple
+# its members' parameters in order (only tuples of arrays take the raw path here).
 
 _SCALARS = {"bool": np.bool_, "float16": np.float16, "float32": np.float32,
             "float64": np.float64, "complex64": np.float32, "complex128": np.float64,
@@ -314,12 +343,24 @@ def _is_array(ty) -> bool:
     return isinstance(getattr(ty, "ndim", None), int) and hasattr(ty, "layout")
 
 
+def _array_members(ty):
+    """The member types of a tuple type whose members are all arrays, else None."""
+    members = getattr(ty, "types", None)
+    if isinstance(members, tuple) and members and all(_is_array(t) for t in members):
+        return members
+    return None
+
+
 def param_sizes(argtypes) -> list[int]:
     """Byte sizes of the kernel parameters that Numba makes of arguments of ``argtypes``."""
     sizes = []
     for ty in argtypes:
         if _is_array(ty):
             sizes += [8] * (5 + 2 * ty.ndim)
+            continue
+        members = _array_members(ty)
+        if members is not None:
+            sizes += param_sizes(members)
             continue
         scalar = _SCALARS.get(str(ty))
         if scalar is None:
@@ -356,6 +397,8 @@ def _packer(ty, cls):
     array itself as the data pointer."""
     if _is_array(ty):
         return _array_fields
+    if _array_members(ty) is not None:
+        return lambda v: tuple(chain.from_iterable(_array_fields(a) for a in v))
     name = str(ty)
     scalar = _SCALARS.get(name)
     if scalar is None:

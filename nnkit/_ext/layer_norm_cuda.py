@@ -10,7 +10,8 @@ x's dtype) in float64.
 - dweight/dbias: the rows are cut into ``n_chunks = min(M, MAX_CHUNKS)`` blocks (depends on M
   only); a 2-D grid (column tiles x row blocks) has each thread add its block's rows of one
   column, in order, into a float64 workspace (n_chunks, D); a second kernel sums the
-  workspace over the blocks in order. No atomics, so the result is bit-for-bit reproducible.
+  workspaces (both in one launch) over the blocks in order. No atomics, so the result is
+  bit-for-bit reproducible.
 
 Launchers take CuPy arrays, Numba device arrays, or NumPy arrays under
 ``NUMBA_ENABLE_CUDASIM=1``; they allocate their float64 workspaces where the input lives
@@ -156,6 +157,20 @@ def _sum_chunks_kernel(ws, out):
         out[j] = s
 
 
+@cuda.jit
+def _sum_chunks2_kernel(ws_a, ws_b, out_a, out_b):
+    """``_sum_chunks_kernel`` over two workspaces in one launch (dweight and dbias)."""
+    j = cuda.grid(1)
+    if j < ws_a.shape[1]:
+        sa = 0.0
+        sb = 0.0
+        for c in range(ws_a.shape[0]):
+            sa += ws_a[c, j]
+            sb += ws_b[c, j]
+        out_a[j] = sa
+        out_b[j] = sb
+
+
 def layer_norm_rows(x, weight, bias, eps, y, mean, rstd):
     """y (M, D) = (x - mean) * rstd * weight + bias; mean, rstd (M,). weight, bias (D,)."""
     M, D = x.shape
@@ -184,7 +199,9 @@ def layer_norm_backward_rows(dy, x, mean, rstd, weight, dx, dweight=None, dbias=
     dbias_ws = device_empty(x, (n_chunks, D), np.float64)
     launch(_layer_norm_param_chunks_kernel, (col_blocks, n_chunks), ct,
            dy, x, mean64, rstd, dweight_ws, dbias_ws)
-    if dweight is not None:
+    if dweight is not None and dbias is not None:  # one launch for both
+        launch(_sum_chunks2_kernel, col_blocks, ct, dweight_ws, dbias_ws, dweight, dbias)
+    elif dweight is not None:
         launch(_sum_chunks_kernel, col_blocks, ct, dweight_ws, dweight)
-    if dbias is not None:
+    else:
         launch(_sum_chunks_kernel, col_blocks, ct, dbias_ws, dbias)

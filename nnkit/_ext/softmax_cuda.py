@@ -32,6 +32,8 @@ __all__ = [
     "log_softmax_backward_rows",
     "cross_entropy_rows",
     "cross_entropy_backward_rows",
+    "cross_entropy_mean",
+    "cross_entropy_mean_backward_rows",
 ]
 
 MAX_THREADS = 256  # shared-memory size of every reduction buffer; a power of two
@@ -183,6 +185,45 @@ def _cross_entropy_backward_kernel(logits, target, lse, scale, ignore_index, out
             out[row, j] = p * scale
 
 
+@cuda.jit
+def _mean_valid_kernel(loss_rows, target, ignore_index, loss, n_valid):
+    """One block: n_valid[0] = #(target != ignore_index) and loss[0] = sum(loss_rows) /
+    n_valid[0] (NaN when no row is valid)."""
+    buf = cuda.shared.array(MAX_THREADS, float64)
+    tid = cuda.threadIdx.x
+    s = 0.0
+    c = 0.0
+    for i in range(tid, loss_rows.shape[0], cuda.blockDim.x):
+        s += loss_rows[i]
+        if target[i] != ignore_index:
+            c += 1.0
+    total = _block_sum(buf, tid, s)
+    count = _block_sum(buf, tid, c)
+    if tid == 0:
+        loss[0] = total / count if count > 0.0 else math.nan
+        n_valid[0] = count
+
+
+@cuda.jit
+def _cross_entropy_mean_backward_kernel(logits, target, lse, dloss, n_valid, ignore_index,
+                                        out):
+    row = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    t = target[row]
+    count = n_valid[0]
+    scale = float64(dloss[0]) / count if count > 0.0 else 0.0  # dloss / n_valid, on device
+    if t == ignore_index:
+        for j in range(tid, logits.shape[1], cuda.blockDim.x):
+            out[row, j] = 0.0
+    else:
+        value = float64(lse[row])
+        for j in range(tid, logits.shape[1], cuda.blockDim.x):
+            p = math.exp(float64(logits[row, j]) - value)
+            if j == t:
+                p -= 1.0
+            out[row, j] = p * scale
+
+
 def _launch(kernel, rows, cols, *args):
     if rows == 0:
         return
@@ -221,3 +262,19 @@ def cross_entropy_backward_rows(logits, target, lse, scale, ignore_index, out):
     rows where target == ignore_index are zero. ``scale`` is dloss / n_valid."""
     _launch(_cross_entropy_backward_kernel, logits.shape[0], logits.shape[1], logits, target,
             lse, float(scale), int(ignore_index), out)
+
+
+def cross_entropy_mean(loss_rows, target, ignore_index, loss, n_valid):
+    """The mean over the valid rows, on the device: n_valid (1,) float64 = the rows whose
+    target is not ``ignore_index``, loss (1,) (the logits' dtype) = sum(loss_rows) / n_valid
+    (NaN when none is valid); loss_rows from ``cross_entropy_rows``. One block."""
+    launch(_mean_valid_kernel, 1, threads_for(loss_rows.shape[0]), loss_rows, target,
+           int(ignore_index), loss, n_valid)
+
+
+def cross_entropy_mean_backward_rows(logits, target, lse, dloss, n_valid, ignore_index, out):
+    """``cross_entropy_backward_rows`` with scale = dloss[0] / n_valid[0] read on the device
+    (0 when no row is valid): dloss (1,) the upstream gradient, n_valid (1,) from
+    ``cross_entropy_mean``. No host round trip."""
+    _launch(_cross_entropy_mean_backward_kernel, logits.shape[0], logits.shape[1], logits,
+            target, lse, dloss, n_valid, int(ignore_index), out)

@@ -11,7 +11,7 @@ from scipy import special
 
 from .. import kernels
 from .._backend import array_module, backend, matmul
-from .._random import device_uniform, get_rng
+from .._random import get_rng
 from .._validation import (
     axis_or_dim,
     check_array,
@@ -136,13 +136,14 @@ def relu(x) -> Tensor:
     """max(x, 0), as torch: relu(-inf) = 0 and NaN stays NaN. The gradient is 0 where
     x <= 0 (at 0 and -inf too) and the upstream one elsewhere (NaN included), as torch's
     threshold_backward; selected, not multiplied by a mask: x * (x > 0) made
-    relu(-inf) = -inf * 0 = NaN, and an infinite upstream gradient NaN where it is off."""
+    relu(-inf) = -inf * 0 = NaN, and an infinite upstream gradient NaN where it is off.
+    The backward reads the output: y <= 0 exactly where x <= 0 (y is 0 there, x itself
+    elsewhere, NaN at NaN), so no mask is made or kept (one pass fewer, one GPU kernel)."""
     x = _real_tensor(x, "x", "relu")
     xd = x.data
     xp = array_module(xd)
-    passes = ~(xd <= 0)  # bool, x's shape: x > 0 or NaN
     y = xp.maximum(xd, xd.dtype.type(0))  # NaN propagates through maximum
-    return make_result(y, (x,), lambda g: (xp.where(passes, g, g.dtype.type(0)),), "relu")
+    return make_result(y, (x,), lambda g: (xp.where(y <= 0, g.dtype.type(0), g),), "relu")
 
 
 def gelu(x, approximate: str = "none") -> Tensor:
@@ -154,7 +155,7 @@ def gelu(x, approximate: str = "none") -> Tensor:
     x = _real_tensor(x, "x", "gelu")
     xd_in = x.data
     xp = array_module(xd_in)
-    if approximate == "none" and xp is np:  # the fused kernels (one pass each way)
+    if approximate == "none":  # the fused kernels (one pass, or one launch, each way)
         def forward(xd):
             y, cdf = kernels.gelu_forward(xd)
             return y, (xd, cdf)
@@ -163,38 +164,21 @@ def gelu(x, approximate: str = "none") -> Tensor:
             return (kernels.gelu_backward(g, *cache),)
 
         return apply_op("gelu", forward, backward, (x,))
-    # beyond |x| = 10 gelu is relu to within float64 rounding; evaluating the formula there
-    # overflows x**3 and x*x (and 0 * inf gives NaN gradients)
+    # tanh: beyond |x| = 10 gelu is relu to within float64 rounding; evaluating the formula
+    # there overflows x**3 and x*x (and 0 * inf gives NaN gradients)
     big = xp.abs(xd_in) > 10
     xd = xp.where(big, 0, xd_in).astype(xd_in.dtype, copy=False)
-    if approximate == "tanh":
-        c = math.sqrt(2.0 / math.pi)
-        inner = c * (xd + 0.044715 * xd**3)
-        t = xp.tanh(inner)
-        y = 0.5 * xd * (1 + t)
+    c = math.sqrt(2.0 / math.pi)
+    inner = c * (xd + 0.044715 * xd**3)
+    t = xp.tanh(inner)
+    y = 0.5 * xd * (1 + t)
 
-        def backward(g):
-            dinner = c * (1 + 3 * 0.044715 * xd**2)
-            return (g * xp.where(big, xd_in > 0, 0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * dinner),)
-    else:
-        cdf = 0.5 * (1 + _erf(xd / math.sqrt(2.0)))
-        y = xd * cdf
-
-        def backward(g):
-            pdf = xp.exp(-0.5 * xd * xd) / math.sqrt(2 * math.pi)
-            return (g * xp.where(big, xd_in > 0, cdf + xd * pdf),)
+    def backward(g):
+        dinner = c * (1 + 3 * 0.044715 * xd**2)
+        return (g * xp.where(big, xd_in > 0, 0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * dinner),)
 
     y = xp.where(big, xp.maximum(xd_in, 0), y)
     return make_result(y.astype(xd.dtype, copy=False), (x,), backward, "gelu")
-
-
-def _erf(x):
-    """The error function of a NumPy (SciPy's) or CuPy (``cupyx.scipy.special``) array."""
-    if array_module(x) is np:  # NumPy arrays and scalars (a 0-d input gives a scalar)
-        return special.erf(x)
-    from cupyx.scipy import special as gpu_special
-
-    return gpu_special.erf(x)
 
 
 def _kept_output(forward):
@@ -393,7 +377,7 @@ def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
     ``rng`` defaults to nnkit's global generator (``nk.manual_seed``). One seed is taken
     from it per call, and element i's draw is a splitmix64 hash of that seed and i
     (``kernels.dropout_forward``, one parallel pass making the mask and the output; on the
-    GPU ``nnkit._random.device_uniform``, the same stream): reproducible under
+    GPU one launch, drawing on the device: no host mask, no copy): reproducible under
     ``nk.manual_seed``, and the same mask on either device.
     """
     check_scalar(p, name="p", low=0.0, high=1.0)
@@ -405,9 +389,6 @@ def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
     xp = array_module(x.data)
     if p == 1.0:
         return x * xp.zeros_like(x.data)
-    if xp is not np:  # drawn on the device (no host mask, no copy)
-        mask = xp.asarray(device_uniform(x.data.shape, rng) >= p, dtype=x.dtype) / (1.0 - p)
-        return x * mask
     seed = int(get_rng(rng, "rng").integers(0, 2**63 - 1))
     return apply_op("dropout", kernels.dropout_forward, lambda g, mask, needs: (g * mask,), (x,),
                     p, seed)

@@ -292,8 +292,8 @@ def cross_entropy_forward_gpu(logits, target, ignore_index=-100):
     Returns
     -------
     loss : 0-d device array of ``logits``' dtype (NaN when every row is ignored)
-    cache : (logits C-contiguous, target as int64, lse (N,) float64, n_valid 0-d), for
-        ``cross_entropy_backward_gpu``
+    cache : (logits C-contiguous, target as int64, lse (N,) float64, n_valid (1,) float64),
+        for ``cross_entropy_backward_gpu``
     """
     logits = check_array(logits, name="logits", ndim=2, dtype=FLOATS)
     kernels = kernels_for(None, "softmax_cuda", logits, name="logits")
@@ -304,9 +304,10 @@ def cross_entropy_forward_gpu(logits, target, ignore_index=-100):
     lse = xp.empty((N,), dtype=np.float64)  # float64 as the CPU kernel's cache
     loss_rows = xp.empty((N,), dtype=np.float64)  # NaN where the target is out of range
     kernels.cross_entropy_rows(logits, t, ignore_index, lse, loss_rows)
-    n_valid = (t != ignore_index).sum()  # a 0-d device array
-    loss = (loss_rows.sum() / n_valid).astype(logits.dtype)  # 0 / 0 = NaN: every row ignored
-    return loss, (logits, t, lse, n_valid)
+    loss = xp.empty((1,), dtype=logits.dtype)  # 0 / 0 = NaN: every row ignored
+    n_valid = xp.empty((1,), dtype=np.float64)  # stays on the device, for the backward
+    kernels.cross_entropy_mean(loss_rows, t, ignore_index, loss, n_valid)
+    return loss.reshape(()), (logits, t, lse, n_valid)
 
 
 def cross_entropy_backward_gpu(dloss, cache, ignore_index=-100):
@@ -316,6 +317,6 @@ def cross_entropy_backward_gpu(dloss, cache, ignore_index=-100):
     kernels = kernels_for(None, "softmax_cuda", logits, name="logits")
     xp = array_module(logits)
     out = xp.empty_like(logits)
-    kernels.cross_entropy_backward_rows(logits, t, lse, 1.0, ignore_index, out)
-    out *= xp.where(n_valid > 0, dloss / xp.maximum(n_valid, 1), 0).astype(logits.dtype)
+    kernels.cross_entropy_mean_backward_rows(logits, t, lse, xp.ascontiguousarray(dloss).reshape(1),
+                                             n_valid, ignore_index, out)
     return out

@@ -20,6 +20,11 @@ composes the autograd ops (``attention_with_weights``: matmul, softmax, dropout,
 ``need_weights=False`` calls the fused ``F.scaled_dot_product_attention``
 (``nnkit.functional.attention``), which never materialises the (L, S) matrix. As in torch, a
 query row whose keys are all masked gives NaN on the first path and zeros on the second.
+Self-attention on that path (one packed in-projection, no bias_k/add_zero_attn) runs the
+fused kernels as one op over the packed projection (``packed_self_attention``): one copy
+splits it into heads, and the gradients of q, k and v go back in one stack, instead of three
+copies forward and three slices, two sums and three copies backward (CuPy kernels on the
+GPU; benchmarks/RESULTS.md, "Fewer launches per step").
 """
 
 from __future__ import annotations
@@ -32,9 +37,11 @@ import numpy as np
 
 from .. import functional as F
 from .._backend import array_module
+from .._random import get_rng
 from .._validation import check_bool, check_scalar
-from ..autograd import Tensor, as_tensor, concat, where
+from ..autograd import Tensor, apply_op, as_tensor, concat, where
 from ..functional.attention import scaled_dot_product_attention
+from ..kernels import attention as attention_kernels
 from . import init
 from .layers import Linear, _dtype
 from .module import Module, Parameter
@@ -152,6 +159,42 @@ def _fused_attention():
     """``F.scaled_dot_product_attention`` from ``nnkit.functional.attention`` (the tests
     replace this function to force the composed path)."""
     return scaled_dot_product_attention
+
+
+def packed_self_attention(qkv, num_heads: int, batch_first: bool, attn_mask=None,
+                          dropout_p: float = 0.0, is_causal: bool = False) -> Tensor:
+    """``F.scaled_dot_product_attention`` of the heads of a packed self-attention projection,
+    as one op.
+
+    ``qkv`` (N, L, 3E) with ``batch_first``, else (L, N, 3E): q, k, v side by side, each
+    split into ``num_heads`` heads of E / num_heads features (MultiheadAttention's in-
+    projection). Returns the attention (N, H, L, d), the fused path's ``_attend``, computed
+    the same way (the same kernels on the same values); ``attn_mask`` an additive array (no
+    gradient) broadcasting to (N, H, L, L), or None. One copy makes q, k and v (3, N, H, L, d)
+    in the forward; the backward stacks dq, dk, dv into the gradient of ``qkv`` in one pass.
+    """
+    shape = qkv.shape
+    H = num_heads
+    d = shape[-1] // (3 * H)
+    into_heads = (2, 0, 3, 1, 4) if batch_first else (2, 1, 3, 0, 4)  # -> (3, N, H, L, d)
+    out_of_heads = (0, 2, 1, 3) if batch_first else (2, 0, 1, 3)  # (N, H, L, d) -> (., ., H, d)
+    seed = int(get_rng().integers(0, 2**63 - 1)) if dropout_p > 0 else None
+
+    def forward(x):
+        xp = array_module(x)
+        heads = xp.ascontiguousarray(x.reshape(shape[0], shape[1], 3, H, d).transpose(
+            into_heads))
+        return attention_kernels.attention_forward(heads[0], heads[1], heads[2], attn_mask,
+                                                   is_causal, None, dropout_p, seed)
+
+    def backward(g, cache, needs):
+        xp = array_module(g)
+        grads = attention_kernels.attention_backward(g, cache)
+        packed = xp.empty((shape[0], shape[1], 3, H, d), dtype=g.dtype)  # C order: a view
+        xp.stack([t.transpose(out_of_heads) for t in grads], axis=2, out=packed)  # of (.., 3E)
+        return (packed.reshape(shape),)
+
+    return apply_op("packed_self_attention", forward, backward, (qkv,))
 
 
 def _xavier_normal_(tensor):
@@ -319,9 +362,12 @@ class MultiheadAttention(Module):
         if is_causal and attn_mask is None:
             raise ValueError("is_causal=True needs attn_mask as well (the causal mask, as "
                              "torch): pass attn_mask=generate_square_subsequent_mask(L)")
-        q, k, v = self._project(query, key, value, same_qkv, same_kv)  # (N, H, L|S, d)
-        k, v, mask, kpm = self._extend_keys(k, v, mask, kpm)
-        out, weights = self._attend(q, k, v, mask, kpm, need_weights, is_causal)
+        out = self._packed(query, same_qkv, mask, kpm, need_weights, is_causal)
+        weights = None
+        if out is None:
+            q, k, v = self._project(query, key, value, same_qkv, same_kv)  # (N, H, L|S, d)
+            k, v, mask, kpm = self._extend_keys(k, v, mask, kpm)
+            out, weights = self._attend(q, k, v, mask, kpm, need_weights, is_causal)
         out = self.out_proj(self._merge_heads(out))
         if not need_weights:
             weights = None
@@ -333,6 +379,26 @@ class MultiheadAttention(Module):
         return out, weights
 
     # ----- the steps --------------------------------------------------------------------
+    def _packed(self, query, same_qkv, mask, kpm, need_weights, is_causal):
+        """The fused path's self-attention as one op over the packed in-projection
+        (``packed_self_attention``): (N, H, L, d), or None where the steps below run (the
+        weights are needed, separate projections or key/value extras, SDPA replaced, a
+        mask that needs a gradient)."""
+        if (need_weights or not same_qkv or not self._qkv_same_embed_dim
+                or self.bias_k is not None or self.add_zero_attn
+                or _fused_attention() is not scaled_dot_product_attention):
+            return None
+        merged = _add_masks(mask, kpm)
+        if isinstance(merged, Tensor):
+            if merged.requires_grad:
+                return None
+            merged = merged.data
+        causal_hint = is_causal and kpm is None  # as torch: padding breaks causality
+        qkv = F.linear(query, self.in_proj_weight, self.in_proj_bias)  # (.., 3E)
+        return packed_self_attention(qkv, self.num_heads, self.batch_first,
+                                     None if causal_hint else merged,
+                                     self.dropout if self.training else 0.0, causal_hint)
+
     def _attend(self, q, k, v, mask, kpm, need_weights, is_causal):
         """Attention over the heads: (N, H, L, dv) output and the probabilities (or None).
 

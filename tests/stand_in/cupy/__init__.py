@@ -30,7 +30,8 @@ import types
 import numpy as _np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from . import _core, _simulator, cuda, random, testing  # noqa: F401  (CuPy's submodules)
+from . import _core, _counting, _simulator, cuda, random, testing  # noqa: F401  (CuPy's submodules)
+from ._counting import count_operations  # noqa: F401  (the stand-in's own)
 
 __version__ = "0.0-stand-in"
 
@@ -63,6 +64,7 @@ class ndarray(NDArrayOperatorsMixin):  # noqa: N801  (CuPy's name)
         if "out" in kwargs:
             kwargs["out"] = tuple(_device_operand(o) for o in kwargs["out"])
         result = getattr(ufunc, method)(*(_device_operand(x) for x in inputs), **kwargs)
+        _counting.ufunc(ufunc, method)
         return _wrap(result)
 
     def __array_function__(self, func, types, args, kwargs):
@@ -130,15 +132,20 @@ class ndarray(NDArrayOperatorsMixin):  # noqa: N801  (CuPy's name)
         return f"stand-in cupy.{self._a!r}"
 
     def __getitem__(self, index):
-        return _wrap(self._a[_index_operand(index)])
+        result = self._a[_index_operand(index)]
+        _counting.getitem(self._a, result)
+        return _wrap(result)
 
     def __setitem__(self, index, value):
         self._a[_index_operand(index)] = _device_operand(value, uploads=True)
+        _counting.record("kernel:setitem")
 
     def __copy__(self):
+        _counting.record("memcpy:copy")
         return _wrap(self._a.copy())
 
     def __deepcopy__(self, memo):
+        _counting.record("memcpy:copy")
         return _wrap(self._a.copy())
 
     def __getstate__(self):
@@ -208,7 +215,9 @@ def _device_function(fn):
     def on_device(*args, **kwargs):
         args = tuple(_device_operand(a) for a in args)
         kwargs = {k: _device_operand(v) for k, v in kwargs.items()}
-        return _wrap(fn(*args, **kwargs))
+        result = fn(*args, **kwargs)
+        _counting.function(fn, on_device.__name__, args, kwargs, result)
+        return _wrap(result)
 
     on_device.__name__ = getattr(fn, "__name__", "function")
     return on_device
@@ -231,12 +240,17 @@ def asarray(a, dtype=None, order=None, *, blocking=False):
         return a if dtype is None or a.dtype == dtype else a.astype(dtype)
     if _is_simulator_array(a):
         return asarray(ndarray._of(_simulator_buffer(a)), dtype)
+    _counting.record("memcpy:upload")
     return ndarray._of(_np.array(a, dtype=dtype, order=order or "K", copy=True))
 
 
 def array(obj, dtype=None, copy=True, order="K", ndmin=0, *, blocking=False):
     if isinstance(obj, ndarray):
-        return _wrap(_np.array(obj._a, dtype=dtype, copy=copy, order=order, ndmin=ndmin))
+        result = _np.array(obj._a, dtype=dtype, copy=copy, order=order, ndmin=ndmin)
+        _counting.function(None, "array" if result.dtype != obj._a.dtype else "copy",
+                           (obj._a,), {}, result)
+        return _wrap(result)
+    _counting.record("memcpy:upload")
     return ndarray._of(_np.array(obj, dtype=dtype, copy=True, order=order, ndmin=ndmin))
 
 
@@ -254,7 +268,9 @@ def ascontiguousarray(a, dtype=None):
     if not isinstance(a, ndarray):
         raise TypeError(f"Argument 'a' has incorrect type (expected cupy.ndarray, got "
                         f"{type(a).__name__})")
-    return _wrap(_np.ascontiguousarray(a._a, dtype=dtype))
+    result = _np.ascontiguousarray(a._a, dtype=dtype)
+    _counting.function(None, "ascontiguousarray", (a._a,), {}, result)
+    return _wrap(result)
 
 
 def get_default_memory_pool():
@@ -283,10 +299,11 @@ class ElementwiseKernel:
         if name not in _ELEMENTWISE_TWINS:
             raise NotImplementedError(f"the CuPy stand-in has no NumPy twin for the "
                                       f"ElementwiseKernel {name!r}")
-        self._twin = _ELEMENTWISE_TWINS[name]
+        self._twin, self._name = _ELEMENTWISE_TWINS[name], name
 
     def __call__(self, *args):
         self._twin(*(_device_operand(a) for a in args))
+        _counting.record(f"kernel:{self._name}")
 
 
 # ----- everything else: NumPy's functions on device operands, NumPy's types and constants -----

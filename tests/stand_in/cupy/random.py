@@ -6,8 +6,9 @@ _RNG = _np.random.default_rng(0)
 
 
 def _device(values, dtype):
-    from . import ndarray
+    from . import _counting, ndarray
 
+    _counting.record("kernel:random")
     return ndarray._of(_np.asarray(values, dtype=dtype))
 
 

@@ -1,0 +1,91 @@
+"""The exact GELU and dropout on NVIDIA GPUs: one Numba CUDA launch each way, the twins of
+``nnkit._ext.activation_cpu``.
+
+On CuPy arrays GELU was composed from ten CuPy kernels forward and nine backward, dropout
+from five (a uniform draw, a comparison, a cast, a division, the product): 107 of the 309
+kernels of a digits-ViT training step once the optimizer took one launch per 17 parameters
+(benchmarks/RESULTS.md, "Fewer launches per step"). Here:
+
+- ``gelu_forward``: y = x Phi(x) and Phi(x) (kept for the backward) in one pass;
+  ``gelu_backward``: dx = g (Phi(x) + x phi(x)). float64 arithmetic whatever the storage
+  dtype, as the CPU kernels; beyond |x| = 10 GELU is ReLU (the formula is not evaluated
+  there). Phi from libdevice's ``erf`` (the CPU's float32 kernel uses a vectorisable fit
+  within ~3 float32 ulps of it; float64 agrees to rounding).
+- ``dropout_forward``: mask = 1/(1-p) where u_i >= p else 0, y = x mask (by the stored mask,
+  as the backward multiplies), u_i element i's (C order) SplitMix64 draw: the stream of
+  ``activation_cpu`` and ``nnkit._random.device_uniform`` (``attention_cuda._uniform``), so
+  a seed gives the same mask on either device.
+
+Arrays are flat and C-contiguous (the caller reshapes), CuPy arrays (NumPy arrays under
+``NUMBA_ENABLE_CUDASIM=1``); launches go through ``_launch.launch`` on CuPy's current stream.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float64
+
+from ._launch import launch
+from .attention_cuda import _uniform_dev  # SplitMix64: the one dropout stream
+
+__all__ = ["gelu_forward", "gelu_backward", "dropout_forward"]
+
+threads = 256  # threads per block
+max_blocks = 1024  # blocks per launch; threads stride over the rest (the tests lower both)
+
+_INV_SQRT2 = 0.7071067811865476
+_INV_SQRT_2PI = 0.3989422804014327
+
+
+@cuda.jit
+def _gelu_forward_kernel(x, y, cdf):
+    for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
+        v = float64(x[i])
+        if abs(v) > 10.0:
+            c = 1.0 if v > 0.0 else 0.0
+            y[i] = v if v > 0.0 else 0.0
+        else:
+            c = 0.5 * (1.0 + math.erf(v * _INV_SQRT2))
+            y[i] = v * c
+        cdf[i] = c
+
+
+@cuda.jit
+def _gelu_backward_kernel(g, x, cdf, dx):
+    for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
+        v = float64(x[i])
+        gi = float64(g[i])
+        if abs(v) > 10.0:
+            dx[i] = gi if v > 0.0 else 0.0 * gi
+        else:
+            dx[i] = gi * (float64(cdf[i]) + v * _INV_SQRT_2PI * math.exp(-0.5 * v * v))
+
+
+@cuda.jit
+def _dropout_kernel(x, seed, p, scale, y, mask):
+    for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
+        mask[i] = scale if _uniform_dev(seed, i) >= p else 0.0
+        y[i] = x[i] * mask[i]
+
+
+def _grid(n):
+    return min(max_blocks, (n + threads - 1) // threads), threads
+
+
+def gelu_forward(x, y, cdf):
+    """y = x Phi(x), cdf = Phi(x) over flat arrays of one float dtype."""
+    launch(_gelu_forward_kernel, *_grid(x.shape[0]), x, y, cdf)
+
+
+def gelu_backward(g, x, cdf, dx):
+    """dx = g (Phi(x) + x phi(x)) over flat arrays (``cdf`` from ``gelu_forward``)."""
+    launch(_gelu_backward_kernel, *_grid(x.shape[0]), g, x, cdf, dx)
+
+
+def dropout_forward(x, seed, p, scale, y, mask):
+    """mask = ``scale`` where u_i >= p else 0 and y = x mask over flat arrays; ``seed`` in
+    [0, 2**64)."""
+    launch(_dropout_kernel, *_grid(x.shape[0]), x, np.uint64(seed), float(p), float(scale), y,
+           mask)
