@@ -72,7 +72,7 @@ import numpy as np
 from ._backend import array_module, to_host
 from ._validation import check_bool, check_scalar, describe_dtype, dtype_names
 from .autograd import Tensor, enable_grad
-from .kernels.optim import adam_update
+from .kernels.optim import adam_step_gpu, adam_update, sgd_step_gpu
 
 __all__ = ["Optimizer", "SGD", "Adagrad", "Adam", "AdamW", "clip_grad_norm_"]
 
@@ -579,9 +579,7 @@ class SGD(Optimizer):
             if momentum != 0 and first:
                 for p in params:  # written with the gradient by the step (torch's clone)
                     self.state[p]["momentum_buffer"] = array_module(p.data).empty_like(p.data)
-            from ._ext import optim_cuda
-
-            optim_cuda.sgd_step(
+            sgd_step_gpu(
                 [_flat(p.data) for p in params], [_flat(p.grad) for p in params],
                 [_flat(self.state[p]["momentum_buffer"]) for p in params]
                 if momentum != 0 else None,
@@ -839,10 +837,8 @@ class Adam(Optimizer):
             state["step"] += 1
             entries.append(((data.dtype, state["step"]), p))
         for (_dtype, step), params in _buckets(entries).items():
-            from ._ext import optim_cuda
-
             states = [self.state[p] for p in params]
-            optim_cuda.adam_step(
+            adam_step_gpu(
                 [_flat(p.data) for p in params], [_flat(p.grad) for p in params],
                 [_flat(s["exp_avg"]) for s in states], [_flat(s["exp_avg_sq"]) for s in states],
                 [_flat(s["max_exp_avg_sq"]) for s in states] if amsgrad else None,

@@ -237,7 +237,6 @@ CPU_ONLY = [
      "states"),
     ("dense_memory", lambda: K.dense_memory_async_run(_D, _D, _D, _D, _D, 1, True, 0, "poly", 3,
                                                       _D, _D), "states"),
-    ("activation", lambda: K.gelu_forward(_D), "x"),
     ("log_scan", lambda: K.scan.log_linear_scan_forward(DeviceArray(_f(1, 2, 1)),
                                                         DeviceArray(_f(1, 2, 1))), "log_a"),
 ]

@@ -13,7 +13,7 @@ kernels of a digits-ViT training step once the optimizer took one launch per 17 
   within ~3 float32 ulps of it; float64 agrees to rounding).
 - ``dropout_forward``: mask = 1/(1-p) where u_i >= p else 0, y = x mask (by the stored mask,
   as the backward multiplies), u_i element i's (C order) SplitMix64 draw: the stream of
-  ``activation_cpu`` and ``nnkit._random.device_uniform`` (``attention_cuda._uniform``), so
+  ``activation_cpu`` and ``nnkit._random.device_uniform`` (``simd_math.splitmix64``), so
   a seed gives the same mask on either device.
 
 Arrays are flat and C-contiguous (the caller reshapes), CuPy arrays (NumPy arrays under
@@ -28,7 +28,7 @@ import numpy as np
 from numba import cuda, float64
 
 from ._launch import launch
-from .attention_cuda import _uniform_dev  # SplitMix64: the one dropout stream
+from .simd_math import splitmix64_dev, uniform53_dev  # SplitMix64: the one dropout stream
 
 __all__ = ["gelu_forward", "gelu_backward", "dropout_forward"]
 
@@ -66,7 +66,7 @@ def _gelu_backward_kernel(g, x, cdf, dx):
 @cuda.jit
 def _dropout_kernel(x, seed, p, scale, y, mask):
     for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
-        mask[i] = scale if _uniform_dev(seed, i) >= p else 0.0
+        mask[i] = scale if uniform53_dev(splitmix64_dev(seed, i)) >= p else 0.0
         y[i] = x[i] * mask[i]
 
 

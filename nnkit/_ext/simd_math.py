@@ -456,7 +456,19 @@ def __getattr__(name):
     source = _DEVICE_SOURCES.get(name)
     if source is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from numba import cuda
+    from numba import config, cuda
 
+    if config.ENABLE_CUDASIM:  # NumPy scalars there warn where the device's uint64 wraps
+        source = _quiet_overflow(source)
     device_fn = globals()[name] = cuda.jit(device=True)(source)
     return device_fn
+
+
+def _quiet_overflow(fn):
+    """``fn`` with NumPy's overflow warning off: under the simulator a device function runs on
+    NumPy scalars, whose uint64 products warn where the hardware wraps silently."""
+    def quiet(*args):
+        with np.errstate(over="ignore"):
+            return fn(*args)
+
+    return quiet

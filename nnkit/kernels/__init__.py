@@ -32,7 +32,7 @@ from .hopfield import (
     hopfield_sync_run,
 )
 from .layer_norm import layer_norm_backward, layer_norm_forward
-from .optim import adam_update
+from .optim import adam_step_gpu, adam_update, sgd_step_gpu
 from .perceptron import perceptron_epochs
 from .recurrent import (
     gru_backward,
@@ -89,6 +89,8 @@ __all__ = [
     "gru_forward",
     "gru_backward",
     "adam_update",
+    "adam_step_gpu",
+    "sgd_step_gpu",
     "window_sum",
     "perceptron_epochs",
     "hopfield_init_fields",
