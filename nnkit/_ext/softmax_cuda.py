@@ -168,9 +168,10 @@ def _cross_entropy_kernel(logits, target, ignore_index, lse, loss_rows):
             loss_rows[row] = math.nan
 
 
-@cuda.jit
-def _cross_entropy_backward_kernel(logits, target, lse, scale, ignore_index, out):
-    row = cuda.blockIdx.x
+@cuda.jit(device=True)
+def _cross_entropy_backward_row(logits, target, lse, scale, ignore_index, out, row):
+    """out[row] = scale (softmax(logits[row]) - onehot(target[row])), 0 for an ignored row;
+    the block's threads stride over the columns."""
     tid = cuda.threadIdx.x
     t = target[row]
     if t == ignore_index:
@@ -183,6 +184,11 @@ def _cross_entropy_backward_kernel(logits, target, lse, scale, ignore_index, out
             if j == t:
                 p -= 1.0
             out[row, j] = p * scale
+
+
+@cuda.jit
+def _cross_entropy_backward_kernel(logits, target, lse, scale, ignore_index, out):
+    _cross_entropy_backward_row(logits, target, lse, scale, ignore_index, out, cuda.blockIdx.x)
 
 
 @cuda.jit
@@ -207,21 +213,9 @@ def _mean_valid_kernel(loss_rows, target, ignore_index, loss, n_valid):
 @cuda.jit
 def _cross_entropy_mean_backward_kernel(logits, target, lse, dloss, n_valid, ignore_index,
                                         out):
-    row = cuda.blockIdx.x
-    tid = cuda.threadIdx.x
-    t = target[row]
     count = n_valid[0]
     scale = float64(dloss[0]) / count if count > 0.0 else 0.0  # dloss / n_valid, on device
-    if t == ignore_index:
-        for j in range(tid, logits.shape[1], cuda.blockDim.x):
-            out[row, j] = 0.0
-    else:
-        value = float64(lse[row])
-        for j in range(tid, logits.shape[1], cuda.blockDim.x):
-            p = math.exp(float64(logits[row, j]) - value)
-            if j == t:
-                p -= 1.0
-            out[row, j] = p * scale
+    _cross_entropy_backward_row(logits, target, lse, scale, ignore_index, out, cuda.blockIdx.x)
 
 
 def _launch(kernel, rows, cols, *args):
