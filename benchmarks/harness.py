@@ -8,8 +8,7 @@ Every benchmark process, nnkit's and torch's alike, calls ``same_allocator()`` f
 contenders then run with glibc malloc tuned (nnkit/_malloc.py's thresholds, what
 ``nnkit tour`` users get). With glibc's defaults a freed block of a few MiB is mmapped and
 page-faulted afresh on every call, and a comparison between a tuned and an untuned process
-measures the allocator, not the library (torch's conv2d forward at (32,16,32,32)->32 took
-6.9 ms untuned against 2.1 ms tuned).
+measures the allocator, not the library.
 ``NNKIT_MALLOC_TUNING=0`` in the environment leaves both at glibc's defaults instead.
 """
 

@@ -1,12 +1,13 @@
 """Training: the loop helpers (minibatches, predictions, accuracy) and the recipes the tour,
-the examples and the benchmarks share, one module per model family: ``mlp`` (digits),
+the examples and the benchmarks share, one module per model family: ``mlp`` and ``cnn`` (digits),
 ``vit`` (the digits ViT), ``bert`` (pretraining and fine-tuning epochs) and ``recurrent``
 (the adding problem)."""
 
 from __future__ import annotations
 
 from .bert import finetune_head, head_accuracy, pretrain_epoch, text_batches, unigram_accuracy
-from .loops import accuracy, minibatches, predict_classes
+from .cnn import lenet_digits, train_cnn_digits
+from .loops import accuracy, minibatches, predict_classes, train_epoch
 from .mlp import train_mlp_digits
 from .recurrent import train_adding_problem
 from .vit import DIGITS_VIT, make_digits_vit, train_vit
@@ -15,6 +16,9 @@ __all__ = [
     "minibatches",
     "accuracy",
     "predict_classes",
+    "train_epoch",
+    "lenet_digits",
+    "train_cnn_digits",
     "train_mlp_digits",
     "DIGITS_VIT",
     "make_digits_vit",

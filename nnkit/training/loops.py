@@ -9,7 +9,7 @@ import numpy as np
 from .._random import get_rng
 from ..autograd import no_grad
 
-__all__ = ["minibatches", "accuracy", "predict_classes"]
+__all__ = ["minibatches", "train_epoch", "accuracy", "predict_classes"]
 
 
 def minibatches(n: int, batch_size: int, shuffle: bool = True, rng=None) -> Iterator[np.ndarray]:
@@ -17,6 +17,21 @@ def minibatches(n: int, batch_size: int, shuffle: bool = True, rng=None) -> Iter
     order = get_rng(rng).permutation(n) if shuffle else np.arange(n)
     for start in range(0, n, batch_size):
         yield order[start : start + batch_size]
+
+
+def train_epoch(model, opt, X, y, batch_size: int, rng=None) -> float:
+    """One pass of cross-entropy minibatch steps over (X, y) in shuffled batches; returns
+    the mean batch loss."""
+    from .. import functional as F
+
+    losses = []
+    for idx in minibatches(len(X), batch_size, rng=rng):
+        loss = F.cross_entropy(model(X[idx]), y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return float(np.mean(losses))
 
 
 def predict_classes(model, X, batch_size: int = 1024) -> np.ndarray:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 from tqdm.auto import tqdm
 
-from .. import functional as F
 from .. import nn, optim
 from .._random import manual_seed
 from ..datasets import load_digits
-from .loops import accuracy, minibatches
+from .loops import accuracy, train_epoch
 
 __all__ = ["train_mlp_digits"]
 
@@ -34,14 +32,8 @@ def train_mlp_digits(epochs: int = 30, hidden: int = 128, batch_size: int = 64,
     history = {"loss": [], "test_accuracy": []}
     bar = tqdm(range(epochs), desc="MLP on digits", unit="epoch", disable=not progress)
     for _ in bar:
-        losses = []
-        for idx in minibatches(len(split.X_train), batch_size):
-            loss = F.cross_entropy(model(split.X_train[idx]), split.y_train[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        history["loss"].append(float(np.mean(losses)))
+        history["loss"].append(train_epoch(model, opt, split.X_train, split.y_train,
+                                           batch_size))
         history["test_accuracy"].append(accuracy(model, split.X_test, split.y_test))
         bar.set_postfix(loss=f"{history['loss'][-1]:.3f}",
                         test_acc=f"{history['test_accuracy'][-1]:.3f}")
