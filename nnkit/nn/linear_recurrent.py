@@ -10,7 +10,8 @@ step at a time (inference); both give the same numbers.
 Section 5.2 of the notes writes the minGRU as z_t = sigma(G x_t) z_{t-1} + (1 - sigma(G x_t)) V x_t
 and calls it "LRU", a slip: that is minGRU with the gate's roles swapped (here, as in the
 paper, z_t weighs the new content), while the complex diagonal lambda = exp(-exp(nu) +
-i theta) is the LRU of Orvieto et al.
+i theta) is the LRU of Orvieto et al. ``LRU.from_dense`` is the notes' change of basis
+A = P Lambda P^-1: a dense linear RNN as the LRU that computes the same outputs.
 """
 
 from __future__ import annotations
