@@ -96,6 +96,15 @@ def test_from_dense_float32_and_gradients():
     assert nk.gradcheck(lambda x, *_: lru64(x), [x[:, :5], *params])
 
 
+def test_from_dense_module_saves_and_loads(tmp_path):
+    A, B, C, D, rng = _stable_dense(6, 3, 2, 0.9)
+    lru = LRU.from_dense(A, B, C, D)
+    nk.save(lru, tmp_path / "lru.safetensors")
+    back = nk.load(tmp_path / "lru.safetensors")
+    x = rng.standard_normal((1, 15, 2))
+    np.testing.assert_array_equal(back(x).numpy(), lru(x).numpy())
+
+
 def test_from_dense_refuses_a_defective_or_unstable_a():
     B, C = np.eye(2), np.eye(2)
     with pytest.raises(ValueError, match="A must be diagonalisable.*condition number"):
