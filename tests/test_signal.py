@@ -1,6 +1,7 @@
 """nk.signal: NumPy equality and the properties of section 4.1 of the notes (commutativity,
 linearity, shift-equivariance, correlation == convolution with the flipped kernel, the
-convolution theorem via the FFT, the Toeplitz matrix), plus the boundary."""
+convolution theorem via the FFT, the Toeplitz matrix), Theorem 4.6 (a linear map that commutes
+with shifts is a convolution: ``convolution_kernel``), plus the boundary."""
 
 import numpy as np
 import pytest
@@ -87,3 +88,77 @@ def test_bad_input_raises():
         S.toeplitz([1.0], 2.5)
     with pytest.raises(TypeError, match="f must have dtype"):
         S.fft_convolve(np.array(["a"]), [1.0])
+
+
+# ---- Theorem 4.6: a linear shift-equivariant map is a convolution ----------------------------
+
+@given(h=_signals(), n=st.integers(1, 10), f=_signals(10))
+def test_theorem_4_6_toeplitz_and_convolve_give_back_their_kernel(h, n, f):
+    """The kernel of toeplitz(h, n) and of convolve(., h) is h, and the map is convolve(., h)."""
+    np.testing.assert_array_equal(S.convolution_kernel(S.toeplitz(h, n)), h)
+    found = S.convolution_kernel(lambda x: S.convolve(x, h), n)
+    np.testing.assert_allclose(found, h, atol=1e-12)
+    f = np.resize(f, n)
+    np.testing.assert_allclose(S.convolve(f, found), S.convolve(f, h), atol=1e-10)
+    assert S.is_shift_equivariant(S.toeplitz(h, n))
+
+
+def test_theorem_4_6_other_forms_of_a_convolution(rng):
+    h = rng.standard_normal(5) + 1j * rng.standard_normal(5)
+    found = S.convolution_kernel(lambda f: S.fft_convolve(f, h), 7)  # through the FFT
+    np.testing.assert_allclose(found, h, atol=1e-12)
+    g = rng.standard_normal(4)  # full cross-correlation: convolution with the flipped kernel
+    np.testing.assert_allclose(S.convolution_kernel(lambda f: S.correlate(f, g), 6), g[::-1],
+                               atol=1e-12)
+    np.testing.assert_array_equal(S.convolution_kernel(3.0 * np.eye(4)), [3.0])  # m = 1
+    np.testing.assert_array_equal(S.convolution_kernel(np.arange(5)[:, None], 1),
+                                  np.arange(5))  # n = 1: every map is a convolution
+    M = S.toeplitz(np.array([1.0, 2.0, 1.0]), 6).astype(np.float32)
+    assert S.convolution_kernel(M).dtype == np.float32
+
+
+def test_theorem_4_6_counterexamples_are_refused(rng):
+    """Maps that are linear but do not commute with shifts, each with its reason."""
+    h = np.array([1.0, 2.0, 3.0])
+    cases = {
+        "'same' crops the ends": (lambda f: S.convolve(f, h, "same"), 6),
+        "'valid' crops the ends": (lambda f: S.convolve(f, h, "valid"), 6),
+        "circulant (circular shift)": (np.stack([np.roll([1.0, 2.0, 0, 0, 0], j)
+                                                 for j in range(5)], axis=1), None),
+        "position-dependent weights": (np.diag([1.0, 2.0, 3.0]), None),
+        "random matrix": (rng.standard_normal((7, 4)), None),
+        "a Toeplitz matrix with its last entry changed": (S.toeplitz(h, 4), None),
+    }
+    last = cases["a Toeplitz matrix with its last entry changed"][0]
+    last[-1, -1] += 1e-6
+    for name, (op, n) in cases.items():
+        assert not S.is_shift_equivariant(op, n), name
+        with pytest.raises(ValueError, match="commute with shifts|length .* < "):
+            S.convolution_kernel(op, n)
+    with pytest.raises(ValueError, match="impulse at 3 is not h delayed by 3, h = the first p - n"):
+        S.convolution_kernel(last)
+    with pytest.raises(ValueError, match=r"length 4 < 6.*'same' and 'valid' crop"):
+        S.convolution_kernel(lambda f: S.convolve(f, h, "valid"), 6)
+    # within a looser atol the perturbed matrix counts as the convolution it nearly is
+    np.testing.assert_allclose(S.convolution_kernel(last, atol=1e-5), h)
+
+
+def test_theorem_4_6_is_about_linear_maps():
+    for op in (lambda f: f ** 2, lambda f: f + 1.0, lambda f: np.maximum(f, 0.0)):
+        with pytest.raises(ValueError, match="op is not linear"):
+            S.convolution_kernel(op, 5)
+
+
+def test_convolution_kernel_bad_input():
+    with pytest.raises(TypeError, match="n .*required"):
+        S.convolution_kernel(lambda f: f)
+    with pytest.raises(ValueError, match="n must equal the matrix's number of columns 3"):
+        S.convolution_kernel(np.eye(3), 4)
+    with pytest.raises(ValueError, match="op must be 2-dimensional"):
+        S.convolution_kernel(np.ones(3))
+    with pytest.raises(ValueError, match="1-D numeric array"):
+        S.convolution_kernel(lambda f: np.outer(f, f), 3)
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        S.convolution_kernel(lambda f: f, 0)
+    with pytest.raises(ValueError, match="atol must be >= 0"):
+        S.convolution_kernel(np.eye(2), atol=-1.0)

@@ -43,6 +43,7 @@ from .recurrent import (
     rnn_forward,
 )
 from .scan import linear_scan_backward, linear_scan_forward
+from .scan_tree import TreeScanStats, tree_scan, tree_scan_counts
 from .softmax import (
     cross_entropy_backward,
     cross_entropy_backward_gpu,
@@ -82,6 +83,9 @@ __all__ = [
     "avg_pool2d_backward",
     "linear_scan_forward",
     "linear_scan_backward",
+    "tree_scan",
+    "tree_scan_counts",
+    "TreeScanStats",
     "rnn_forward",
     "rnn_backward",
     "lstm_forward",

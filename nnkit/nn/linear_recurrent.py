@@ -10,7 +10,8 @@ step at a time (inference); both give the same numbers.
 Section 5.2 of the notes writes the minGRU as z_t = sigma(G x_t) z_{t-1} + (1 - sigma(G x_t)) V x_t
 and calls it "LRU", a slip: that is minGRU with the gate's roles swapped (here, as in the
 paper, z_t weighs the new content), while the complex diagonal lambda = exp(-exp(nu) +
-i theta) is the LRU of Orvieto et al.
+i theta) is the LRU of Orvieto et al. ``LRU.from_dense`` is the notes' change of basis
+A = P Lambda P^-1: a dense linear RNN as the LRU that computes the same outputs.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 from .._backend import array_module
 from .._budget import ensure_room
 from .._random import get_rng
-from .._validation import check_bool, check_real, check_scalar
+from .._validation import FLOATS, check_array, check_bool, check_real, check_scalar
 from ..autograd import Tensor, as_tensor, complex, real, where
 from ..functional.scan import linear_scan, log_linear_scan
 from .layers import Linear, _check_size, _dtype
@@ -78,6 +79,12 @@ def _state(h, B, H, dtype, name="h0"):
     if h.dtype != dtype:
         raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, got {h.dtype}")
     return h
+
+
+def _decay_floor(dtype) -> float:
+    """The least exp(nu) the LRU uses: 4 eps of ``dtype``. With s = eps, |exp(-s + i theta)|
+    computed in that dtype reaches 1.0 at some theta; 4 eps leaves it below 1 with a margin."""
+    return 4 * float(np.finfo(dtype).eps)
 
 
 class _MinRNN(Module):
@@ -202,7 +209,7 @@ class MinLSTM(_MinRNN):
 class LRU(Module):
     """Linear Recurrent Unit (Orvieto et al. 2023): a complex diagonal linear recurrence.
 
-        lambda = exp(-exp(nu) + i theta)   (|lambda| = exp(-exp(nu)) < 1 for every nu)
+        lambda = exp(-max(exp(nu), 4 eps) + i theta)   (|lambda| < 1 for every nu)
         h_t = lambda * h_{t-1} + gamma * (B x_t),   y_t = Re(C h_t) + D * x_t
 
     with h complex (state_size,), B (state_size, input_size) and C (input_size, state_size)
@@ -210,8 +217,14 @@ class LRU(Module):
     real, and gamma = exp(gamma_log), initialised to sqrt(1 - |lambda|^2) so that a white input
     gives a state of unit variance at any |lambda| (the paper keeps gamma trainable).
 
-    Ring initialisation as the paper: |lambda|^2 uniform on [r_min^2, r_max^2] (lambda uniform
-    on the ring's area), nu = log(-log|lambda|), theta uniform on [0, max_phase].
+    Two deviations from section 5.2 of the notes, both the paper's:
+
+    - the ring initialisation draws |lambda|^2 uniformly on [r_min^2, r_max^2] (lambda uniform
+      on the ring's area), not r ~ U[r_min, r_max] as the notes write; then
+      nu = log(-log|lambda|) and theta uniform on [0, max_phase];
+    - exp(nu) is bounded below by 4 eps of the dtype (nu >= log(4 eps), about -14.6 in float32
+      and -34.6 in float64; no gradient to nu below): exp(-exp(nu)) alone rounds to 1.0 once
+      exp(nu) < eps / 2 (nu = -20 in float32), and "|lambda| < 1 for every nu" would fail.
 
     Parameters
     ----------
@@ -249,7 +262,8 @@ class LRU(Module):
         P, F = self.state_size, self.input_size
         ensure_room((4, P, F), np.float64, f"input_size={F}, state_size={P}")  # B and C
         u1, u2 = rng.random(P), rng.random(P)
-        radius2 = np.clip(u1 * (r_max ** 2 - r_min ** 2) + r_min ** 2, 1e-12, 1 - 1e-7)
+        top = min(1 - 1e-7, math.exp(-2 * _decay_floor(dtype)))  # |lambda|^2 the bound allows
+        radius2 = np.clip(u1 * (r_max ** 2 - r_min ** 2) + r_min ** 2, 1e-12, top)
         self.nu = Parameter(np.log(-0.5 * np.log(radius2)).astype(dtype))
         self.theta = Parameter((u2 * max_phase).astype(dtype))
         self.gamma_log = Parameter(0.5 * np.log(1 - radius2).astype(dtype))
@@ -259,13 +273,108 @@ class LRU(Module):
         self.C_im = Parameter((rng.standard_normal((F, P)) / math.sqrt(P)).astype(dtype))
         self.D = Parameter(rng.standard_normal(F).astype(dtype))
 
+    @classmethod
+    def from_dense(cls, A, B, C, D=None, dtype=None, max_condition=1e8):
+        """The LRU that computes what the dense linear RNN does (section 5.2 of the notes):
+
+            h_t = A h_{t-1} + B x_t,   y_t = C h_t + D x_t,   h_{-1} = 0
+
+        With A = P Lambda P^-1 (``numpy.linalg.eig``), the state zeta_t = P^-1 h_t obeys
+        zeta_t = Lambda zeta_{t-1} + (P^-1 B) x_t and y_t = (C P) zeta_t + D x_t: a diagonal
+        complex recurrence with B' = P^-1 B and C' = C P. y is real, so y = Re(C' zeta_t) +
+        D x_t as the LRU writes it. The LRU's parameters: nu = log(-log|lambda|), theta =
+        arg(lambda), gamma = sqrt(1 - |lambda|^2) as at initialisation (so the module trains
+        as a fresh one would) and B = B' / gamma; a zero eigenvalue becomes |lambda| =
+        exp(-700), below every float32 and about 1e-304 in float64.
+
+        Parameters
+        ----------
+        A : array (P, P), float32/64: diagonalisable, spectral radius < 1
+        B : array (P, F); C : array (F, P) (the LRU's output has the input's F features)
+        D : None (zero), array (F,) or a diagonal array (F, F): the LRU's skip is elementwise
+        dtype : float32 or float64, the module's; default A's dtype
+        max_condition : float, the largest condition number of P accepted
+
+        Returns
+        -------
+        LRU with state_size P and input_size F; a dense initial state h0 is P^-1 h0 in its
+        basis (the eigenvectors of ``numpy.linalg.eig(A)``).
+
+        Raises
+        ------
+        ValueError
+            A not diagonalisable (cond(P) > max_condition: a defective A, such as a Jordan
+            block, has no basis of eigenvectors), A not stable (an eigenvalue of modulus
+            >= 1, or too close to 1 for the LRU's bound on |lambda| in ``dtype``), shapes
+            that do not fit, or a D that is not diagonal.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from nnkit.nn.linear_recurrent import LRU
+        >>> A = np.array([[0.5, -0.4], [0.4, 0.5]])  # eigenvalues 0.5 +- 0.4i
+        >>> lru = LRU.from_dense(A, np.eye(2), np.eye(2))
+        >>> np.round(np.sort_complex(lru.eigenvalues()), 6)
+        array([0.5-0.4j, 0.5+0.4j])
+        """
+        A = check_array(A, name="A", ndim=2, dtype=FLOATS, finite=True, allow_device=False)
+        B = check_array(B, name="B", ndim=2, dtype=FLOATS, finite=True, allow_device=False)
+        C = check_array(C, name="C", ndim=2, dtype=FLOATS, finite=True, allow_device=False)
+        P = A.shape[0]
+        if A.shape != (P, P) or P == 0:
+            raise ValueError(f"A must be a square (P, P) matrix with P >= 1, got shape {A.shape}")
+        if B.shape[0] != P or B.shape[1] == 0:
+            raise ValueError(f"B must have shape (P, F) = ({P}, F) with F >= 1 to match A of "
+                             f"shape {A.shape}, got {B.shape}")
+        F = B.shape[1]
+        if C.shape != (F, P):
+            raise ValueError(f"C must have shape (F, P) = {(F, P)} (the LRU's output has the "
+                             f"input's F features), got {C.shape}")
+        if D is None:
+            d = np.zeros(F)
+        else:
+            D = check_array(D, name="D", ndim=(1, 2), dtype=FLOATS, finite=True,
+                            allow_device=False)
+            if D.shape not in ((F,), (F, F)):
+                raise ValueError(f"D must have shape (F,) or (F, F) with F = {F}, got {D.shape}")
+            d = np.diagonal(D) if D.ndim == 2 else D
+            if D.ndim == 2 and np.any(D != np.diag(d)):
+                raise ValueError("D must be diagonal (the LRU's skip D * x is elementwise), got "
+                                 "off-diagonal entries")
+        dtype = _dtype(A.dtype if dtype is None else dtype)
+        lam, vectors = np.linalg.eig(A.astype(np.float64))
+        condition = np.linalg.cond(vectors)
+        if not condition <= max_condition:  # inf or NaN for a singular basis
+            raise ValueError(f"A must be diagonalisable: its eigenvector matrix P has condition "
+                             f"number {condition:.3g} > max_condition={max_condition:g} (A is "
+                             f"defective or nearly so, as a Jordan block [[l, 1], [0, l]])")
+        radius = np.abs(lam)
+        top = math.exp(-_decay_floor(dtype))  # the largest |lambda| the LRU has in dtype
+        if radius.max() >= 1 or radius.max() > top:
+            raise ValueError(f"A must be stable: spectral radius < 1 (at most {top!r} in "
+                             f"{dtype.name}), got {radius.max()!r} (eigenvalue "
+                             f"{lam[np.argmax(radius)]:.6g})")
+        radius = np.maximum(radius, math.exp(-700.0))
+        gamma = np.sqrt(1.0 - radius ** 2)
+        b = np.linalg.solve(vectors, B.astype(np.float64)) / gamma[:, None]  # (P, F)
+        c = C.astype(np.float64) @ vectors  # (F, P)
+        lru = cls(F, P, dtype=dtype, random_state=0)  # every parameter set below
+        for param, value in ((lru.nu, np.log(-np.log(radius))), (lru.theta, np.angle(lam)),
+                             (lru.gamma_log, np.log(gamma)), (lru.B_re, b.real),
+                             (lru.B_im, b.imag), (lru.C_re, c.real), (lru.C_im, c.imag),
+                             (lru.D, d)):
+            param.data[...] = value
+        return lru
+
     def _lambda(self) -> Tensor:
-        return complex(-self.nu.exp(), self.theta).exp()  # (P,) complex
+        decay = self.nu.exp().clip(min=_decay_floor(self.nu.dtype))  # NaN stays NaN
+        return complex(-decay, self.theta).exp()  # (P,) complex
 
     def eigenvalues(self) -> np.ndarray:
-        """lambda (state_size,), complex: the diagonal of the recurrence."""
+        """lambda (state_size,), complex128: the diagonal of the recurrence (with the bound
+        on exp(nu) of the parameters' dtype)."""
         nu, theta = self.nu.data.astype(np.float64), self.theta.data.astype(np.float64)
-        return np.exp(-np.exp(nu) + 1j * theta)
+        return np.exp(-np.maximum(np.exp(nu), _decay_floor(self.nu.dtype)) + 1j * theta)
 
     def _input(self, x):
         """gamma * (B x) as a complex tensor, (..., P)."""

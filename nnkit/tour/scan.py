@@ -1,9 +1,11 @@
 """The ``nnkit tour`` section for linear recurrences (notes, section 5.2).
 
 Rows: the fused scan against its sequential twin (real and complex, both directions), the
-complex gradient check, MinGRU's scan against its step-by-step recurrence, the LRU's
-eigenvalues inside the unit disc and its output bounded over a long sequence, and the scan's
-speed against a NumPy loop over T. ``ctx.quick`` keeps every row to a fraction of a second.
+complex gradient check, the tree scans' depth and work at T = 1024 (the O(log T) is the
+depth), MinGRU's scan against its step-by-step recurrence, the LRU's eigenvalues inside the
+unit disc and its output bounded over a long sequence, the LRU built from a dense linear RNN
+by the change of basis, and the scan's speed against a NumPy loop over T. ``ctx.quick`` keeps
+every row to a fraction of a second.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ..autograd import tensor
 from ..functional.scan import linear_scan
 from ..gradcheck import gradcheck
 from ..kernels import scan as K
+from ..kernels import tree_scan, tree_scan_counts
 from ..kernels.reference import scan as R
 from ..nn.linear_recurrent import LRU, MinGRU
 from .common import INFO, tour_row
@@ -77,6 +80,44 @@ def _lru_row(rng, T):
                 "finite, < 100", ok)
 
 
+def _tree_rows(rng, T=1024):
+    """Both tree scans at T, equal to the sequential recurrence, their counted levels and
+    combines against the closed forms, beside the sequential loop's T - 1 of each."""
+    a, b = _coefficients(rng, (2, T, 3), np.float64)
+    want = R.linear_scan(a, b)
+    rows, counts = [], {}
+    for algorithm in ("hillis_steele", "blelloch"):
+        h, stats = tree_scan(a, b, algorithm=algorithm)
+        diff = float(np.max(np.abs(h - want)) / np.max(np.abs(want)))
+        counts[algorithm] = (stats.levels, stats.combines)
+        ok = diff <= 1e-12 and counts[algorithm] == tree_scan_counts(T, algorithm)
+        rows.append(_row(f"{algorithm} tree scan (T = {T}) vs sequential, max rel. diff",
+                         f"{diff:.1e}", "<= 1e-12, counts = closed form", ok))
+    (hs_depth, hs_work), (bl_depth, bl_work) = counts["hillis_steele"], counts["blelloch"]
+    rows.append(_row(f"tree scan depth / work at T = {T}: Hillis-Steele, Blelloch, sequential",
+                     f"{hs_depth}/{hs_work}, {bl_depth}/{bl_work}, {T - 1}/{T - 1}",
+                     "depth log2 T, 2 log2 T; work ~T log2 T, < 4T",
+                     hs_depth == 10 and bl_depth == 20 and bl_work < 4 * T < hs_work))
+    return rows
+
+
+def _from_dense_row(rng, P=8, F=3, T=200):
+    """A random stable dense linear RNN (complex eigenvalue pairs) and its LRU."""
+    A = rng.standard_normal((P, P))
+    A *= 0.97 / np.max(np.abs(np.linalg.eigvals(A)))
+    B, C, D = rng.standard_normal((P, F)), rng.standard_normal((F, P)), rng.standard_normal(F)
+    x = rng.standard_normal((2, T, F))
+    h, ys = np.zeros((2, P)), []
+    for t in range(T):
+        h = h @ A.T + x[:, t] @ B.T
+        ys.append(h @ C.T + D * x[:, t])
+    want = np.stack(ys, axis=1)
+    diff = float(np.max(np.abs(LRU.from_dense(A, B, C, D)(x).numpy() - want))
+                 / np.max(np.abs(want)))
+    return _row(f"LRU.from_dense (A = P Lambda P^-1, P = {P}) vs the dense RNN, max rel. diff",
+                f"{diff:.1e}", "<= 1e-9", diff <= 1e-9)
+
+
 def _best(fn, n=5):
     fn()
     times = []
@@ -121,7 +162,9 @@ def scan_section(ctx) -> list[dict]:
     return [
         _twin_row(rng),
         _gradcheck_row(rng),
+        *_tree_rows(rng),
         _mingru_row(rng),
         _lru_row(rng, 10_000 if ctx.quick else 100_000),
+        _from_dense_row(rng),
         *_speed_rows(rng, ctx.quick),
     ]

@@ -4,7 +4,8 @@ Plain loops over rows, computed in float64 (complex128 where complex) and cast b
 the input's dtype, with no stabilisation tricks beyond the textbook max-shift of softmax.
 The tests hold ``nk.kernels`` to these; nothing here is meant to be fast. Families:
 ``softmax`` (softmax, log_softmax, cross-entropy), ``activation`` (GELU, dropout mask),
-``layer_norm``, ``conv`` (convolution, pooling), ``scan`` (linear recurrence),
+``layer_norm``, ``conv`` (convolution, pooling), ``scan`` (linear recurrence), ``scan_tree``
+(the same recurrence by Hillis-Steele and Blelloch tree scans),
 ``recurrent`` (RNN, LSTM, GRU) and ``attention``.
 """
 
@@ -46,6 +47,10 @@ from .scan import (
     linear_scan_backward,
     log_linear_scan,
 )
+from .scan_tree import (
+    blelloch_scan,
+    hillis_steele_scan,
+)
 from .softmax import (
     cross_entropy,
     cross_entropy_backward,
@@ -78,6 +83,8 @@ __all__ = [
     "linear_scan",
     "linear_scan_backward",
     "log_linear_scan",
+    "hillis_steele_scan",
+    "blelloch_scan",
     "rnn",
     "rnn_backward",
     "lstm",
