@@ -227,6 +227,39 @@ def test_flip_rate_follows_theory():
     assert list(curve.n_patterns) == [100, 200, 300]
 
 
+def test_capacity_transition_near_0138_at_n2000_section_1_4():
+    """Section 1.4: "at s/n ~ 0.138 a phase transition occurs". Probes start at stored
+    patterns of an n = 2000 network; across alpha = 0.10-0.18 the retrieved share falls
+    from all to almost none and crosses 1/2 between 0.13 and 0.16 (about 0.157 here)."""
+    alphas = np.round(np.arange(0.10, 0.181, 0.01), 2)
+    curve = retrieval_curve(2000, alphas, n_probes=60, random_state=0)
+    assert curve.retrieved[0] == 1.0 and curve.overlap[0] > 0.99
+    assert curve.retrieved[-1] <= 0.1 and curve.overlap[-1] < 0.5
+    assert 0.13 <= curve.transition() <= 0.16
+    low, high = curve.alphas <= 0.12, curve.alphas >= 0.17
+    assert curve.overlap[low].min() > 0.95 > 0.6 > curve.overlap[high].max()
+
+
+def test_capacity_transition_moves_down_toward_0138_as_n_grows_section_1_4():
+    """The finite-size shift shrinks with n: the located transition at n = 4000 lies below
+    the one at n = 1000 (about 0.149 against 0.163) and above 0.138 minus noise."""
+    alphas = np.round(np.arange(0.13, 0.181, 0.01), 2)
+    small, large = (retrieval_curve(n, alphas, n_probes=60, random_state=1).transition()
+                    for n in (1000, 4000))
+    assert 0.13 <= large < small - 0.005
+
+
+def test_transition_interpolates_the_first_drop_below_the_share():
+    c = hf.RetrievalCurve(10, np.array([0.3, 0.1, 0.2]), np.array([3, 1, 2]),
+                          np.zeros(3), np.zeros(3), np.array([0.0, 1.0, 0.6]), np.zeros(3))
+    assert c.transition() == pytest.approx(0.2 + 0.1 * 0.1 / 0.6)
+    assert c.transition(0.8) == pytest.approx(0.1 + 0.1 * 0.2 / 0.4)
+    c.retrieved = np.ones(3)
+    assert np.isnan(c.transition())
+    with pytest.raises(ValueError, match="share must be < 1"):
+        c.transition(1.0)
+
+
 # ---- dense associative memory --------------------------------------------------------------------
 
 @given(data=networks(max_n=9, max_s=5, max_b=3), interaction=st.sampled_from(["poly", "exp"]),
@@ -339,6 +372,7 @@ def test_bad_arguments_name_themselves(rng):
         (lambda: net.run([1, 1, 1, 1], random_state=-1), "random_state must be >= 0"),
         (lambda: ModernHopfield().store([[np.inf, 1.0]]), "X must be finite"),
         (lambda: retrieval_curve(100, [0.1, -1]), "alphas"),
+        (lambda: retrieval_curve(100, [0.1], retrieved_at=0), "retrieved_at must be > 0"),
     ]
     for fn, match in cases:
         with pytest.raises(ValueError, match=match):

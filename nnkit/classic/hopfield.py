@@ -652,10 +652,13 @@ class RetrievalCurve:
         Mean final overlap m = x . xi / n between each probe's fixed point and its pattern.
     overlap_std : ndarray (A,)
     retrieved : ndarray (A,)
-        Fraction of probes ending within 1% of their pattern (m >= 0.98).
+        Share of probes whose fixed point keeps overlap m >= ``retrieved_at`` with their
+        pattern (the retrieval branch; see ``retrieval_curve``).
     flip_rate : ndarray (A,)
         Fraction of the stored patterns' bits that one update flips, sgn(h_i(x_t)) != x_ti:
         the quantity the notes estimate by (1 - erf(sqrt(1/(2 alpha)))) / 2.
+    retrieved_at : float
+        The overlap that counts as retrieved.
     """
 
     n: int
@@ -665,16 +668,47 @@ class RetrievalCurve:
     overlap_std: np.ndarray
     retrieved: np.ndarray
     flip_rate: np.ndarray
+    retrieved_at: float = 0.9
+
+    def transition(self, share=0.5):
+        """The load where the share of retrieved probes first falls below ``share``.
+
+        Linear interpolation between the two loads (in increasing alpha) that bracket the
+        first drop of ``retrieved`` below ``share``; NaN when no load of the curve is on
+        each side. The notes (section 1.4) put the transition at alpha ~ 0.138 for n -> oo.
+
+        Parameters
+        ----------
+        share : float in (0, 1)
+
+        Returns
+        -------
+        float
+        """
+        share = float(check_scalar(share, name="share", low=0, high=1, low_inclusive=False,
+                                   high_inclusive=False))
+        order = np.argsort(self.alphas, kind="stable")
+        a, r = self.alphas[order], self.retrieved[order]
+        for k in range(1, a.size):
+            if r[k - 1] >= share > r[k]:
+                return float(a[k - 1] + (r[k - 1] - share) / (r[k - 1] - r[k])
+                             * (a[k] - a[k - 1]))
+        return float("nan")
 
 
 def retrieval_curve(n, alphas, n_probes=20, noise=0.0, order="random", max_sweeps=100,
-                    random_state=None):
+                    random_state=None, retrieved_at=0.9):
     """Measure retrieval of random patterns against the load alpha = s/n.
 
     For each alpha: s random patterns in {-1, +1}^n are stored (Hebbian); ``n_probes``
     of them (at most s), each with a fraction ``noise`` of its bits flipped, run
     asynchronously to a fixed point; the final overlaps with their patterns and the one-step
     flip rate of all stored bits are recorded.
+
+    The final overlaps are bimodal: the retrieval branch near m = 1 (Amit, Gutfreund and
+    Sompolinsky's retrieval state still has m ~ 0.97 at alpha_c ~ 0.138) and the spin-glass
+    branch below m ~ 0.6 once errors avalanche; ``retrieved_at`` = 0.9 falls in the gap
+    between them (at n = 2000 hardly any fixed point lands between 0.6 and 0.9).
 
     Parameters
     ----------
@@ -683,6 +717,8 @@ def retrieval_curve(n, alphas, n_probes=20, noise=0.0, order="random", max_sweep
     n_probes : int >= 1
     noise : float in [0, 0.5]
     order, max_sweeps, random_state : as ``Hopfield.run``
+    retrieved_at : float in (0, 1]
+        A probe counts as retrieved when its final overlap is at least this.
 
     Returns
     -------
@@ -694,13 +730,16 @@ def retrieval_curve(n, alphas, n_probes=20, noise=0.0, order="random", max_sweep
         raise ValueError("alphas must be a non-empty 1-D array of loads > 0")
     n_probes = int(check_scalar(n_probes, name="n_probes", kind=numbers.Integral, low=1))
     noise = float(check_scalar(noise, name="noise", low=0, high=0.5))
+    retrieved_at = float(check_scalar(retrieved_at, name="retrieved_at", low=0, high=1,
+                                      low_inclusive=False))
     rng = get_rng(random_state)
-    rows = [_one_load(n, float(a), n_probes, noise, order, max_sweeps, rng) for a in alphas]
+    rows = [_one_load(n, float(a), n_probes, noise, order, max_sweeps, rng, retrieved_at)
+            for a in alphas]
     cols = [np.array(c) for c in zip(*rows, strict=True)]
-    return RetrievalCurve(n, alphas.astype(np.float64), *cols)
+    return RetrievalCurve(n, alphas.astype(np.float64), *cols, retrieved_at=retrieved_at)
 
 
-def _one_load(n, alpha, n_probes, noise, order, max_sweeps, rng):
+def _one_load(n, alpha, n_probes, noise, order, max_sweeps, rng, retrieved_at):
     s = max(1, round(alpha * n))
     xi = rng.choice(np.array([-1, 1], np.int8), size=(s, n))
     net = Hopfield(n).store(xi)
@@ -709,4 +748,4 @@ def _one_load(n, alpha, n_probes, noise, order, max_sweeps, rng):
     probes = targets * np.where(rng.random(targets.shape) < noise, -1, 1).astype(np.int8)
     final = net.run(probes, order=order, max_sweeps=max_sweeps, random_state=rng).states
     m = (final.astype(np.float64) * targets).mean(axis=1)  # (probes,)
-    return s, m.mean(), m.std(), np.mean(m >= 0.98), flip_rate
+    return s, m.mean(), m.std(), np.mean(m >= retrieved_at), flip_rate
