@@ -384,7 +384,7 @@ def test_tour_section_rows_are_all_ok(tmp_path):
     from nnkit.tour.perceptron import perceptron_section
 
     rows = perceptron_section(TourContext(out_dir=tmp_path, quick=True, plots=True))
-    assert len(rows) == 4 and all(r["ok"] is True for r in rows), rows
+    assert len(rows) == 5 and all(r["ok"] is True for r in rows), rows
     assert {"section", "result", "value", "target", "ok"} <= set(rows[0])
     assert (tmp_path / "perceptron_novikoff.png").stat().st_size > 1000
 
