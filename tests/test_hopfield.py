@@ -423,6 +423,19 @@ def test_transition_interpolates_the_first_drop_below_the_share():
         c.transition(1.0)
 
 
+def test_tour_section_locates_the_transition_and_meets_its_targets(tmp_path):
+    pytest.importorskip("matplotlib")
+    from nnkit.tour import TourContext
+    from nnkit.tour.hopfield import hopfield_section
+
+    rows = hopfield_section(TourContext(tmp_path, quick=True))
+    checks = [r for r in rows if r["ok"] != "info"]
+    assert checks and all(r["ok"] is True for r in checks), rows
+    where, = [r for r in rows if r["result"].startswith("transition")]
+    assert 0.13 <= float(where["value"].split("=")[1]) <= 0.16
+    assert (tmp_path / "hopfield.png").stat().st_size > 1000
+
+
 # ---- dense associative memory --------------------------------------------------------------------
 
 @given(data=networks(max_n=9, max_s=5, max_b=3), interaction=st.sampled_from(["poly", "exp"]),
