@@ -359,7 +359,8 @@ class Hopfield(_StoresPatterns):
     def crosstalk(self, patterns=None):
         """Crosstalk C_ti = h_i(x_t) - x_ti of the notes: x_t is a fixed point of the dynamics
         iff sgn(x_ti + C_ti) = x_ti for every i. patterns (s, n), default the stored ones ->
-        ndarray float64 (s, n). For random patterns C_ti ~ N(0, s/n) approximately."""
+        ndarray float64 (s, n). For random patterns C_ti ~ N(0, s/n) approximately
+        (plus b_i with biases)."""
         _not_fitted(self)
         xi = self.patterns_ if patterns is None else _patterns(patterns, self.n_neurons)
         return self.field(xi) - xi
