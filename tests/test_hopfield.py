@@ -570,7 +570,7 @@ def test_bad_arguments_name_themselves(rng):
     hnp.arrays(st.sampled_from([np.int8, np.int64, np.float32, np.float64, np.bool_]),
                hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5)),
     st.lists(st.integers(-2, 2), max_size=6), st.none(), st.text(max_size=3)),
-    what=st.sampled_from(["store", "run", "energy", "dense", "modern"]))
+    what=st.sampled_from(["store", "run", "energy", "dense", "modern", "bias"]))
 def test_boundary_fuzz_only_value_or_type_errors(value, what):
     net = Hopfield(4).store([[1, -1, 1, -1]])
     calls = {
@@ -579,6 +579,7 @@ def test_boundary_fuzz_only_value_or_type_errors(value, what):
         "energy": lambda: net.energy(value),
         "dense": lambda: DenseAssociativeMemory().store(value),
         "modern": lambda: ModernHopfield().store(value),
+        "bias": lambda: Hopfield(4, bias=value).store([[1, -1, 1, -1]]).run([1, 1, 1, 1]),
     }
     try:
         calls[what]()
