@@ -552,6 +552,7 @@ def test_bad_arguments_name_themselves(rng):
         (lambda: Hopfield(4, bias=np.zeros((1, 4))), "bias must be 1-dimensional"),
         (lambda: Hopfield(4, bias=[0.0, np.nan, 0.0, 0.0]), "bias must be finite"),
         (lambda: Hopfield(4, bias=[0.0, np.inf, 0.0, 0.0]), "bias must be finite"),
+        (lambda: Hopfield(4, bias=[0.0, 1e308, 0.0, 0.0]), "bias entries must be at most"),
         (lambda: retrieval_curve(100, [0.1], retrieved_at=0), "retrieved_at must be > 0"),
     ]
     for fn, match in cases:
@@ -564,6 +565,11 @@ def test_bad_arguments_name_themselves(rng):
     for bad in (np.array(["a"] * 4), np.ones(4, complex), "bias"):
         with pytest.raises(TypeError, match="bias"):
             Hopfield(4, bias=bad)
+
+
+def _biased_run(bias):
+    net = Hopfield(4, bias=bias).store([[1, -1, 1, -1]])
+    net.energy(net.run([1, 1, 1, 1]).states)
 
 
 @given(value=st.one_of(
@@ -579,7 +585,7 @@ def test_boundary_fuzz_only_value_or_type_errors(value, what):
         "energy": lambda: net.energy(value),
         "dense": lambda: DenseAssociativeMemory().store(value),
         "modern": lambda: ModernHopfield().store(value),
-        "bias": lambda: Hopfield(4, bias=value).store([[1, -1, 1, -1]]).run([1, 1, 1, 1]),
+        "bias": lambda: _biased_run(value),
     }
     try:
         calls[what]()

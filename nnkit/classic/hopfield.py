@@ -106,6 +106,11 @@ def _bias(bias, n):
         raise ValueError(f"bias has {b.shape[0]} entries but the network has n_neurons={n}; "
                          f"expected shape ({n},)")
     b = np.array(b, dtype=np.float64)
+    limit = np.finfo(np.float64).max / (2 * n)  # n b (the thresholds) and b^T x stay finite
+    if b.size and np.abs(b).max() > limit:
+        raise ValueError(f"bias entries must be at most {limit:.3g} in magnitude for "
+                         f"n_neurons={n} (n |b_i| must stay a finite float), got "
+                         f"{np.abs(b).max():.3g}")
     b.flags.writeable = False
     return b
 
