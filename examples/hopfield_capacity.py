@@ -8,7 +8,9 @@ stored pattern and runs asynchronously to a fixed point. Below alpha ~ 0.138 the
 stays within a few percent of the pattern (overlap ~ 0.97 and above); beyond it errors
 avalanche and the overlap collapses, more sharply as n grows. The one-step flip rate of the
 stored bits follows the notes' (1 - erf(sqrt(1 / (2 alpha)))) / 2. Prints the overlap on
-both sides of the transition for the largest n and writes the two curves.
+both sides of the transition for the largest n, the load where the share of retrieved probes
+(final overlap >= 0.9) falls below 1/2 for each n (it moves down toward 0.138 as n grows), and
+writes the two curves.
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ def main(argv=None) -> dict:
     below = big.overlap[np.argmin(abs(alphas - 0.12))]
     above = big.overlap[np.argmin(abs(alphas - 0.16))]
     print(f"n = {big.n}: final overlap {below:.3f} at alpha = 0.12, {above:.3f} at alpha = 0.16")
+    where = {c.n: c.transition() for c in curves}
+    print("retrieved share crosses 1/2 at alpha = "
+          + ", ".join(f"{a:.3f} (n = {n})" for n, a in where.items()))
     worst = max(np.max(abs(c.flip_rate - hopfield_flip_probability(alphas))) for c in curves)
     print(f"flip rate vs (1 - erf(sqrt(1/(2 alpha))))/2: largest gap {worst:.4f}")
     _plot(curves, alphas, args.out)
-    return {"overlap_0.12": below, "overlap_0.16": above}
+    return {"overlap_0.12": below, "overlap_0.16": above, "transition": where}
 
 
 def _plot(curves, alphas, path):

@@ -1,14 +1,16 @@
 """Counting and capacity results of the notes (sections 1.2, 1.4 and 2.4), as exact numbers.
 
 Counts are Python integers computed with ``math.comb`` (no floating point, no overflow);
-``novikoff_bound`` is the exact floor of R^2/gamma^2 for the given floats. The two Hopfield
-formulas are floats.
+``novikoff_bound`` is the exact floor of R^2/gamma^2 for the given floats;
+``novikoff_lemmas`` evaluates both sides of Lemmas 1.1 and 1.2 along a perceptron run. The two
+Hopfield formulas are floats.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -18,6 +20,8 @@ from ._validation import check_array, check_scalar
 
 __all__ = [
     "novikoff_bound",
+    "novikoff_lemmas",
+    "NovikoffLemmas",
     "cover_count",
     "zaslavsky_regions",
     "montufar_lower_bound",
@@ -74,6 +78,84 @@ def novikoff_bound(R, gamma) -> int:
         raise ValueError(f"gamma must be <= R (|w^T x| <= ||x|| <= R for a unit w), got "
                          f"gamma={gamma!r} > R={R!r}")
     return math.floor(Fraction(R) ** 2 / Fraction(gamma) ** 2)
+
+
+@dataclass
+class NovikoffLemmas:
+    """Both sides of Novikoff's lemmas at every update t = 0..T of a perceptron run.
+
+    Attributes
+    ----------
+    alignment : ndarray float64 (T + 1,)
+        w*^T w_t (Lemma 1.1: >= t gamma).
+    alignment_bound : ndarray float64 (T + 1,)
+        t gamma.
+    norm : ndarray float64 (T + 1,)
+        ||w_t|| (Lemma 1.2: <= R sqrt(t)).
+    norm_bound : ndarray float64 (T + 1,)
+        R sqrt(t).
+    gamma, R : float
+        min_i y_i w*^T x_i for the unit w*, and max_i ||x_i||.
+    """
+
+    alignment: np.ndarray
+    alignment_bound: np.ndarray
+    norm: np.ndarray
+    norm_bound: np.ndarray
+    gamma: float
+    R: float
+
+
+def novikoff_lemmas(coef_path, X, y, w_star) -> NovikoffLemmas:
+    """Lemmas 1.1 and 1.2 of the notes along the iterates of a perceptron run (no bias).
+
+    For gamma-separable data (a unit w* with y_i w*^T x_i >= gamma > 0) and R = max ||x_i||,
+    the perceptron's iterates from w_0 = 0 satisfy w*^T w_t >= t gamma (1.1) and
+    ||w_t|| <= R sqrt(t) (1.2) after every update t; together they give Theorem 1.3,
+    t <= R^2 / gamma^2. The path comes from ``Perceptron(fit_intercept=False,
+    record_path=True).fit(X, y).coef_path_``.
+
+    Parameters
+    ----------
+    coef_path : array_like (T + 1, D)
+        w_0, ..., w_T.
+    X : array_like (S, D)
+    y : array_like (S,) in {-1, +1}
+    w_star : array_like (D,), nonzero
+        A separating direction; scaled to unit norm here.
+
+    Returns
+    -------
+    NovikoffLemmas
+    """
+    path = check_array(coef_path, name="coef_path", ndim=2, finite=True)
+    X = check_array(X, name="X", ndim=2, finite=True)
+    y = check_array(y, name="y", ndim=1, finite=True)
+    w = check_array(w_star, name="w_star", ndim=1, finite=True)
+    for name, arr in (("coef_path", path), ("X", X), ("y", y), ("w_star", w)):
+        if arr.dtype.kind not in "iuf":
+            raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    D = X.shape[1]
+    if path.shape[1] != D or w.shape[0] != D or y.shape[0] != X.shape[0] or not len(X):
+        raise ValueError(f"shapes disagree: coef_path {path.shape}, X {X.shape} (S >= 1), "
+                         f"y {y.shape}, w_star {w.shape}; expected (T+1, D), (S, D), (S,), "
+                         f"(D,)")
+    if not np.isin(y, (-1, 1)).all():
+        raise ValueError("y must hold only -1 and +1")
+    norm = float(np.linalg.norm(w))
+    if norm == 0.0:
+        raise ValueError("w_star must be nonzero (it is scaled to unit norm)")
+    u = w.astype(np.float64) / norm
+    Xf = X.astype(np.float64)
+    gamma = float(np.min(y * (Xf @ u)))
+    if gamma <= 0:
+        raise ValueError(f"w_star does not separate (X, y): min_i y_i w*^T x_i = {gamma!r} "
+                         f"<= 0; the lemmas need gamma > 0")
+    R = float(np.max(np.linalg.norm(Xf, axis=1)))
+    t = np.arange(path.shape[0], dtype=np.float64)
+    pathf = path.astype(np.float64)
+    return NovikoffLemmas(pathf @ u, t * gamma, np.linalg.norm(pathf, axis=1), R * np.sqrt(t),
+                          gamma, R)
 
 
 def cover_count(s, n) -> int:

@@ -1,5 +1,6 @@
 """McCulloch-Pitts neuron and the perceptron: the compiled epoch loop against its plain twin,
-scikit-learn's conventions, Novikoff's bound on random separable data, and bad input."""
+scikit-learn's conventions, Novikoff's bound on random separable data and his two lemmas at
+every update (section 1.2), and bad input."""
 
 import warnings
 
@@ -19,7 +20,7 @@ from nnkit.classic.perceptron import (
     _perceptron_epochs_reference,
     make_separable,
 )
-from nnkit.theory import novikoff_bound
+from nnkit.theory import novikoff_bound, novikoff_lemmas
 
 perceptron_epochs = perceptron_ext.perceptron_epochs
 
@@ -95,6 +96,28 @@ def test_compiled_epochs_equal_the_plain_twin_bit_for_bit(problem):
     want = _perceptron_epochs_reference(X, y, w_ref, b_ref, order, max_epochs, fit_intercept)
     assert got == want
     assert w.tobytes() == w_ref.tobytes() and b.tobytes() == b_ref.tobytes()
+
+
+@given(problem=perceptron_problems())
+def test_compiled_epochs_record_the_twins_updates(problem):
+    """With ``mistakes`` the loop writes the row of every update, as the twin lists them,
+    and computes the same w and b as without it."""
+    X, y, w0, b0, order, max_epochs, fit_intercept = problem
+    w, b, w_ref, b_ref = w0.copy(), b0.copy(), w0.copy(), b0.copy()
+    mistakes, listed = np.full(max_epochs * len(X), -1, np.int64), []
+    got = perceptron_epochs(X, y, w, b, order, max_epochs, fit_intercept, mistakes)
+    want = _perceptron_epochs_reference(X, y, w_ref, b_ref, order, max_epochs, fit_intercept,
+                                        listed)
+    assert got == want and mistakes[:got[0]].tolist() == listed
+    assert (mistakes[got[0]:] == -1).all()
+    assert w.tobytes() == w_ref.tobytes() and b.tobytes() == b_ref.tobytes()
+
+
+def test_mistakes_buffer_too_short_is_refused():
+    X, y = np.eye(2), np.array([1.0, -1.0])
+    with pytest.raises(ValueError, match="mistakes has 3 entries"):
+        perceptron_epochs(X, y, np.zeros(2), np.zeros(1), np.arange(2, dtype=np.intp), 2, True,
+                          np.zeros(3, np.int64))
 
 
 @given(problem=perceptron_problems())
@@ -213,6 +236,7 @@ def test_fit_rejects_bad_data(X, y, exc, match):
     ({"max_epochs": 2.5}, TypeError, "max_epochs must be an integer"),
     ({"shuffle": "yes"}, TypeError, "shuffle must be a bool"),
     ({"fit_intercept": None}, TypeError, "fit_intercept"),
+    ({"record_path": 1}, TypeError, "record_path"),
 ])
 def test_fit_rejects_bad_hyper_parameters(params, exc, match):
     with pytest.raises(exc, match=match):
@@ -295,12 +319,72 @@ def test_make_separable_has_the_promised_margin_and_radius():
     assert clf.n_updates_ <= novikoff_bound(1.0, 0.2)
 
 
+@given(seed=st.integers(0, 2**16), margin=st.floats(0.02, 0.6), D=st.integers(2, 12),
+       S=st.integers(2, 300), shuffle=st.booleans(),
+       dtype=st.sampled_from([np.float64, np.float32]))
+def test_novikoff_lemmas_hold_at_every_update_section_1_2(seed, margin, D, S, shuffle, dtype):
+    """Lemma 1.1 (w*^T w_t >= t gamma) and Lemma 1.2 (||w_t|| <= R sqrt(t)) of section 1.2 at
+    every update t of a run without bias, w* the unit normal of make_separable, gamma its
+    margin, R the largest norm; each recorded step was a mistake and adds y x; Theorem 1.3."""
+    X, y, w_star = make_separable(S, D, margin, random_state=seed)
+    assume(np.unique(y).size == 2)
+    X = X.astype(dtype)
+    clf = Perceptron(fit_intercept=False, shuffle=shuffle, random_state=seed,
+                     record_path=True).fit(X, y)
+    path, rows = clf.coef_path_, clf.update_indices_
+    T = clf.n_updates_
+    assert path.shape == (T + 1, D) and rows.shape == (T,) and clf.converged_
+    assert path[-1].tobytes() == clf.coef_[0].tobytes() and not path[0].any()
+    assert (clf.intercept_path_ == 0).all()
+    y_pm = np.where(y == clf.classes_[1], 1.0, -1.0)
+    for t in range(1, T + 1):  # w_t = w_{t-1} + y x after a mistake y w_{t-1}^T x <= 0
+        i = rows[t - 1]
+        assert y_pm[i] * _activation_reference(X[i], path[t - 1], 0.0) <= 0.0
+        np.testing.assert_array_equal(path[t], path[t - 1] + y_pm[i] * X[i].astype(float))
+    lemmas = novikoff_lemmas(path, X, y_pm, w_star)
+    t = np.arange(T + 1)
+    # rounding of w_t: t additions of terms <= R, a dot product with a unit vector over D
+    tol = 4 * np.finfo(float).eps * lemmas.R * t * (t + D)
+    assert (lemmas.alignment >= lemmas.alignment_bound - tol).all()
+    assert (lemmas.norm <= lemmas.norm_bound + tol).all()
+    assert lemmas.gamma >= margin * (1 - 1e-6) and lemmas.R <= 1 + 1e-6
+    assert T <= novikoff_bound(lemmas.R * (1 + 1e-9), lemmas.gamma)
+
+
+def test_novikoff_lemma_sides_can_fail():
+    """The checks are not vacuous: paths that are not the perceptron's break each lemma, and
+    a direction that separates nothing is refused."""
+    X, y, w_star = make_separable(400, 6, 0.05, random_state=3)
+    path = Perceptron(fit_intercept=False, record_path=True).fit(X, y).coef_path_
+    backwards = novikoff_lemmas(-path, X, y, w_star)            # moves away from w*
+    assert (backwards.alignment[1:] < backwards.alignment_bound[1:]).all()
+    t = np.arange(len(path))[:, None]
+    straight = novikoff_lemmas(t * w_star, X, y, w_star)      # ||w_t|| = t > R sqrt(t)
+    assert (straight.norm[2:] > straight.norm_bound[2:]).all()
+    with pytest.raises(ValueError, match="does not separate"):
+        novikoff_lemmas(path, X, y, -w_star)
+
+
+def test_record_path_keeps_the_fit_and_with_a_bias_records_b():
+    X, y, _ = make_separable(300, 5, 0.1, random_state=1)
+    X = X + 0.3  # a bias is needed now
+    plain = Perceptron().fit(X, y)
+    rec = Perceptron(record_path=True).fit(X, y)
+    assert plain.coef_.tobytes() == rec.coef_.tobytes()
+    assert (plain.n_updates_, plain.n_iter_) == (rec.n_updates_, rec.n_iter_)
+    assert rec.intercept_path_[-1] == rec.intercept_[0]
+    np.testing.assert_array_equal(np.diff(rec.intercept_path_), y[rec.update_indices_])
+    assert not hasattr(plain, "coef_path_")
+    rec.set_params(record_path=False).fit(X, y)
+    assert not hasattr(rec, "coef_path_") and not hasattr(rec, "update_indices_")
+
+
 def test_tour_section_rows_are_all_ok(tmp_path):
     from nnkit.tour import TourContext
     from nnkit.tour.perceptron import perceptron_section
 
     rows = perceptron_section(TourContext(out_dir=tmp_path, quick=True, plots=True))
-    assert len(rows) == 4 and all(r["ok"] is True for r in rows), rows
+    assert len(rows) == 5 and all(r["ok"] is True for r in rows), rows
     assert {"section", "result", "value", "target", "ok"} <= set(rows[0])
     assert (tmp_path / "perceptron_novikoff.png").stat().st_size > 1000
 

@@ -870,8 +870,9 @@ def _hopfield_file(tmp_path, n, name="hop.safetensors"):
 def test_dense_hopfield_from_a_small_file_is_refused_by_name(tmp_path):
     path = _hopfield_file(tmp_path, 16000)
     assert path.stat().st_size < 20_000
-    with pytest.raises(FileFormatError, match=r"Hopfield\(n_neurons=16000, storage='dense'\)"
-                                              r".* 1024000000 bytes for the couplings of "
+    with pytest.raises(FileFormatError, match=r"Hopfield\(n_neurons=16000, storage='dense', "
+                                              r"bias=None\).* 1024000000 bytes for the "
+                                              r"couplings of "
                                               r"n_neurons=16000.*max_bytes=268435456"):
         nk.load(path)
 

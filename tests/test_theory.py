@@ -184,6 +184,18 @@ def test_hopfield_capacity_is_mceliece_ln_not_log2():
     (theory.cover_count, (10**6, 2), ValueError, "s must be <= 100000"),
     (theory.montufar_lower_bound, (10**5, 10, 10**5), ValueError, "digits"),
     (theory.hopfield_capacity, (True,), TypeError, "n must be an integer"),
+    (theory.novikoff_lemmas, (np.zeros((2, 3)), np.eye(2), [1, -1], [1.0, 0]), ValueError,
+     "shapes disagree"),
+    (theory.novikoff_lemmas, (np.zeros((2, 2)), np.eye(2), [1, 0], [1.0, 0]), ValueError,
+     "y must hold only -1 and \\+1"),
+    (theory.novikoff_lemmas, (np.zeros((2, 2)), np.eye(2), [1, -1], [0.0, 0]), ValueError,
+     "w_star must be nonzero"),
+    (theory.novikoff_lemmas, (np.zeros((2, 2)), np.eye(2), [1, -1], [1.0, 1.0]), ValueError,
+     "does not separate"),
+    (theory.novikoff_lemmas, (np.zeros((2, 2)), np.eye(2), [1, -1], ["a", "b"]), TypeError,
+     "w_star must hold real numbers"),
+    (theory.novikoff_lemmas, (np.zeros(2), np.eye(2), [1, -1], [1.0, 0]), ValueError,
+     "coef_path must be 2-dimensional"),
 ])
 def test_bad_arguments_are_named(fn, args, exc, match):
     with pytest.raises(exc, match=match):
@@ -200,7 +212,8 @@ junk = st.one_of(st.integers(-5, 10**20), st.floats(allow_nan=True, allow_infini
 def test_theory_fuzz_raises_only_value_or_type_errors(a, b, c):
     calls = [(theory.cover_count, (a, b)), (theory.zaslavsky_regions, (a, b)),
              (theory.montufar_lower_bound, (a, b, c)), (theory.novikoff_bound, (a, b)),
-             (theory.hopfield_flip_probability, (a,)), (theory.hopfield_capacity, (a,))]
+             (theory.hopfield_flip_probability, (a,)), (theory.hopfield_capacity, (a,)),
+             (theory.novikoff_lemmas, (a, b, c, a))]
     for fn, args in calls:
         try:
             fn(*args)

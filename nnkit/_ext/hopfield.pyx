@@ -2,8 +2,13 @@
 """Asynchronous Hopfield dynamics with cached local fields (Cython, one thread per call).
 
 ``async_run(couplings, states, fields, order_work, rows, max_sweeps, shuffle, seed, sweeps,
-converged)`` runs x_i <- sgn(h_i), sgn(0) = +1, one neuron at a time, on ``states[rows[k]]``.
-``init_fields`` computes the fields from the stored patterns when s < n / 2.
+converged, thresholds=None)`` runs x_i <- sgn(h_i), sgn(0) = +1, one neuron at a time, on
+``states[rows[k]]``. ``init_fields`` computes the fields from the stored patterns when s < n / 2.
+
+Biases. With ``thresholds`` t (n,) float64, neuron i takes +1 iff h_i >= t_i: the caller
+passes t = -n b for the biases b of the local field W x + b (h = C x = n W x stays the cached
+integer field, and the comparison of a float32 or float64 integer with a double is exact, so
+the twins decide the same way at every tie). ``None`` (no biases) is the comparison with 0.
 
 The local fields h = C x are kept in ``fields`` (the caller computes them once, e.g. with a
 BLAS product) and updated only when a neuron flips: x_i -> -x_i changes every field by
@@ -84,28 +89,54 @@ cdef inline void _shuffle(int* order, Py_ssize_t n, uint64_t* state) noexcept no
         order[j] = t
 
 
+cdef inline Py_ssize_t _sweep(const floating* C, signed char* x, floating* h,
+                              const int* order, Py_ssize_t n) noexcept nogil:
+    """One sweep in ``order`` without biases (+1 iff h_i >= 0); returns the flips."""
+    cdef Py_ssize_t k, i, flips = 0
+    cdef signed char new
+    for k in range(n):
+        i = order[k]
+        new = 1 if h[i] >= 0 else -1
+        if new != x[i]:
+            x[i] = new
+            flips += 1
+            _axpy(h, C + i * n, <floating>(2 * new), n)
+    return flips
+
+
+cdef inline Py_ssize_t _sweep_thresholds(const floating* C, signed char* x, floating* h,
+                                         const int* order, Py_ssize_t n,
+                                         const double* t) noexcept nogil:
+    """One sweep with thresholds (+1 iff h_i >= t_i); returns the flips."""
+    cdef Py_ssize_t k, i, flips = 0
+    cdef signed char new
+    for k in range(n):
+        i = order[k]
+        new = 1 if h[i] >= t[i] else -1
+        if new != x[i]:
+            x[i] = new
+            flips += 1
+            _axpy(h, C + i * n, <floating>(2 * new), n)
+    return flips
+
+
 cdef Py_ssize_t _run_one(const floating* C, signed char* x, floating* h, int* order,
                          Py_ssize_t n, Py_ssize_t max_sweeps, bint shuffle, uint64_t seed,
-                         unsigned char* converged) noexcept nogil:
-    """Async sweeps on one state x (n,) with its fields h = C x; returns the sweeps run."""
-    cdef Py_ssize_t sweep, k, i, flips
-    cdef signed char new
-    cdef floating d
+                         unsigned char* converged, const double* t) noexcept nogil:
+    """Async sweeps on one state x (n,) with its fields h = C x; returns the sweeps run.
+    ``t`` the thresholds (n,) or NULL for none: two sweep loops, so that the loop without
+    biases is the one of a network that never had them."""
+    cdef Py_ssize_t sweep, k, flips
     cdef uint64_t state = seed
     for k in range(n):
         order[k] = <int>k
     for sweep in range(max_sweeps):
         if shuffle:
             _shuffle(order, n, &state)
-        flips = 0
-        for k in range(n):
-            i = order[k]
-            new = 1 if h[i] >= 0 else -1
-            if new != x[i]:
-                x[i] = new
-                flips += 1
-                d = 2 * new
-                _axpy(h, C + i * n, d, n)
+        if t == NULL:
+            flips = _sweep(C, x, h, order, n)
+        else:
+            flips = _sweep_thresholds(C, x, h, order, n, t)
         if flips == 0:
             converged[0] = 1
             return sweep + 1
@@ -143,11 +174,17 @@ def init_fields(const signed char[:, ::1] patterns_i8, const floating[:, ::1] pa
 def async_run(const floating[:, ::1] couplings, signed char[:, ::1] states,
               floating[:, ::1] fields, int[:, ::1] order_work, const long long[::1] rows,
               Py_ssize_t max_sweeps, bint shuffle, uint64_t seed, long long[::1] sweeps,
-              unsigned char[::1] converged):
+              unsigned char[::1] converged, const double[::1] thresholds=None):
     """Async dynamics on ``states[rows]`` in place; couplings (n, n), states, fields (B, n),
-    order_work (B, n) int32 scratch, rows (R,), sweeps (B,), converged (B,) uint8."""
+    order_work (B, n) int32 scratch, rows (R,), sweeps (B,), converged (B,) uint8,
+    thresholds (n,) float64 or None."""
     cdef Py_ssize_t n = couplings.shape[0]
     cdef Py_ssize_t k, r
+    cdef const double* t = NULL
+    if thresholds is not None and n > 0:
+        if thresholds.shape[0] != n:
+            raise ValueError(f"thresholds has {thresholds.shape[0]} entries, expected {n}")
+        t = &thresholds[0]
     if n == 0:
         for k in range(rows.shape[0]):
             sweeps[rows[k]] = 1
@@ -158,4 +195,4 @@ def async_run(const floating[:, ::1] couplings, signed char[:, ::1] states,
             r = rows[k]
             sweeps[r] = _run_one(&couplings[0, 0], &states[r, 0], &fields[r, 0],
                                  &order_work[r, 0], n, max_sweeps, shuffle, seed,
-                                 &converged[r])
+                                 &converged[r], t)

@@ -5,7 +5,9 @@ Conventions as ``nnkit._ext.hopfield`` (the Cython asynchronous kernel): states 
 {-1, +1}, rows (R,) int64 indices of the states to run, order_work (B, n) int32 scratch,
 ``shuffle``/``seed``: a splitmix64-driven Fisher-Yates shuffle of the order before every
 sweep (the same stream as the Cython kernel), sweeps (B,) int64, converged (B,) uint8,
-sgn(0) = +1.
+sgn(0) = +1. ``thresholds`` (n,) float64: neuron i takes +1 iff its integer field n h_i is
+>= t_i (t = -n b for the biases b of the local field W x + b; zeros without biases, which is
+the comparison with 0). Comparing an exact integer with a double is exact, as in Cython.
 Everything is exact integer arithmetic (or float integers within the exact range), so each
 kernel equals its naive twin bit for bit. ``fastmath`` is off. Nothing is validated here.
 """
@@ -51,7 +53,7 @@ def _start(order, seed):
     return state
 
 
-def _sync_run(fields, couplings, states, work, max_sweeps, sweeps, converged):
+def _sync_run(fields, couplings, states, work, max_sweeps, sweeps, converged, thresholds):
     """Synchronous steps x <- sgn(C x) on every state (B, n), parallel over the batch.
 
     ``fields`` (B, n) holds h = C x for the initial states (float integers, exact) and is
@@ -70,7 +72,7 @@ def _sync_run(fields, couplings, states, work, max_sweeps, sweeps, converged):
         for sweep in range(max_sweeps):
             k = 0
             for i in range(n):
-                new = 1 if h[i] >= 0 else -1
+                new = 1 if h[i] >= thresholds[i] else -1
                 if new != x[i]:
                     changed[k] = i
                     k += 1
@@ -91,7 +93,7 @@ sync_run = serial_or_parallel(_sync_run)
 
 
 def _async_patterns_rows(patterns_t, states, overlaps, order_work, rows, max_sweeps, shuffle,
-                         seed, sweeps, converged):
+                         seed, sweeps, converged, thresholds):
     """Async Hopfield dynamics from the stored patterns, parallel over ``rows``.
 
     ``patterns_t`` (n, s) int8 holds the patterns as columns; ``overlaps`` (B, s) int64 holds
@@ -118,7 +120,7 @@ def _async_patterns_rows(patterns_t, states, overlaps, order_work, rows, max_swe
                 acc = 0
                 for mu in range(s):
                     acc += p[mu] * m[mu]
-                new = 1 if acc - s * x[i] >= 0 else -1
+                new = 1 if acc - s * x[i] >= thresholds[i] else -1
                 if new != x[i]:
                     x[i] = new
                     flips += 1

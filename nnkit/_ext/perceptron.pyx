@@ -14,6 +14,11 @@ the add latency (about 3x faster at D = 100), and still one fixed order. With
 ``-ffp-contract=off`` (no fused multiply-add) the plain Python twin
 ``nnkit.classic.perceptron._perceptron_epochs_reference`` gives the same numbers bit for bit.
 One thread; validates nothing beyond the shapes.
+
+``mistakes`` (optional, int64 of at least ``max_epochs`` * S entries) receives the row index
+of every update in the order made, so that the caller can replay w_0 = 0, w_1, ..., w_T
+(Novikoff's lemmas are statements about every w_t). None records nothing: one pointer test
+per update, none per visit.
 """
 
 from cython cimport floating
@@ -47,8 +52,9 @@ cdef inline double _activation(const floating* x, const double* w, double b,
 
 cdef Py_ssize_t _epoch(const floating* X, const double* y, double* w, double* b,
                        const Py_ssize_t* order, Py_ssize_t S, Py_ssize_t D,
-                       bint fit_intercept) noexcept nogil:
-    """One pass over the rows in ``order``; returns the number of updates made."""
+                       bint fit_intercept, long long* rec) noexcept nogil:
+    """One pass over the rows in ``order``; returns the number of updates made, whose row
+    indices go to ``rec`` unless it is NULL."""
     cdef Py_ssize_t k, i, j
     cdef Py_ssize_t updates = 0
     cdef const floating* x
@@ -62,14 +68,17 @@ cdef Py_ssize_t _epoch(const floating* X, const double* y, double* w, double* b,
                 w[j] = w[j] + yi * x[j]
             if fit_intercept:
                 b[0] = b[0] + yi
+            if rec != NULL:
+                rec[updates] = i
             updates += 1
     return updates
 
 
 def perceptron_epochs(const floating[:, ::1] X, const double[::1] y, double[::1] w,
                       double[::1] b, const Py_ssize_t[::1] order, Py_ssize_t max_epochs,
-                      bint fit_intercept):
-    """Run the perceptron on rows ``X[order]`` for at most ``max_epochs`` passes, in place.
+                      bint fit_intercept, long long[::1] mistakes=None):
+    """Run the perceptron on rows ``X[order]`` for at most ``max_epochs`` passes, in place;
+    with ``mistakes``, write the row index of each update there, in order.
 
     Returns
     -------
@@ -85,14 +94,21 @@ def perceptron_epochs(const floating[:, ::1] X, const double[::1] y, double[::1]
     cdef Py_ssize_t epoch = 0
     cdef Py_ssize_t total = 0
     cdef Py_ssize_t made = 1
+    cdef long long* rec = NULL
     if y.shape[0] != S or order.shape[0] != S or w.shape[0] != D or b.shape[0] != 1:
         raise ValueError(f"shapes disagree: X {(S, D)}, y {y.shape[0]}, order "
                          f"{order.shape[0]}, w {w.shape[0]}, b {b.shape[0]}")
     if S == 0:                      # one pass over nothing makes no mistake
         return (0, 1, True) if max_epochs >= 1 else (0, 0, False)
+    if mistakes is not None:
+        if mistakes.shape[0] < max_epochs * S:
+            raise ValueError(f"mistakes has {mistakes.shape[0]} entries; max_epochs * S = "
+                             f"{max_epochs * S} updates may be made")
+        rec = &mistakes[0]
     with nogil:
         while epoch < max_epochs and made > 0:
-            made = _epoch(&X[0, 0], &y[0], &w[0], &b[0], &order[0], S, D, fit_intercept)
+            made = _epoch(&X[0, 0], &y[0], &w[0], &b[0], &order[0], S, D, fit_intercept,
+                          NULL if rec == NULL else rec + total)
             total += made
             epoch += 1
     return total, epoch, made == 0

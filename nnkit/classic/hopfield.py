@@ -1,15 +1,21 @@
 """Associative memories: the Hopfield network, dense associative memories, modern Hopfield.
 
 The notes (section 1.4): n binary neurons X in {-1, +1}^n, energy
-H(X) = -1/2 sum_ij w_ij X_i X_j (no biases here), w_ii = 0, w_ij = w_ji; the dynamics
-X_i <- sgn(H_i), H_i = sum_j w_ij X_j, sgn(z) = +1 for z >= 0, -1 otherwise; Hebbian storage
-W = (1/n) sum_t x_t x_t^T (with the diagonal set to zero).
+H(X) = -1/2 sum_ij w_ij X_i X_j - sum_i b_i X_i, w_ii = 0, w_ij = w_ji; the dynamics
+X_i <- sgn(h_i), h_i = sum_j w_ij X_j + b_i, sgn(z) = +1 for z >= 0, -1 otherwise; Hebbian
+storage W = (1/n) sum_t x_t x_t^T (with the diagonal set to zero). The biases b (``bias=``,
+default none) enter with this sign in both places; the notes write the same model with
+thresholds theta = -b (energy + theta^T X, field W X - theta).
 
 Exact arithmetic. ``Hopfield`` keeps the integer couplings C = n W (C_ij = sum_t x_ti x_tj)
 in a float dtype that holds every field C x exactly (float32 while s n < 2^24, float64
 otherwise). The signs, ties sgn(0) = +1 included, are therefore exact, the cached fields of the
 asynchronous kernel equal a recomputation bit for bit, and every kernel equals its naive twin
 (``reference_async``, ``reference_sync``) exactly. ``weights_`` is C / n in float64.
+
+Biases. Neuron i takes +1 iff (C x)_i >= t_i, t = -n b rounded once to float64: an exact
+comparison of the exact integer field, the one rounding being that of n b (the twins take the
+same t). Without biases (``bias=None``) the kernels run their code for none, as before.
 
 Storage. A dense C costs n^2 floats. ``storage='patterns'`` keeps only the patterns (int8,
 s n bytes) and computes the fields as n h = Xi^T (Xi x) - s x: n = 100,000 at s = 5,000 needs
@@ -24,6 +30,7 @@ import numbers
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -85,6 +92,27 @@ def _patterns(patterns, n):
         raise ValueError("patterns is empty: store at least one pattern, shape (s, "
                          f"{n}) with s >= 1")
     return patterns
+
+
+def _bias(bias, n):
+    """``bias`` None, or checked to be n finite real numbers: a read-only float64 (n,)."""
+    if bias is None:
+        return None
+    b = check_array(bias, name="bias", ndim=1, finite=True, allow_device=False)
+    if b.dtype.kind not in "iuf":
+        raise TypeError(f"bias must hold real numbers (a float array of shape ({n},)), got "
+                        f"dtype {b.dtype}")
+    if b.shape[0] != n:
+        raise ValueError(f"bias has {b.shape[0]} entries but the network has n_neurons={n}; "
+                         f"expected shape ({n},)")
+    b = np.array(b, dtype=np.float64)
+    limit = np.finfo(np.float64).max / (2 * n)  # n b (the thresholds) and b^T x stay finite
+    if b.size and np.abs(b).max() > limit:
+        raise ValueError(f"bias entries must be at most {limit:.3g} in magnitude for "
+                         f"n_neurons={n} (n |b_i| must stay a finite float), got "
+                         f"{np.abs(b).max():.3g}")
+    b.flags.writeable = False
+    return b
 
 
 def _n_neurons(n):
@@ -197,9 +225,16 @@ class Hopfield(_StoresPatterns):
         fields as n h = Xi^T (Xi x) - s x (O(s) per asynchronous visit instead of O(1), but
         s n bytes instead of 4 n^2); 'auto' is 'dense' unless C would need more than
         ``DENSE_MAX_BYTES``.
+    bias : array_like (n,) of real numbers, optional
+        Biases b of the local field h = W x + b and of the energy
+        E = -1/2 x^T W x - b^T x (section 1.4; the notes' thresholds are -b). None: no
+        biases, the code path and the numbers of a network without them. A large
+        |b_i| > sum_j |W_ij| pins neuron i to sgn(b_i).
 
     Attributes
     ----------
+    bias : ndarray float64 (n,) or None
+        The biases, read-only.
     patterns_ : ndarray int8 (s, n)
     couplings_ : ndarray float32 or float64 (n, n), dense storage only
         C = sum_t x_t x_t^T with zero diagonal (integers).
@@ -216,10 +251,13 @@ class Hopfield(_StoresPatterns):
     True
     """
 
-    def __init__(self, n_neurons, storage="auto"):
+    def __init__(self, n_neurons, storage="auto", bias=None):
         self.n_neurons = _n_neurons(n_neurons)
         self.storage = check_choice(storage, name="storage",
                                     choices=("auto", "dense", "patterns"))
+        self.bias = _bias(bias, self.n_neurons)
+        # the kernels' thresholds: +1 iff (C x)_i >= t_i, C = n W (see the module docstring)
+        self._thresholds = None if self.bias is None else -(self.n_neurons * self.bias)
         self.patterns_ = None
         self.couplings_ = None
 
@@ -302,25 +340,32 @@ class Hopfield(_StoresPatterns):
 
     # -- measurements --
     def field(self, states):
-        """Local fields h = W x: states (n,) or (B, n) in {-1, +1} -> float64, same shape."""
+        """Local fields h = W x + b: states (n,) or (B, n) in {-1, +1} -> float64, same
+        shape."""
         _not_fitted(self)
         x8 = _spins(states, name="states", n=self.n_neurons)
         h = self._int_fields(np.atleast_2d(x8)).astype(np.float64) / self.n_neurons
+        if self.bias is not None:
+            h += self.bias
         return h.reshape(x8.shape)
 
     def energy(self, states):
-        """E(x) = -1/2 x^T W x: states (n,) -> float, (B, n) -> ndarray float64 (B,)."""
+        """E(x) = -1/2 x^T W x - b^T x: states (n,) -> float, (B, n) -> ndarray float64
+        (B,)."""
         _not_fitted(self)
         x8 = _spins(states, name="states", n=self.n_neurons)
         x2 = np.atleast_2d(x8)
         h = self._int_fields(x2).astype(np.float64)
         e = -0.5 * np.einsum("bi,bi->b", x2.astype(np.float64), h) / self.n_neurons
+        if self.bias is not None:
+            e -= x2.astype(np.float64) @ self.bias
         return float(e[0]) if x8.ndim == 1 else e
 
     def crosstalk(self, patterns=None):
         """Crosstalk C_ti = h_i(x_t) - x_ti of the notes: x_t is a fixed point of the dynamics
         iff sgn(x_ti + C_ti) = x_ti for every i. patterns (s, n), default the stored ones ->
-        ndarray float64 (s, n). For random patterns C_ti ~ N(0, s/n) approximately."""
+        ndarray float64 (s, n). For random patterns C_ti ~ N(0, s/n) approximately
+        (plus b_i with biases)."""
         _not_fitted(self)
         xi = self.patterns_ if patterns is None else _patterns(patterns, self.n_neurons)
         return self.field(xi) - xi
@@ -328,15 +373,15 @@ class Hopfield(_StoresPatterns):
     # -- dynamics --
     def run(self, states, mode="async", order="random", max_sweeps=100, random_state=None,
             n_jobs=None):
-        """Run the dynamics x_i <- sgn(h_i) from ``states`` until a fixed point or
-        ``max_sweeps``.
+        """Run the dynamics x_i <- sgn(h_i), h = W x + b, from ``states`` until a fixed point
+        or ``max_sweeps``.
 
         Parameters
         ----------
         states : array_like (n,) or (B, n) in {-1, +1}
         mode : {'async', 'sync'}
             'async': one neuron at a time (energy never increases; converges). 'sync': all
-            neurons at once, x <- sgn(W x) (may end in a 2-cycle: converged False).
+            neurons at once, x <- sgn(W x + b) (may end in a 2-cycle: converged False).
         order : {'random', 'sequential'}
             Async visiting order: a fresh random permutation per sweep (``random_orders``,
             seeded by ``random_state``; every state of a batch sees the same permutations,
@@ -374,7 +419,7 @@ class Hopfield(_StoresPatterns):
         if self.storage_ == "patterns":
             m = self._overlaps(x)
             hopfield_async_run_patterns(self.patterns_t_, x, m, work, rows, max_sweeps, shuffle,
-                                        np.uint64(seed), sweeps, conv)
+                                        np.uint64(seed), sweeps, conv, self._thresholds)
             return sweeps, conv
         init = self._patterns_f is not None  # fields per state in the worker threads
         h = np.empty(x.shape, self._dtype) if init else self._int_fields(x)
@@ -383,7 +428,7 @@ class Hopfield(_StoresPatterns):
             if init:
                 hopfield_init_fields(self._patterns_rows_i8, self._patterns_rows_f, x, h, part)
             hopfield_async_run(self.couplings_, x, h, work, part, max_sweeps, shuffle, seed,
-                               sweeps, conv)
+                               sweeps, conv, self._thresholds)
         _threaded(part_run, rows, self.n_neurons, n_jobs)
         return sweeps, conv
 
@@ -391,20 +436,23 @@ class Hopfield(_StoresPatterns):
         B = x.shape[0]
         sweeps, conv = np.zeros(B, np.int64), np.zeros(B, np.uint8)
         if self.storage_ == "patterns":
-            return _sync_numpy(self._int_fields, x, max_sweeps)
+            return _sync_numpy(self._int_fields, x, max_sweeps, self._thresholds)
         h = self._int_fields(x)
         work = np.empty(x.shape, np.int64)
-        hopfield_sync_run(h, self.couplings_, x, work, max_sweeps, sweeps, conv)
+        hopfield_sync_run(h, self.couplings_, x, work, max_sweeps, sweeps, conv,
+                          self._thresholds)
         return sweeps, conv
 
 
-def _sync_numpy(int_fields, x, max_sweeps):
-    """Synchronous steps with full field recomputations (pattern storage)."""
+def _sync_numpy(int_fields, x, max_sweeps, thresholds=None):
+    """Synchronous steps with full field recomputations (pattern storage); +1 iff
+    (C x)_i >= t_i (t = 0 without biases)."""
+    t = 0 if thresholds is None else thresholds
     B = x.shape[0]
     sweeps, conv = np.full(B, max_sweeps, np.int64), np.zeros(B, np.uint8)
     active = np.arange(B)
     for step in range(max_sweeps):
-        new = np.where(int_fields(x[active]) >= 0, 1, -1).astype(np.int8)
+        new = np.where(int_fields(x[active]) >= t, 1, -1).astype(np.int8)
         same = (new == x[active]).all(axis=1)
         x[active] = new
         sweeps[active[same]], conv[active[same]] = step + 1, 1
@@ -416,49 +464,57 @@ def _sync_numpy(int_fields, x, max_sweeps):
 
 # ---- naive twins ----------------------------------------------------------------------------
 
-def reference_async(couplings, state, orders, max_sweeps, energy_trace=False):
+def reference_async(couplings, state, orders, max_sweeps, energy_trace=False,
+                    thresholds=None):
     """Naive twin of the async dynamics: plain loops, each field recomputed from scratch.
 
     couplings : (n, n) integer-valued C = n W (sgn(W x) = sgn(C x)); state (n,) in {-1, +1};
-    orders : (K, n) permutations, sweep k visiting ``orders[k % K]``.
+    orders : (K, n) permutations, sweep k visiting ``orders[k % K]``; thresholds : (n,)
+    floats t or None (zeros): x_i <- +1 iff (C x)_i >= t_i; for biases b, t = -n b.
     Returns (final state int8 (n,), sweeps, converged[, energies]): with ``energy_trace``,
-    n E = -1/2 x^T C x after every single visit (the first entry is the initial energy).
+    n E = -1/2 x^T C x + t^T x (= n (-1/2 x^T W x - b^T x)) after every single visit (the
+    first entry is the initial energy), each computed exactly and rounded once to a float.
     """
     c = [[int(v) for v in row] for row in np.asarray(couplings)]
     x = [int(v) for v in state]
     n = len(x)
-    trace = [_naive_energy(c, x)] if energy_trace else None
+    t = [0] * n if thresholds is None else [float(v) for v in thresholds]
+    trace = [_naive_energy(c, x, t)] if energy_trace else None
     for sweep in range(max_sweeps):
         flips = 0
         for i in orders[sweep % len(orders)]:
             h = sum(c[i][j] * x[j] for j in range(n))
-            new = 1 if h >= 0 else -1
+            new = 1 if h >= t[i] else -1  # an int against a float: compared exactly
             flips += new != x[i]
             x[i] = new
             if energy_trace:
-                trace.append(_naive_energy(c, x))
+                trace.append(_naive_energy(c, x, t))
         if flips == 0:
             return _twin_out(x, sweep + 1, True, trace)
     return _twin_out(x, max_sweeps, False, trace)
 
 
-def reference_sync(couplings, state, max_sweeps):
-    """Naive twin of the sync dynamics: x <- sgn(C x) all at once, plain loops.
-    Returns (final state int8 (n,), sweeps, converged)."""
+def reference_sync(couplings, state, max_sweeps, thresholds=None):
+    """Naive twin of the sync dynamics: x_i <- +1 iff (C x)_i >= t_i, all at once, plain
+    loops (thresholds t as ``reference_async``). Returns (final state int8 (n,), sweeps,
+    converged)."""
     c = [[int(v) for v in row] for row in np.asarray(couplings)]
     x = [int(v) for v in state]
     n = len(x)
+    t = [0] * n if thresholds is None else [float(v) for v in thresholds]
     for sweep in range(max_sweeps):
-        new = [1 if sum(c[i][j] * x[j] for j in range(n)) >= 0 else -1 for i in range(n)]
+        new = [1 if sum(c[i][j] * x[j] for j in range(n)) >= t[i] else -1 for i in range(n)]
         if new == x:
             return _twin_out(x, sweep + 1, True, None)
         x = new
     return _twin_out(x, max_sweeps, False, None)
 
 
-def _naive_energy(c, x):
+def _naive_energy(c, x, t):
+    """n E = -1/2 x^T C x + t^T x, exact (Fractions), rounded once."""
     n = len(x)
-    return -0.5 * sum(c[i][j] * x[i] * x[j] for i in range(n) for j in range(n))
+    quadratic = Fraction(sum(c[i][j] * x[i] * x[j] for i in range(n) for j in range(n)), 2)
+    return float(-quadratic + sum(Fraction(t[i]) * x[i] for i in range(n)))
 
 
 def _twin_out(x, sweeps, converged, trace):
@@ -652,10 +708,13 @@ class RetrievalCurve:
         Mean final overlap m = x . xi / n between each probe's fixed point and its pattern.
     overlap_std : ndarray (A,)
     retrieved : ndarray (A,)
-        Fraction of probes ending within 1% of their pattern (m >= 0.98).
+        Share of probes whose fixed point keeps overlap m >= ``retrieved_at`` with their
+        pattern (the retrieval branch; see ``retrieval_curve``).
     flip_rate : ndarray (A,)
         Fraction of the stored patterns' bits that one update flips, sgn(h_i(x_t)) != x_ti:
         the quantity the notes estimate by (1 - erf(sqrt(1/(2 alpha)))) / 2.
+    retrieved_at : float
+        The overlap that counts as retrieved.
     """
 
     n: int
@@ -665,16 +724,47 @@ class RetrievalCurve:
     overlap_std: np.ndarray
     retrieved: np.ndarray
     flip_rate: np.ndarray
+    retrieved_at: float = 0.9
+
+    def transition(self, share=0.5):
+        """The load where the share of retrieved probes first falls below ``share``.
+
+        Linear interpolation between the two loads (in increasing alpha) that bracket the
+        first drop of ``retrieved`` below ``share``; NaN when no load of the curve is on
+        each side. The notes (section 1.4) put the transition at alpha ~ 0.138 for n -> oo.
+
+        Parameters
+        ----------
+        share : float in (0, 1)
+
+        Returns
+        -------
+        float
+        """
+        share = float(check_scalar(share, name="share", low=0, high=1, low_inclusive=False,
+                                   high_inclusive=False))
+        order = np.argsort(self.alphas, kind="stable")
+        a, r = self.alphas[order], self.retrieved[order]
+        for k in range(1, a.size):
+            if r[k - 1] >= share > r[k]:
+                return float(a[k - 1] + (r[k - 1] - share) / (r[k - 1] - r[k])
+                             * (a[k] - a[k - 1]))
+        return float("nan")
 
 
 def retrieval_curve(n, alphas, n_probes=20, noise=0.0, order="random", max_sweeps=100,
-                    random_state=None):
+                    random_state=None, retrieved_at=0.9):
     """Measure retrieval of random patterns against the load alpha = s/n.
 
     For each alpha: s random patterns in {-1, +1}^n are stored (Hebbian); ``n_probes``
     of them (at most s), each with a fraction ``noise`` of its bits flipped, run
     asynchronously to a fixed point; the final overlaps with their patterns and the one-step
     flip rate of all stored bits are recorded.
+
+    The final overlaps are bimodal: the retrieval branch near m = 1 (Amit, Gutfreund and
+    Sompolinsky's retrieval state still has m ~ 0.97 at alpha_c ~ 0.138) and the spin-glass
+    branch below m ~ 0.6 once errors avalanche; ``retrieved_at`` = 0.9 falls in the gap
+    between them (at n = 2000 hardly any fixed point lands between 0.6 and 0.9).
 
     Parameters
     ----------
@@ -683,6 +773,8 @@ def retrieval_curve(n, alphas, n_probes=20, noise=0.0, order="random", max_sweep
     n_probes : int >= 1
     noise : float in [0, 0.5]
     order, max_sweeps, random_state : as ``Hopfield.run``
+    retrieved_at : float in (0, 1]
+        A probe counts as retrieved when its final overlap is at least this.
 
     Returns
     -------
@@ -694,13 +786,16 @@ def retrieval_curve(n, alphas, n_probes=20, noise=0.0, order="random", max_sweep
         raise ValueError("alphas must be a non-empty 1-D array of loads > 0")
     n_probes = int(check_scalar(n_probes, name="n_probes", kind=numbers.Integral, low=1))
     noise = float(check_scalar(noise, name="noise", low=0, high=0.5))
+    retrieved_at = float(check_scalar(retrieved_at, name="retrieved_at", low=0, high=1,
+                                      low_inclusive=False))
     rng = get_rng(random_state)
-    rows = [_one_load(n, float(a), n_probes, noise, order, max_sweeps, rng) for a in alphas]
+    rows = [_one_load(n, float(a), n_probes, noise, order, max_sweeps, rng, retrieved_at)
+            for a in alphas]
     cols = [np.array(c) for c in zip(*rows, strict=True)]
-    return RetrievalCurve(n, alphas.astype(np.float64), *cols)
+    return RetrievalCurve(n, alphas.astype(np.float64), *cols, retrieved_at=retrieved_at)
 
 
-def _one_load(n, alpha, n_probes, noise, order, max_sweeps, rng):
+def _one_load(n, alpha, n_probes, noise, order, max_sweeps, rng, retrieved_at):
     s = max(1, round(alpha * n))
     xi = rng.choice(np.array([-1, 1], np.int8), size=(s, n))
     net = Hopfield(n).store(xi)
@@ -709,4 +804,4 @@ def _one_load(n, alpha, n_probes, noise, order, max_sweeps, rng):
     probes = targets * np.where(rng.random(targets.shape) < noise, -1, 1).astype(np.int8)
     final = net.run(probes, order=order, max_sweeps=max_sweeps, random_state=rng).states
     m = (final.astype(np.float64) * targets).mean(axis=1)  # (probes,)
-    return s, m.mean(), m.std(), np.mean(m >= 0.98), flip_rate
+    return s, m.mean(), m.std(), np.mean(m >= retrieved_at), flip_rate

@@ -4,7 +4,8 @@
 ``Perceptron`` learns (w, b) with the mistake-driven rule w <- w + y x, b <- b + y; its epoch
 loop is compiled (``nnkit.kernels.perceptron``) and ``_perceptron_epochs_reference`` below is the
 plain-Python twin the tests hold it to, update for update. ``make_separable`` draws data with
-a known margin for Novikoff's bound.
+a known margin for Novikoff's bound. ``Perceptron(record_path=True)`` keeps every iterate
+w_0 = 0, w_1, ..., w_T, the objects of Novikoff's two lemmas (``nnkit.theory.novikoff_lemmas``).
 """
 
 from __future__ import annotations
@@ -89,11 +90,13 @@ def _activation_reference(x, w, b) -> float:
     return (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) + float(b)
 
 
-def _perceptron_epochs_reference(X, y, w, b, order, max_epochs, fit_intercept):
+def _perceptron_epochs_reference(X, y, w, b, order, max_epochs, fit_intercept,
+                                 mistakes=None):
     """Plain-Python twin of ``nnkit.kernels.perceptron.perceptron_epochs`` (Algorithm 1).
 
     Same arguments, same in-place updates of ``w`` (D,) and ``b`` (1,), same return value
-    ``(n_updates, n_epochs, converged)``, the same float64 arithmetic in the same order.
+    ``(n_updates, n_epochs, converged)``, the same float64 arithmetic in the same order;
+    ``mistakes`` a list that receives the row index of each update.
     """
     n_updates, n_epochs, made = 0, 0, 1
     while n_epochs < max_epochs and made > 0:
@@ -104,6 +107,8 @@ def _perceptron_epochs_reference(X, y, w, b, order, max_epochs, fit_intercept):
                     w[j] = float(w[j]) + float(y[i]) * float(X[i, j])   # w <- w + y x
                 if fit_intercept:
                     b[0] = float(b[0]) + float(y[i])                    # b <- b + y
+                if mistakes is not None:
+                    mistakes.append(int(i))
                 made += 1
         n_updates += made
         n_epochs += 1
@@ -133,6 +138,10 @@ class Perceptron(ClassifierMixin, BaseEstimator):
         Seeds the shuffling; None uses nnkit's global generator (``nk.manual_seed``).
     fit_intercept : bool, default True
         Learn the bias b; False keeps b = 0, the setting of Novikoff's proof.
+    record_path : bool, default False
+        Keep every iterate: ``coef_path_``, ``intercept_path_`` and ``update_indices_``
+        ((T + 1) D floats for T updates). The compiled loop then also writes the index of
+        each update; without it the loop runs as it would without the option.
 
     Attributes
     ----------
@@ -149,6 +158,13 @@ class Perceptron(ClassifierMixin, BaseEstimator):
     converged_ : bool
         Whether the last pass made no mistake.
     n_features_in_ : int
+    coef_path_ : ndarray of float64, shape (T + 1, D), only with ``record_path``
+        w_0 = 0, w_1, ..., w_T = coef_[0]: w after each update, bit for bit as the loop
+        computed it (w_t = w_{t-1} + y x summed in the same order).
+    intercept_path_ : ndarray of float64, shape (T + 1,), only with ``record_path``
+        b after each update.
+    update_indices_ : ndarray of int64, shape (T,), only with ``record_path``
+        The sample (row of X) that triggered each update.
 
     Notes
     -----
@@ -166,17 +182,19 @@ class Perceptron(ClassifierMixin, BaseEstimator):
     ([0, 0, 0, 1], True)
     """
 
-    def __init__(self, max_epochs=1000, shuffle=False, random_state=None, fit_intercept=True):
+    def __init__(self, max_epochs=1000, shuffle=False, random_state=None, fit_intercept=True,
+                 record_path=False):
         self.max_epochs = max_epochs
         self.shuffle = shuffle
         self.random_state = random_state
         self.fit_intercept = fit_intercept
+        self.record_path = record_path
         # Checked in fit, not here: scikit-learn's convention (set_params bypasses __init__,
         # and check_estimator asserts that __init__ and set_params never raise).
 
     def _check_params(self) -> None:
         check_scalar(self.max_epochs, name="max_epochs", kind=numbers.Integral, low=1)
-        for name in ("shuffle", "fit_intercept"):
+        for name in ("shuffle", "fit_intercept", "record_path"):
             check_bool(getattr(self, name), name=name)
 
     def __sklearn_tags__(self):
@@ -196,13 +214,18 @@ class Perceptron(ClassifierMixin, BaseEstimator):
         self.classes_, y_pm = _binary_targets(y)
         w = np.zeros(X.shape[1], dtype=np.float64)
         b = np.zeros(1, dtype=np.float64)
-        if self.shuffle:
-            rng = get_rng(self.random_state)
+        recorded = [] if self.record_path else None
+        if self.shuffle or self.record_path:  # one pass per call (equal to one call of k)
+            rng = get_rng(self.random_state) if self.shuffle else None
+            fixed = np.arange(X.shape[0], dtype=np.intp)
+            buffer = np.empty(X.shape[0], np.int64) if self.record_path else None
             n_updates, n_epochs, converged = 0, 0, False
             while n_epochs < self.max_epochs and not converged:
-                order = rng.permutation(X.shape[0]).astype(np.intp)
+                order = rng.permutation(X.shape[0]).astype(np.intp) if self.shuffle else fixed
                 made, _, converged = perceptron_epochs(X, y_pm, w, b, order, 1,
-                                                       self.fit_intercept)
+                                                       self.fit_intercept, buffer)
+                if recorded is not None:
+                    recorded.append(buffer[:made].copy())
                 n_updates += made
                 n_epochs += 1
         else:
@@ -219,11 +242,26 @@ class Perceptron(ClassifierMixin, BaseEstimator):
         self.intercept_ = b
         self.n_updates_, self.n_iter_, self.converged_ = int(n_updates), int(n_epochs), \
             bool(converged)
+        for name in ("coef_path_", "intercept_path_", "update_indices_"):
+            self.__dict__.pop(name, None)  # no stale path from an earlier fit
+        if recorded is not None:
+            self._set_path(X, y_pm, np.concatenate([np.zeros(0, np.int64), *recorded]))
         if not converged:
             warnings.warn(f"the perceptron made mistakes in each of its max_epochs="
                           f"{self.max_epochs} passes: the data may not be linearly separable "
                           f"(converged_ = False)", ConvergenceWarning, stacklevel=2)
         return self
+
+    def _set_path(self, X, y_pm, indices):
+        """coef_path_ and intercept_path_ replayed from the updates' rows: cumulative sums
+        of y x add in the loop's order (y = +-1, so y x is exact), hence the same bits."""
+        steps = y_pm[indices, None] * X[indices].astype(np.float64)     # (T, D)
+        path = np.zeros((indices.size + 1, X.shape[1]))
+        np.cumsum(steps, axis=0, out=path[1:])
+        intercepts = np.zeros(indices.size + 1)
+        if self.fit_intercept:
+            np.cumsum(y_pm[indices], out=intercepts[1:])
+        self.coef_path_, self.intercept_path_, self.update_indices_ = path, intercepts, indices
 
     def decision_function(self, X) -> np.ndarray:
         """w^T x + b for each row of ``X`` (S, D); returns float64 (S,)."""

@@ -8,9 +8,16 @@ memories in Numba (``nnkit._ext.hopfield_cpu``). States are int8 in {-1, +1}, ``
 int64 indices of the states to run, ``order_work`` int32 scratch of the states' shape,
 ``sweeps`` (B,) int64 and ``converged`` (B,) uint8 are written; sgn(0) = +1. NumPy arrays
 only (a GPU array is a ``TypeError``).
+
+Biases: ``thresholds`` (n,) float64 or None. Neuron i takes +1 iff its integer field
+(C x)_i >= t_i; for the biases b of the local field h = W x + b (W = C / n) the caller passes
+t = -n b. None is t = 0, the network without biases, on the unchanged code path (Cython) or
+with zeros (Numba), bit for bit as before.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from .._backend import kernels_for
 
@@ -26,30 +33,37 @@ def hopfield_init_fields(patterns_i8, patterns, states, fields, rows):
 
 
 def hopfield_async_run(couplings, states, fields, order_work, rows, max_sweeps, shuffle, seed,
-              sweeps, converged):
+              sweeps, converged, thresholds=None):
     """Asynchronous dynamics on ``states[rows]`` in place with the couplings (n, n) and the
     fields (B, n) they give (kept up to date as neurons flip); ``shuffle``: a fresh
     splitmix64-driven order of the neurons before every sweep, seeded with ``seed``."""
     kernels_for("hopfield", None, states, name="states").async_run(
         couplings, states, fields, order_work, rows, max_sweeps, shuffle, seed, sweeps,
-        converged)
+        converged, thresholds)
 
 
 def hopfield_async_run_patterns(patterns_t, states, overlaps, order_work, rows, max_sweeps, shuffle,
-                       seed, sweeps, converged):
+                       seed, sweeps, converged, thresholds=None):
     """Asynchronous dynamics from the patterns ``patterns_t`` (n, s) int8 and the states'
     overlaps (B, s) int64 with them (kept up to date), without a coupling matrix."""
     kernels_for("hopfield_cpu", None, states, name="states").async_run_patterns(
         patterns_t, states, overlaps, order_work, rows, max_sweeps, shuffle, seed, sweeps,
-        converged)
+        converged, _zeros_for(states) if thresholds is None else thresholds)
 
 
-def hopfield_sync_run(fields, couplings, states, work, max_sweeps, sweeps, converged):
+def hopfield_sync_run(fields, couplings, states, work, max_sweeps, sweeps, converged,
+                      thresholds=None):
     """Synchronous steps x <- sgn(C x) on every state until one changes nothing or
     ``max_sweeps``; ``fields`` (B, n) = C x of the initial states (kept up to date),
     ``work`` (B, n) int64 scratch."""
     kernels_for("hopfield_cpu", None, states, name="states").sync_run(
-        fields, couplings, states, work, max_sweeps, sweeps, converged)
+        fields, couplings, states, work, max_sweeps, sweeps, converged,
+        _zeros_for(states) if thresholds is None else thresholds)
+
+
+def _zeros_for(states):
+    """No biases for the Numba kernels: thresholds of zeros, (n,) float64."""
+    return np.zeros(states.shape[-1], np.float64)
 
 
 def dense_memory_async_run(patterns_t, states, overlaps, order_work, rows, max_sweeps,

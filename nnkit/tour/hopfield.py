@@ -1,8 +1,9 @@
 """The ``nnkit tour`` section for associative memories (Hopfield, dense, modern).
 
 ``hopfield_section(ctx) -> list of rows``: digits recalled from 20% noise, the capacity
-transition near alpha = 0.138 with the flip rate against the notes' formula, a dense
-associative memory far beyond it, and modern-Hopfield one-step retrieval. Seconds on a CPU.
+transition near alpha = 0.138 located on the retrieval curve of an n = 2000 network, the flip
+rate against the notes' formula, a dense associative memory far beyond it, and
+modern-Hopfield one-step retrieval. Seconds on a CPU.
 """
 
 from __future__ import annotations
@@ -57,10 +58,20 @@ def _capacity(ctx):
     alphas = np.array([0.05, 0.1, 0.2])
     c = retrieval_curve(n, alphas, n_probes=10 if ctx.quick else 20, random_state=ctx.seed)
     gap = float(np.max(np.abs(c.flip_rate - hopfield_flip_probability(alphas))))
-    return c, [
+    # the transition (section 1.4): probes from the stored patterns of an n = 2000 network
+    loads = np.round(np.arange(0.10, 0.181, 0.01), 2)
+    curve = retrieval_curve(2000, loads, n_probes=30 if ctx.quick else 60,
+                            random_state=ctx.seed)
+    where = curve.transition()
+    return curve, [
         _row(f"overlap at alpha 0.1 / 0.2 (n={n})",
              f"{c.overlap[1]:.3f} / {c.overlap[2]:.3f}", "> 0.97 / < 0.7",
              c.overlap[1] > 0.97 and c.overlap[2] < 0.7),
+        _row("retrieved share at alpha 0.10 / 0.18 (n=2000)",
+             f"{curve.retrieved[0]:.2f} / {curve.retrieved[-1]:.2f}", "1.00 / <= 0.10",
+             curve.retrieved[0] == 1.0 and curve.retrieved[-1] <= 0.1),
+        _row("transition: retrieved share crosses 1/2 (n=2000)", f"alpha = {where:.3f}",
+             "0.13 - 0.16 (0.138 as n -> oo)", bool(0.13 <= where <= 0.16)),
         _row("flip rate vs (1-erf(sqrt(1/2a)))/2", f"max gap {gap:.4f}", "<= 0.005",
              gap <= 0.005)]
 
@@ -113,10 +124,14 @@ def _plot(images, curve, path):
     for ax in axes[:, 4]:
         ax.remove()
     ax = fig.add_subplot(gs[:, 4])
-    ax.plot(curve.alphas, curve.overlap, "o-")
+    ax.plot(curve.alphas, curve.overlap, "o-", label="mean final overlap")
+    ax.plot(curve.alphas, curve.retrieved, "s--", label=f"share with m >= {curve.retrieved_at}")
+    ax.axvline(0.138, color="gray", linestyle=":", label="alpha = 0.138")
+    ax.axvline(curve.transition(), color="C3", linestyle="-", lw=0.8, label="share = 1/2")
     ax.set_xlabel("alpha = s/n")
-    ax.set_ylabel("final overlap")
-    ax.set_title(f"capacity, n = {curve.n}", fontsize=9)
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=7, loc="lower left")
+    ax.set_title(f"retrieval from the patterns\nn = {curve.n}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
