@@ -1,7 +1,7 @@
 """Softmax, log-softmax and cross-entropy: validated forward/backward pairs with backend
 dispatch.
 
-Each function checks its inputs once (``nnkit._validation``), moves ``axis`` last and
+Each forward checks its inputs once (``nnkit._validation``), moves ``axis`` last and
 views the array as rows ``(M, C)`` (C the softmax axis), then runs a row kernel:
 ``nnkit._ext.softmax_cpu`` (Numba) for NumPy arrays, ``nnkit._ext.softmax_cuda`` (Numba
 CUDA, imported lazily) for GPU arrays, chosen by ``nnkit._backend.kernels_for``. Both
