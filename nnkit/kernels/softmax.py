@@ -330,9 +330,9 @@ def cross_entropy_backward(dloss, cache, needs=None):
         dloss = check_array(dloss, name="dloss", ndim=(0, 1), dtype=FLOATS + INTEGERS)
         if dloss.size != 1:
             raise ValueError(f"dloss must hold one value, got shape {tuple(dloss.shape)}")
-        kernels.cross_entropy_mean_backward_rows(logits, target, lse,
-                                                 xp.ascontiguousarray(dloss).reshape(1),
-                                                 n_valid, ignore_index, out)
+        dloss = xp.ascontiguousarray(xp.asarray(dloss)).reshape(1)  # a host number: uploaded
+        kernels.cross_entropy_mean_backward_rows(logits, target, lse, dloss, n_valid,
+                                                 ignore_index, out)
         return out
     if is_gpu_array(dloss):
         dloss = float(dloss)
