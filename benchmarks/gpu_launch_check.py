@@ -61,8 +61,8 @@ def _cases(cupy, smoke):
     def softmax():
         rng = np.random.default_rng(0)
         x, dy = randn(rng, (5, 7) if smoke else (33, 70)), randn(rng, (5, 7) if smoke else (33, 70))
-        y, ly = K.softmax_forward(x), K.log_softmax_forward(x)
-        return [y, K.softmax_backward(dy, y), ly, K.log_softmax_backward(dy, ly)]
+        (y, c), (ly, lc) = K.softmax_forward(x), K.log_softmax_forward(x)
+        return [y, K.softmax_backward(dy, c), ly, K.log_softmax_backward(dy, lc)]
 
     def cross_entropy():
         rng = np.random.default_rng(1)
@@ -70,21 +70,21 @@ def _cases(cupy, smoke):
         target = rng.integers(0, logits.shape[1], logits.shape[0])
         target[2] = -100
         target = cupy.asarray(target)
-        loss, lse = K.cross_entropy_forward(logits, target)
-        return [loss, lse, K.cross_entropy_backward(1.0, logits, target, lse)]
+        loss, cache = K.cross_entropy_forward(logits, target)
+        return [loss, cache.lse, K.cross_entropy_backward(1.0, cache)]
 
     def layer_norm():
         rng = np.random.default_rng(2)
         M, D = (3, 10) if smoke else (40, 300)
         x, w, b, dy = randn(rng, (M, D)), randn(rng, D), randn(rng, D), randn(rng, (M, D))
-        y, mean, rstd = K.layer_norm_forward(x, (D,), w, b)
-        return [y, mean, rstd, *K.layer_norm_backward(dy, x, mean, rstd, w, b)]
+        y, cache = K.layer_norm_forward(x, w, b, (D,))
+        return [y, cache.mean, cache.rstd, *K.layer_norm_backward(dy, cache)]
 
     def layer_norm_no_rows():
         x = cupy.zeros((0, 8), f32)
         w, b = cupy.ones(8, f32), cupy.zeros(8, f32)
-        y, mean, rstd = K.layer_norm_forward(x, (8,), w, b)
-        return list(K.layer_norm_backward(cupy.zeros((0, 8), f32), x, mean, rstd, w, b))
+        _, cache = K.layer_norm_forward(x, w, b, (8,))
+        return list(K.layer_norm_backward(cupy.zeros((0, 8), f32), cache))
 
     def conv2d():
         rng = np.random.default_rng(3)
@@ -132,8 +132,8 @@ def _cases(cupy, smoke):
             if np.dtype(dtype).kind == "c":
                 parts = [p + 0.1j * rng.standard_normal(p.shape) for p in parts]
             a, b, h0, dh = (cupy.asarray(p.astype(dtype)) for p in parts)
-            h = K.linear_scan_forward(a, b, h0)
-            return [h, *K.linear_scan_backward(dh, a, h, h0)]
+            h, cache = K.linear_scan_forward(a, b, h0)
+            return [h, *K.linear_scan_backward(dh, cache)]
         return run
 
     def attention(masked):
@@ -165,8 +165,10 @@ def _cases(cupy, smoke):
     def activation():
         rng = np.random.default_rng(9)
         x, g = randn(rng, 37 if smoke else 5000, f64), randn(rng, 37 if smoke else 5000, f64)
-        y, cdf = K.gelu_forward(x)
-        return [y, cdf, K.gelu_backward(g, x, cdf), *K.dropout_forward(x, 0.3, 11)]
+        y, cache = K.gelu_forward(x)
+        y2, dropped = K.dropout_forward(x, 0.3, 11)
+        return [y, cache.cdf, K.gelu_backward(g, cache), y2, dropped.mask,
+                K.dropout_backward(g, dropped)]
 
     def cross_entropy_mean():
         from nnkit._ext import softmax_cuda
@@ -355,7 +357,7 @@ def op_costs(cupy, smoke):
     a = cupy.asarray(rng.uniform(0.5, 1, (1, 16, 1)).astype(np.float32))
     ops = {
         "softmax_forward": lambda: K.softmax_forward(x),
-        "layer_norm_forward": lambda: K.layer_norm_forward(x, (x.shape[1],), w, b),
+        "layer_norm_forward": lambda: K.layer_norm_forward(x, w, b, (x.shape[1],)),
         f"lstm_forward T={T} (1 launch)": lambda: K.lstm_forward(xs, None, None, *lstm_w,
                                                                    keep_cache=False),
         "linear_scan_forward (1, 16, 1)": lambda: K.linear_scan_forward(a, a),

@@ -32,6 +32,8 @@ __all__ = [
     "check_same_device",
     "check_same_dtype",
     "check_out",
+    "check_grad",
+    "check_cache",
     "check_scalar",
     "check_choice",
     "axis_or_dim",
@@ -221,6 +223,31 @@ def check_out(out, like, *, name: str = "out", like_name: str = "x", shape=None)
     if isinstance(out, np.ndarray) and not out.flags.writeable:
         raise ValueError(f"{name} is read-only (it is written in place)")
     return out
+
+
+def check_grad(dy, *, shape, dtype, device, name: str = "dy", dtypes=FLOATS):
+    """Return the upstream gradient ``dy`` of a forward's output as a C-contiguous array,
+    or raise: it must be an array of one of ``dtypes`` (``TypeError``) on ``device``
+    ('cpu' or 'cuda', ``TypeError``), of ``shape`` (``ValueError``) and of ``dtype``
+    (``TypeError``), as the backward's cache recorded the output. A backward checks this
+    and nothing else: its cache comes from the validated forward."""
+    dy = check_array(dy, name=name, dtype=dtypes)
+    check_same_device(dy, device, name=name, like_name="the forward's output")
+    if tuple(dy.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)} like the forward's output, "
+                         f"got shape {tuple(dy.shape)}")
+    if dy.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype)} like the forward's output, "
+                        f"got {describe_dtype(dy.dtype)}")
+    return dy
+
+
+def check_cache(cache, cls, *, forward: str):
+    """Return ``cache`` if it is the ``cls`` that ``forward`` returns, else ``TypeError``."""
+    if not isinstance(cache, cls):
+        raise TypeError(f"cache must be the {cls.__name__} returned by {forward}, got "
+                        f"{type(cache).__name__}")
+    return cache
 
 
 def check_scalar(

@@ -633,12 +633,14 @@ def apply_op(name: str, forward, backward, parents, *args, release=None, with_ca
 
     ``forward(*datas, *args, **kwargs) -> (out, cache)`` gets the parents' arrays (None for
     an absent optional parent, such as a missing bias); ``backward(dy, cache, needs)``
-    returns one gradient (or None) per parent, where ``needs[i]`` says whether parent i
-    needs one, so that it computes only those. The node is recorded only when grad mode is
-    on and some parent requires grad; otherwise ``release(cache)``, if given, frees what only
-    a backward would read. Validation belongs to the public function before this call;
-    ``backward`` trusts its cache. Returns the output Tensor, or ``(Tensor, cache)`` with
-    ``with_cache`` (for an op that also returns something its cache holds).
+    returns one gradient (or None) per parent, a tuple (the array alone for one parent),
+    where ``needs[i]`` says whether parent i needs one, so that it computes only those.
+    The ``nk.kernels`` pairs have these signatures and are passed as they are. The node is
+    recorded only when grad mode is on and some parent requires grad; otherwise
+    ``release(cache)``, if given, frees what only a backward would read. Validation belongs
+    to the public function before this call; ``backward`` trusts its cache. Returns the
+    output Tensor, or ``(Tensor, cache)`` with ``with_cache`` (for an op that also returns
+    something its cache holds).
     """
     present = tuple(p for p in parents if p is not None)
     out, cache = forward(*(None if p is None else p.data for p in parents), *args, **kwargs)
@@ -651,6 +653,8 @@ def apply_op(name: str, forward, backward, parents, *args, release=None, with_ca
 
         def grad_fn(g):
             grads = backward(g, cache, needs)
+            if len(parents) == 1 and not isinstance(grads, tuple):
+                grads = (grads,)
             return tuple(grad for p, grad in zip(parents, grads, strict=True) if p is not None)
 
         result = make_result(out, present, grad_fn, name)

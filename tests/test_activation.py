@@ -10,22 +10,29 @@ from hypothesis import strategies as st
 import nnkit as nk
 from nnkit import functional as F
 from nnkit._ext import activation_cpu
-from nnkit.kernels import dropout_forward, gelu_backward, gelu_forward, reference
+from nnkit.kernels import (
+    dropout_backward,
+    dropout_forward,
+    gelu_backward,
+    gelu_forward,
+    reference,
+)
 
 
 @given(x=arrays(low=-12.0, high=12.0, max_side=9), seed=st.integers(0, 2**16))
 def test_kernels_match_the_naive_twin(x, seed):
     g = np.random.default_rng(seed).standard_normal(x.shape).astype(x.dtype)
-    y, cdf = gelu_forward(x)
-    assert_matches_reference(y, reference.gelu(x))
-    assert_matches_reference(gelu_backward(g, x, cdf), reference.gelu_backward(g, x))
+    y, cache = gelu_forward(x)
+    want, twin_cache = reference.gelu_forward(x)
+    assert_matches_reference(y, want)
+    assert_matches_reference(gelu_backward(g, cache), reference.gelu_backward(g, twin_cache))
 
 
 def test_far_tails_and_non_finite_inputs():
     x = np.array([-np.inf, -1e30, -10.5, 10.5, 1e30, np.inf, np.nan])
-    y, cdf = gelu_forward(x)
+    y, cache = gelu_forward(x)
     np.testing.assert_array_equal(y, [0, 0, 0, 10.5, 1e30, np.inf, np.nan])
-    dx = gelu_backward(np.ones_like(x), x, cdf)
+    dx = gelu_backward(np.ones_like(x), cache)
     np.testing.assert_array_equal(dx, [0, 0, 0, 1, 1, 1, np.nan])
 
 
@@ -52,15 +59,27 @@ def test_functional_gelu_uses_the_kernels_on_strided_input():
     t = nk.tensor(x, requires_grad=True)
     F.gelu(t).sum().backward()
     assert_matches_reference(F.gelu(x).numpy(), reference.gelu(x))
-    assert_matches_reference(t.grad, reference.gelu_backward(np.ones_like(x), x))
+    assert_matches_reference(t.grad, reference.gelu_backward(np.ones_like(x), x))  # cache: x
 
 
 def test_bad_input_is_named():
     with pytest.raises(TypeError, match="x"):
         gelu_forward(np.arange(3))
-    y, cdf = gelu_forward(np.zeros(3))
-    with pytest.raises(ValueError, match=r"g and x must have the same shape"):
-        gelu_backward(np.zeros(4), np.zeros(3), cdf)
+    _, cache = gelu_forward(np.zeros(3))
+    with pytest.raises(ValueError, match=r"dy must have shape \(3,\) like the forward's output, "
+                                         r"got shape \(4,\)"):
+        gelu_backward(np.zeros(4), cache)
+    with pytest.raises(TypeError, match="dy must have dtype float64 like the forward's output, "
+                                        "got float32"):
+        gelu_backward(np.zeros(3, np.float32), cache)
+    with pytest.raises(TypeError, match="cache must be the GeluCache returned by gelu_forward"):
+        gelu_backward(np.zeros(3), (np.zeros(3), np.zeros(3)))
+    _, dropped = dropout_forward(np.zeros(3), 0.5, 1)
+    with pytest.raises(ValueError, match=r"dy must have shape \(3,\)"):
+        dropout_backward(np.zeros(2), dropped)
+    with pytest.raises(TypeError, match="cache must be the DropoutCache returned by "
+                                        "dropout_forward"):
+        dropout_backward(np.zeros(3), cache)
 
 
 # ---- dropout ---------------------------------------------------------------------------------
@@ -68,15 +87,17 @@ def test_bad_input_is_named():
 @given(x=arrays(max_side=9), p=st.sampled_from([0.0, 0.1, 0.5, 0.9]),
        seed=st.integers(0, 2**64 - 1))
 def test_dropout_matches_the_naive_twin(x, p, seed):
-    y, mask = dropout_forward(x, p, seed)
+    y, cache = dropout_forward(x, p, seed)
     want = reference.dropout_mask(x.shape, p, seed, x.dtype)
-    np.testing.assert_array_equal(mask, want)
+    np.testing.assert_array_equal(cache.mask, want)
     np.testing.assert_array_equal(y, (x.astype(np.float64) * want).astype(x.dtype))
+    np.testing.assert_array_equal(dropout_backward(x, cache), x * want)
 
 
 def test_dropout_rate_parallel_build_and_the_gpu_stream():
     x = np.ones(200_003, np.float32)  # above the parallel threshold, odd length
-    y, mask = dropout_forward(x, 0.3, 12345)
+    y, cache = dropout_forward(x, 0.3, 12345)
+    mask = cache.mask
     kept = mask > 0
     assert abs(kept.mean() - 0.7) < 0.005 and np.allclose(mask[kept], 1 / 0.7)
     args = (np.uint64(12345), 0.3, 1 / 0.7)
@@ -121,7 +142,7 @@ def test_float32_cdf_is_within_a_few_ulps_of_the_exact_one():
     from scipy.special import ndtr
 
     x = np.linspace(-10, 10, 200_001).astype(np.float32)
-    _, cdf = gelu_forward(x)
+    cdf = gelu_forward(x)[1].cdf
     exact = ndtr(x.astype(np.float64))
     assert np.max(np.abs(cdf - exact) / exact) < 2e-7  # measured 1.64e-7
 

@@ -69,13 +69,13 @@ def _softmax_family(small):
             softmax_cuda.log_softmax_rows(x, out)
             assert_matches_reference(out, reference.log_softmax(x), dtype,
                                      err_msg="log_softmax " + msg)
-            y = reference.softmax(x)
+            y, cache = reference.softmax_forward(x)
             softmax_cuda.softmax_backward_rows(dy, y, out)
-            assert_matches_reference(out, reference.softmax_backward(dy, y), dtype,
+            assert_matches_reference(out, reference.softmax_backward(dy, cache), dtype,
                                      err_msg="softmax_backward " + msg)
-            y = reference.log_softmax(x)
+            y, cache = reference.log_softmax_forward(x)
             softmax_cuda.log_softmax_backward_rows(dy, y, out)
-            assert_matches_reference(out, reference.log_softmax_backward(dy, y), dtype,
+            assert_matches_reference(out, reference.log_softmax_backward(dy, cache), dtype,
                                      err_msg="log_softmax_backward " + msg)
 
 
@@ -114,7 +114,7 @@ def _cross_entropy(small):
                 # function passes it): exp(x - lse) then carries ulp(|lse|) of error
                 dloss = 0.7
                 scale = dloss / valid.sum() if valid.any() else 0.0
-                expected = reference.cross_entropy_backward(dloss, x, target, ignore_index)
+                expected = reference.cross_entropy_backward(dloss, (x, target, ignore_index))
                 out = np.full(shape, np.nan, dtype)
                 lse64 = (x[:, 0] - lp[:, 0]).astype(np.float64)
                 softmax_cuda.cross_entropy_backward_rows(x, target, lse64, scale, ignore_index,
@@ -157,7 +157,8 @@ def _layer_norm(small):
             dw = np.full(D, np.nan, dtype)
             db = np.full(D, np.nan, dtype)
             layer_norm_cuda.layer_norm_backward_rows(dy, x, mean, rstd, w, dx, dw, db)
-            rdx, rdw, rdb = reference.layer_norm_backward(dy, x, w)
+            rdx, rdw, rdb = reference.layer_norm_backward(dy, reference.layer_norm_forward(
+                x, w, b)[1])
             assert_matches_reference(dx, rdx, dtype, err_msg="dx " + msg)
             assert_matches_reference(dw, rdw, dtype, factor=256, err_msg="dweight " + msg)
             assert_matches_reference(db, rdb, dtype, factor=256, err_msg="dbias " + msg)
@@ -184,7 +185,7 @@ def _layer_norm(small):
         layer_norm_cuda.layer_norm_rows(x, w, w, 1e-5, y, mean, rstd)
         dx, dw, db = np.empty_like(x), np.empty(17, np.float32), np.empty(17, np.float32)
         layer_norm_cuda.layer_norm_backward_rows(dy, x, mean, rstd, w, dx, dw, db)
-        rdx, rdw, _ = reference.layer_norm_backward(dy, x, w)
+        rdx, rdw, _ = reference.layer_norm_backward(dy, reference.layer_norm_forward(x, w, w)[1])
         assert_matches_reference(dx, rdx, factor=256, err_msg="dx at offset 1e4")
         assert_matches_reference(dw, rdw, factor=256, err_msg="dweight at offset 1e4")
 
@@ -325,8 +326,9 @@ def test_layer_norm_on_gpu_matches_cpu(rng, dtype, shape, ns):
     w = rng.standard_normal(ns).astype(dtype)
     b = rng.standard_normal(ns).astype(dtype)
     dy = rng.standard_normal(shape).astype(dtype)
-    cpu = layer_norm_forward(x, ns, w, b)
-    gpu = layer_norm_forward(cupy.asarray(x), ns, cupy.asarray(w), cupy.asarray(b))
+    y, cache = layer_norm_forward(x, w, b, ns)
+    gy, gcache = layer_norm_forward(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b), ns)
+    cpu, gpu = (y, cache.mean, cache.rstd), (gy, gcache.mean, gcache.rstd)
     # The rounding of y = (x - mean) rstd w + b and of dx scales with |x| rstd |w| (and |dy|),
     # not with the result: with one feature x - mean is exactly 0 on the CPU and ~1e-16 |x|
     # on the GPU, times rstd ~ 316. Tolerances are relative to that scale.
@@ -337,9 +339,8 @@ def test_layer_norm_on_gpu_matches_cpu(rng, dtype, shape, ns):
     for c, g, scale in zip(cpu, gpu, (y_scale, 0.0, 0.0), strict=True):
         assert isinstance(g, cupy.ndarray)
         np.testing.assert_allclose(cupy.asnumpy(g), c, rtol=8 * eps, atol=8 * eps * scale)
-    cpu_grads = layer_norm_backward(dy, x, cpu[1], cpu[2], w, b)
-    gpu_grads = layer_norm_backward(cupy.asarray(dy), cupy.asarray(x), gpu[1], gpu[2],
-                                    cupy.asarray(w), cupy.asarray(b))
+    cpu_grads = layer_norm_backward(dy, cache)
+    gpu_grads = layer_norm_backward(cupy.asarray(dy), gcache)
     # dweight, dbias sum dy xhat and dy over the rows, in another order on the GPU: their
     # rounding scales with the sums of the terms' magnitudes (which may cancel).
     dx_scale = float(np.abs(dy).max(initial=0)) * rstd_max * w_max
@@ -353,8 +354,8 @@ def test_layer_norm_on_gpu_matches_cpu(rng, dtype, shape, ns):
         np.testing.assert_allclose(cupy.asnumpy(g), c, rtol=64 * eps, atol=64 * eps * scale)
     # non-contiguous GPU input, no affine parameters
     xt = cupy.asarray(x)[..., ::-1]
-    y_nc, _, _ = layer_norm_forward(xt, ns)
-    y_c, _, _ = layer_norm_forward(np.ascontiguousarray(x[..., ::-1]), ns)
+    y_nc, _ = layer_norm_forward(xt, None, None, ns)
+    y_c, _ = layer_norm_forward(np.ascontiguousarray(x[..., ::-1]), None, None, ns)
     assert_matches_reference(cupy.asnumpy(y_nc), y_c, dtype, factor=8)
 
 
@@ -379,22 +380,24 @@ def test_softmax_family_on_gpu_matches_cpu(rng, dtype, shape):
     gx, gdy = cupy.asarray(x), cupy.asarray(dy)
     for fwd, bwd in ((softmax_forward, softmax_backward),
                      (log_softmax_forward, log_softmax_backward)):
-        y = fwd(x)
-        gy = fwd(gx)
+        y, cache = fwd(x)
+        gy, gcache = fwd(gx)
         assert_matches_reference(cupy.asnumpy(gy), y, dtype, factor=8)
-        assert_matches_reference(cupy.asnumpy(bwd(gdy, gy)), bwd(dy, y), dtype, factor=64)
+        assert_matches_reference(cupy.asnumpy(bwd(gdy, gcache)), bwd(dy, cache), dtype,
+                                 factor=64)
     if shape[1] > 0:
         N, C = shape
         target = rng.integers(0, C, N)
         if N >= 3:
             target[2] = -100
-        loss, lse = cross_entropy_forward(x, target)
-        gloss, glse = cross_entropy_forward(gx, cupy.asarray(target))
+        loss, cache = cross_entropy_forward(x, target)
+        gloss, gcache = cross_entropy_forward(gx, cupy.asarray(target))
         # lse is float64 for both dtypes, computed from the logits' precision
-        np.testing.assert_allclose(cupy.asnumpy(glse), lse, rtol=8 * np.finfo(dtype).eps)
+        np.testing.assert_allclose(cupy.asnumpy(gcache.lse), cache.lse,
+                                   rtol=8 * np.finfo(dtype).eps)
         np.testing.assert_allclose(float(gloss), float(loss), rtol=64 * np.finfo(dtype).eps)
-        dl = cross_entropy_backward(1.0, x, target, lse)
-        gdl = cross_entropy_backward(1.0, gx, cupy.asarray(target), glse)
+        dl = cross_entropy_backward(1.0, cache)
+        gdl = cross_entropy_backward(1.0, gcache)
         assert_matches_reference(cupy.asnumpy(gdl), dl, dtype, factor=64)
 
 

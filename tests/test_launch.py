@@ -473,8 +473,9 @@ def _budget_cases(cupy):
         return cupy.asarray(rng.standard_normal(shape).astype(np.float32))
 
     x, dy = randn(3, 6), randn(3, 6)
-    y = K.softmax_forward(x)
-    ln = K.layer_norm_forward(x, (6,), randn(6), randn(6))
+    _, sm_cache = K.softmax_forward(x)
+    _, ln = K.layer_norm_forward(x, randn(6), randn(6), (6,))
+    _, ln_plain = K.layer_norm_forward(x, None, None, (6,))
     T, B, D, H = 3, 2, 3, 4
     seq, dseq = randn(T, B, D), randn(T, B, H)
     rnn = [randn(H, D), randn(H, H), randn(H), randn(H)]
@@ -482,7 +483,7 @@ def _budget_cases(cupy):
     gru = [randn(3 * H, D), randn(3 * H, H), randn(3 * H), randn(3 * H)]
     a = cupy.asarray(rng.uniform(0.5, 1, (2, 7, 3)).astype(np.float32))
     b, dh = randn(2, 7, 3), randn(2, 7, 3)
-    h = K.linear_scan_forward(a, b)
+    _, scan_cache = K.linear_scan_forward(a, b)
     q = randn(1, 2, 5, 4)
     att, att_cache = K.attention_forward(q, q, q, is_causal=True)
     img = randn(2, 3, 4, 4)
@@ -492,7 +493,8 @@ def _budget_cases(cupy):
     import nnkit as nk
     import nnkit.functional as F
 
-    _y, gelu_cdf = K.gelu_forward(x)
+    _, gelu_cache = K.gelu_forward(x)
+    _, dropout_cache = K.dropout_forward(x, 0.1, 7)
     params = [nk.nn.Parameter(randn(3)) for _ in range(20)]
     for p in params:
         p.grad = randn(3)
@@ -514,15 +516,14 @@ def _budget_cases(cupy):
     at = "attention_cuda."
     return [
         ("softmax forward", lambda: K.softmax_forward(x), {sm + "_softmax_kernel": 1}),
-        ("softmax backward", lambda: K.softmax_backward(dy, y),
+        ("softmax backward", lambda: K.softmax_backward(dy, sm_cache),
          {sm + "_softmax_backward_kernel": 1}),
-        ("layer_norm forward", lambda: K.layer_norm_forward(x, (6,), randn(6), randn(6)),
+        ("layer_norm forward", lambda: K.layer_norm_forward(x, randn(6), randn(6), (6,)),
          {ln_name + "_layer_norm_kernel": 1}),
-        ("layer_norm backward", lambda: K.layer_norm_backward(dy, x, ln[1], ln[2], randn(6),
-                                                              randn(6)),
+        ("layer_norm backward", lambda: K.layer_norm_backward(dy, ln),
          {ln_name + "_layer_norm_dx_kernel": 1, ln_name + "_layer_norm_param_chunks_kernel": 1,
           ln_name + "_sum_chunks2_kernel": 1}),
-        ("layer_norm backward, no affine", lambda: K.layer_norm_backward(dy, x, ln[1], ln[2]),
+        ("layer_norm backward, no affine", lambda: K.layer_norm_backward(dy, ln_plain),
          {ln_name + "_layer_norm_dx_kernel": 1}),
         # one persistent launch per pass, whatever T (tests/test_recurrent_persistent.py)
         (f"rnn forward T={T}", lambda: K.rnn_forward(seq, None, *rnn),
@@ -540,7 +541,7 @@ def _budget_cases(cupy):
          {rc + "_gru_seq_fwd": 1, rc + "_gru_seq_bwd": 1}),
         ("linear_scan forward", lambda: K.linear_scan_forward(a, b),
          {"scan_cuda._forward_kernel.<locals>.kernel": 1}),
-        ("linear_scan backward", lambda: K.linear_scan_backward(dh, a, h),
+        ("linear_scan backward", lambda: K.linear_scan_backward(dh, scan_cache),
          {"scan_cuda._backward_kernel.<locals>.kernel": 1}),
         ("linear_scan forward, a thread per sequence", rows_scan,
          {"scan_cuda._rows_forward": 1}),
@@ -558,10 +559,11 @@ def _budget_cases(cupy):
         ("max_pool2d backward", lambda: K.max_pool2d_backward(pool, pool_cache),
          {"conv_cuda._max_pool_bwd_kernel": 1}),
         ("gelu forward", lambda: K.gelu_forward(x), {"activation_cuda._gelu_forward_kernel": 1}),
-        ("gelu backward", lambda: K.gelu_backward(dy, x, gelu_cdf),
+        ("gelu backward", lambda: K.gelu_backward(dy, gelu_cache),
          {"activation_cuda._gelu_backward_kernel": 1}),
         ("dropout forward", lambda: K.dropout_forward(x, 0.1, 7),
          {"activation_cuda._dropout_kernel": 1}),
+        ("dropout backward", lambda: K.dropout_backward(dy, dropout_cache), {}),  # one CuPy op
         ("mean cross_entropy forward and backward", lambda: F.cross_entropy(
             logits, target).backward(),
          {sm + "_cross_entropy_kernel": 1, sm + "_mean_valid_kernel": 1,

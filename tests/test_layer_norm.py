@@ -49,8 +49,8 @@ def _expected(x, ns, weight, bias, dy, eps):
     x2, dy2 = _rows64(x, D), _rows64(dy, D)
     w = np.ones(D) if weight is None else np.asarray(weight, np.float64).reshape(D)
     b = np.zeros(D) if bias is None else np.asarray(bias, np.float64).reshape(D)
-    y = reference.layer_norm(x2, w, b, eps=eps)
-    dx, dw, db = reference.layer_norm_backward(dy2, x2, w, eps=eps)
+    y, cache = reference.layer_norm_forward(x2, w, b, eps=eps)
+    dx, dw, db = reference.layer_norm_backward(dy2, cache)
     mean = x2.mean(axis=1)
     rstd = 1.0 / np.sqrt(((x2 - mean[:, None]) ** 2).mean(axis=1) + eps)
     xhat = (x2 - mean[:, None]) * rstd[:, None]
@@ -94,12 +94,13 @@ def layer_norm_cases(draw, min_dims=1, max_dims=3):
 def test_forward_backward_match_twin(case):
     x, ns, weight, bias, dy, eps = case
     dtype = x.dtype
-    y, mean, rstd = layer_norm_forward(x, ns, weight, bias, eps=eps)
+    y, cache = layer_norm_forward(x, weight, bias, ns, eps=eps)
+    mean, rstd = cache.mean, cache.rstd
     batch = x.shape[: x.ndim - len(ns)]
     assert y.shape == x.shape and y.dtype == dtype
     assert mean.shape == batch and rstd.shape == batch
     assert mean.dtype == dtype and rstd.dtype == dtype
-    dx, dweight, dbias = layer_norm_backward(dy, x, mean, rstd, weight, bias)
+    dx, dweight, dbias = layer_norm_backward(dy, cache)
     assert dx.shape == x.shape and dx.dtype == dtype
     assert (dweight is None) == (weight is None) and (dbias is None) == (bias is None)
     D = math.prod(ns)
@@ -132,11 +133,11 @@ def test_matches_twin_on_fixed_inputs(rng, dtype, shape, ns):
     b = rng.standard_normal(ns).astype(dtype)
     dy = rng.standard_normal(shape).astype(dtype)
     D = math.prod(ns)
-    y, mean, rstd = layer_norm_forward(x, ns, w, b)
-    assert_matches_reference(y.reshape(-1, D), reference.layer_norm(x.reshape(-1, D), w.ravel(),
-                                                                    b.ravel()))
-    dx, dw, db = layer_norm_backward(dy, x, mean, rstd, w, b)
-    rdx, rdw, rdb = reference.layer_norm_backward(dy.reshape(-1, D), x.reshape(-1, D), w.ravel())
+    y, cache = layer_norm_forward(x, w, b, ns)
+    ry, rcache = reference.layer_norm_forward(x.reshape(-1, D), w.ravel(), b.ravel())
+    assert_matches_reference(y.reshape(-1, D), ry)
+    dx, dw, db = layer_norm_backward(dy, cache)
+    rdx, rdw, rdb = reference.layer_norm_backward(dy.reshape(-1, D), rcache)
     assert_matches_reference(dx.reshape(-1, D), rdx, dtype)
     assert_matches_reference(dw.ravel(), rdw, dtype, factor=256)
     assert_matches_reference(db.ravel(), rdb, dtype, factor=256)
@@ -158,8 +159,9 @@ def test_matches_torch(rng, dtype, affine, shape, ns):
     bt = None if b is None else torch.tensor(b, requires_grad=True)
     yt = torch.nn.functional.layer_norm(xt, ns_t, wt, bt, eps=1e-5)
     yt.backward(torch.tensor(dy))
-    y, mean, rstd = layer_norm_forward(x, ns, w, b, eps=1e-5)
-    dx, dw, db = layer_norm_backward(dy, x, mean, rstd, w, b)
+    y, cache = layer_norm_forward(x, w, b, ns, eps=1e-5)
+    dx, dw, db = layer_norm_backward(dy, cache)
+    rstd = cache.rstd
     # Both are ulp-accurate relative to the size of the terms summed (torch float32 sums in
     # float32): scales are those sizes, per output.
     D = math.prod(ns_t)
@@ -190,10 +192,9 @@ def test_backward_matches_central_differences(rng, ns):
     dy = rng.standard_normal(x.shape)
 
     def loss(x_, w_, b_):
-        return float(np.sum(dy * layer_norm_forward(x_, ns, w_, b_)[0]))
+        return float(np.sum(dy * layer_norm_forward(x_, w_, b_, ns)[0]))
 
-    _, mean, rstd = layer_norm_forward(x, ns, w, b)
-    grads = layer_norm_backward(dy, x, mean, rstd, w, b)
+    grads = layer_norm_backward(dy, layer_norm_forward(x, w, b, ns)[1])
     h = 1e-6
     for k, arr in enumerate((x, w, b)):
         num = np.empty_like(arr)
@@ -252,15 +253,15 @@ def test_parameter_gradients_reproducible_across_thread_counts(rng):
     x = rng.standard_normal((300, 64)).astype(np.float32)
     dy = rng.standard_normal((300, 64)).astype(np.float32)
     w = rng.standard_normal(64).astype(np.float32)
-    _, mean, rstd = layer_norm_forward(x, 64, w, w)
-    first = layer_norm_backward(dy, x, mean, rstd, w, w)
+    _, cache = layer_norm_forward(x, w, w, 64)
+    first = layer_norm_backward(dy, cache)
     saved = numba.get_num_threads()
     try:
         numba.set_num_threads(1)
-        single = layer_norm_backward(dy, x, mean, rstd, w, w)
+        single = layer_norm_backward(dy, cache)
     finally:
         numba.set_num_threads(saved)
-    again = layer_norm_backward(dy, x, mean, rstd, w, w)
+    again = layer_norm_backward(dy, cache)
     for a, b, c in zip(first, single, again, strict=True):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(a, c)
@@ -271,21 +272,20 @@ def test_noncontiguous_input_equals_contiguous(rng):
     x = base[:, ::2]  # (6, 5), strided
     xt = rng.standard_normal((5, 6)).astype(np.float32).T  # (6, 5), transposed
     for v in (x, xt):
-        y, mean, rstd = layer_norm_forward(v, 5)
-        y_c, mean_c, rstd_c = layer_norm_forward(np.ascontiguousarray(v), 5)
+        y, cache = layer_norm_forward(v, None, None, 5)
+        y_c, cache_c = layer_norm_forward(np.ascontiguousarray(v), None, None, 5)
         np.testing.assert_array_equal(y, y_c)
-        dx, _, _ = layer_norm_backward(v, v, mean, rstd)
-        dx_c, _, _ = layer_norm_backward(np.ascontiguousarray(v), np.ascontiguousarray(v),
-                                         mean_c, rstd_c)
+        dx, _, _ = layer_norm_backward(v, cache)  # a strided dy, too
+        dx_c, _, _ = layer_norm_backward(np.ascontiguousarray(v), cache_c)
         np.testing.assert_array_equal(dx, dx_c)
 
 
 def test_empty_rows_give_zero_parameter_gradients():
     x = np.zeros((0, 4), np.float32)
     w = np.ones(4, np.float32)
-    y, mean, rstd = layer_norm_forward(x, 4, w, w)
-    assert y.shape == (0, 4) and mean.shape == (0,)
-    dx, dw, db = layer_norm_backward(x, x, mean, rstd, w, w)
+    y, cache = layer_norm_forward(x, w, w, 4)
+    assert y.shape == (0, 4) and cache.mean.shape == (0,)
+    dx, dw, db = layer_norm_backward(x, cache)
     assert dx.shape == (0, 4)
     np.testing.assert_array_equal(dw, np.zeros(4, np.float32))
     np.testing.assert_array_equal(db, np.zeros(4, np.float32))
@@ -298,10 +298,11 @@ def test_stable_for_large_offsets():
     x = (1e4 + 0.1 * rng.standard_normal((4, 64))).astype(np.float32)
     dy = rng.standard_normal((4, 64)).astype(np.float32)
     w = np.ones(64, np.float32)
-    y, mean, rstd = layer_norm_forward(x, 64, w, w)
-    assert_matches_reference(y, reference.layer_norm(x, w, w))
-    dx, dw, _ = layer_norm_backward(dy, x, mean, rstd, w, w)
-    rdx, rdw, _ = reference.layer_norm_backward(dy, x, w)
+    y, cache = layer_norm_forward(x, w, w, 64)
+    ry, rcache = reference.layer_norm_forward(x, w, w)
+    assert_matches_reference(y, ry)
+    dx, dw, _ = layer_norm_backward(dy, cache)
+    rdx, rdw, _ = reference.layer_norm_backward(dy, rcache)
     assert_matches_reference(dx, rdx, factor=256)
     assert_matches_reference(dw, rdw, factor=256)
 
@@ -310,34 +311,37 @@ def test_stable_for_large_offsets():
 
 def test_message_names_x_shape_and_normalized_shape():
     with pytest.raises(ValueError, match=r"x has shape \(2, 3\) but normalized_shape=\(4,\)"):
-        layer_norm_forward(np.zeros((2, 3)), 4)
+        layer_norm_forward(np.zeros((2, 3)), None, None, 4)
     with pytest.raises(ValueError, match=r"normalized_shape=\(2, 3\)"):
-        layer_norm_forward(np.zeros((3,)), (2, 3))
+        layer_norm_forward(np.zeros((3,)), None, None, (2, 3))
 
 
 def test_messages_for_weight_bias_eps_dy():
     x = np.zeros((2, 3), np.float32)
     with pytest.raises(ValueError, match=r"weight must have shape normalized_shape=\(3,\)"):
-        layer_norm_forward(x, 3, np.ones(4, np.float32))
+        layer_norm_forward(x, np.ones(4, np.float32), None, 3)
     with pytest.raises(TypeError, match="bias has dtype float64 but x has dtype float32"):
-        layer_norm_forward(x, 3, None, np.ones(3))
+        layer_norm_forward(x, None, np.ones(3), 3)
     with pytest.raises(ValueError, match="eps must be > 0"):
-        layer_norm_forward(x, 3, eps=0.0)
+        layer_norm_forward(x, None, None, 3, eps=0.0)
     with pytest.raises(ValueError, match="eps must be finite"):
-        layer_norm_forward(x, 3, eps=float("nan"))
+        layer_norm_forward(x, None, None, 3, eps=float("nan"))
     with pytest.raises(TypeError, match="eps must be a real number"):
-        layer_norm_forward(x, 3, eps="1e-5")
+        layer_norm_forward(x, None, None, 3, eps="1e-5")
     with pytest.raises(TypeError, match="x must have dtype float32 or float64, got int64"):
-        layer_norm_forward(np.zeros((2, 3), np.int64), 3)
+        layer_norm_forward(np.zeros((2, 3), np.int64), None, None, 3)
     with pytest.raises(ValueError, match="normalized_shape must have at least one dimension"):
-        layer_norm_forward(x, ())
-    _, mean, rstd = layer_norm_forward(x, 3)
-    with pytest.raises(ValueError, match=r"dy and x must have the same shape, got \(3, 2\)"):
-        layer_norm_backward(np.zeros((3, 2), np.float32), x, mean, rstd)
-    with pytest.raises(ValueError, match=r"mean has shape \(3,\) but x has shape \(2, 3\)"):
-        layer_norm_backward(x, x, np.zeros(3, np.float32), np.zeros(3, np.float32))
-    with pytest.raises(TypeError, match="dy has dtype float64 but x has dtype float32"):
-        layer_norm_backward(np.zeros((2, 3)), x, mean, rstd)
+        layer_norm_forward(x, None, None, ())
+    _, cache = layer_norm_forward(x, None, None, 3)
+    with pytest.raises(ValueError, match=r"dy must have shape \(2, 3\) like the forward's "
+                                         r"output, got shape \(3, 2\)"):
+        layer_norm_backward(np.zeros((3, 2), np.float32), cache)
+    with pytest.raises(TypeError, match="cache must be the LayerNormCache returned by "
+                                        "layer_norm_forward, got tuple"):
+        layer_norm_backward(x, (x, np.zeros(3, np.float32), np.zeros(3, np.float32)))
+    with pytest.raises(TypeError, match="dy must have dtype float32 like the forward's output, "
+                                        "got float64"):
+        layer_norm_backward(np.zeros((2, 3)), cache)
 
 
 _BAD_ARRAYS = st.sampled_from([
@@ -361,8 +365,7 @@ _BAD_PARAMS = st.sampled_from([
 ])
 
 
-@given(which=st.sampled_from(["x", "normalized_shape", "eps", "weight", "bias", "dy",
-                              "mean"]),
+@given(which=st.sampled_from(["x", "normalized_shape", "eps", "weight", "bias", "dy"]),
        bad_array=_BAD_ARRAYS, bad_ns=_BAD_NS, bad_eps=_BAD_EPS, bad_param=_BAD_PARAMS)
 def test_boundary_fuzz_raises_value_or_type_error(which, bad_array, bad_ns, bad_eps,
                                                   bad_param):
@@ -370,12 +373,8 @@ def test_boundary_fuzz_raises_value_or_type_error(which, bad_array, bad_ns, bad_
     x[0, 0] = 2.0
     args = {"x": x, "normalized_shape": 3, "weight": None, "bias": None, "eps": 1e-5}
     with pytest.raises((ValueError, TypeError)):
-        if which in ("dy", "mean"):
-            _, mean, rstd = layer_norm_forward(x, 3)
-            if which == "dy":
-                layer_norm_backward(bad_array, x, mean, rstd)
-            else:
-                layer_norm_backward(x, x, bad_array, rstd)
+        if which == "dy":
+            layer_norm_backward(bad_array, layer_norm_forward(x, None, None, 3)[1])
         else:
             args[which] = {"x": bad_array, "normalized_shape": bad_ns, "eps": bad_eps,
                            "weight": bad_param, "bias": bad_param}[which]
@@ -396,7 +395,8 @@ def test_float64_rows_beyond_1e154_are_normalised_not_zeroed(scale):
     x = x0 * scale
     w, b = rng.standard_normal(7), rng.standard_normal(7)
     expected = reference.layer_norm(x0, w, b, eps=1e-300)  # row 2: 0 / 1e-150 = 0, y = b
-    y, mean, rstd = layer_norm_forward(x, 7, w, b)
+    y, cache = layer_norm_forward(x, w, b, 7)
+    mean, rstd = cache.mean, cache.rstd
     assert_matches_reference(y, expected)
     np.testing.assert_allclose(mean / scale, x0.mean(axis=1), rtol=1e-14, atol=1e-15)
     std = x0.std(axis=1)
@@ -408,9 +408,10 @@ def test_float64_rows_beyond_1e154_are_normalised_not_zeroed(scale):
         np.testing.assert_array_equal(y2, y)
     if scale <= 1e200:  # x - mean stays finite in the backward
         dy = rng.standard_normal((5, 7))
-        dx, dw, db = layer_norm_backward(dy, x, mean, rstd, w, b)
+        dx, dw, db = layer_norm_backward(dy, cache)
         keep = std > 0
-        rdx, rdw, rdb = reference.layer_norm_backward(dy[keep], x0[keep], w, eps=1e-300)
+        rcache = reference.layer_norm_forward(x0[keep], w, b, eps=1e-300)[1]
+        rdx, rdw, rdb = reference.layer_norm_backward(dy[keep], rcache)
         assert_matches_reference(dx[keep] * scale, rdx, factor=256)
         g = dy[2] * w  # constant row: xhat = 0, dx = rstd (g - mean g)
         assert_matches_reference(dx[2], (g - g.mean()) / math.sqrt(1e-5), factor=256)
@@ -422,5 +423,5 @@ def test_float64_rows_with_inf_or_nan_stay_nan():
     """The overflow path leaves NaN and inf inputs as they were: NaN rows (as torch)."""
     x = np.array([[1e200, np.inf, 0.0], [1e200, np.nan, -1e200], [np.nan, 1.0, 2.0]])
     with np.errstate(invalid="ignore"):
-        y, _, rstd = layer_norm_forward(x, 3)
-    assert np.isnan(y).all() and np.isnan(rstd).all()
+        y, cache = layer_norm_forward(x, None, None, 3)
+    assert np.isnan(y).all() and np.isnan(cache.rstd).all()

@@ -63,10 +63,11 @@ def assert_matches_reference(actual, expected, factor=64.0, err_msg=""):
 def test_scan_matches_twin(B, T, D, dtype, reverse, with_h0, seed):
     a, b, h0, dh = _problem(seed, B, T, D, dtype)
     h0 = h0 if with_h0 else None
-    h = K.linear_scan_forward(a, b, h0, reverse)
-    assert_matches_reference(h, R.linear_scan(a, b, h0, reverse), factor=_factor(T))
-    got = K.linear_scan_backward(dh, a, h, h0, reverse)
-    want = R.linear_scan_backward(dh, a, h, h0, reverse)
+    h, cache = K.linear_scan_forward(a, b, h0, reverse)
+    want_h, twin_cache = R.linear_scan_forward(a, b, h0, reverse)
+    assert_matches_reference(h, want_h, factor=_factor(T))
+    got = K.linear_scan_backward(dh, cache)
+    want = R.linear_scan_backward(dh, twin_cache)
     for name, g, w in zip(("da", "db", "dh0"), got, want, strict=True):
         assert_matches_reference(g, w, factor=_factor(T), err_msg=name)
 
@@ -84,7 +85,7 @@ def test_chunked_scan_matches_twin(B, T, n_chunks, lanes, dtype, reverse, seed):
     assert_matches_reference(h, R.linear_scan(a, b, h0, reverse), factor=_factor(T))
     got = K._backward_chunked(dh, a, h, h0, np.empty_like(a), np.empty_like(a),
                               np.empty_like(h0), reverse, n_chunks, lanes)
-    for g, w in zip(got, R.linear_scan_backward(dh, a, h, h0, reverse), strict=True):
+    for g, w in zip(got, R.linear_scan_backward(dh, (a, h, h0, reverse)), strict=True):
         assert_matches_reference(g, w, factor=_factor(T))
 
 
@@ -95,9 +96,10 @@ def test_plan_switches_to_chunks_for_one_long_sequence(dtype, monkeypatch):
     assert K._plan(1, 100, 1)[0] == "chunks"
     assert K._plan(3, 100, 4)[0] == "rows"
     a, b, h0, dh = _problem(3, 1, 100, 1, dtype)
-    h = K.linear_scan_forward(a, b, h0)
-    assert_matches_reference(h, R.linear_scan(a, b, h0), factor=_factor(100))
-    got, want = K.linear_scan_backward(dh, a, h, h0), R.linear_scan_backward(dh, a, h, h0)
+    h, cache = K.linear_scan_forward(a, b, h0)
+    want_h, twin_cache = R.linear_scan_forward(a, b, h0)
+    assert_matches_reference(h, want_h, factor=_factor(100))
+    got, want = K.linear_scan_backward(dh, cache), R.linear_scan_backward(dh, twin_cache)
     for g, w in zip(got, want, strict=True):
         assert_matches_reference(g, w, factor=_factor(100))
 
@@ -152,7 +154,8 @@ def test_row_kernels_on_one_task_from_python(dtype):
     da, db, dh0 = np.zeros_like(a), np.zeros_like(a), np.zeros_like(h0)
     scan_cpu.row_backward(dh[0, 0, 1:], a[0, 0, 1:], want[0, 0, 1:], h0[0, 1:], da[0, 0, 1:],
                           db[0, 0, 1:], dh0[0, 1:], 6, 5, 3, False, True)
-    for got, ref in zip((da, db, dh0), R.linear_scan_backward(dh, a, want, h0), strict=True):
+    for got, ref in zip((da, db, dh0), R.linear_scan_backward(dh, (a, want, h0, False)),
+                        strict=True):
         assert_matches_reference(got[..., 1:4], ref[..., 1:4], factor=_factor(6))
         assert not got[..., [0, 4]].any()
 
@@ -190,7 +193,7 @@ def test_every_c_build_is_the_recurrence(isa, dtype):
         msg = f"{isa} {np.dtype(dtype).name} T={T} D={D} reverse={reverse} nt={nt}"
         assert_matches_reference(h, R.linear_scan(a, b, h0, reverse=reverse),
                                  factor=_factor(T), err_msg=msg)
-        for got, want in zip((da, db, dh0), R.linear_scan_backward(dh, a, h, h0, reverse),
+        for got, want in zip((da, db, dh0), R.linear_scan_backward(dh, (a, h, h0, reverse)),
                              strict=True):
             assert_matches_reference(got, want, factor=_factor(T), err_msg=msg)
 
@@ -214,7 +217,7 @@ def test_one_feature_kernels_vectorised_along_t(isa, dtype):
     for T in (1, 2, 3, 7, 16, 17, 33, 511, 512, 513, 1100, 2049):
         a, b, h0, dh = _problem(T, 1, T, 1, dtype)
         want_h = {rev: R.linear_scan(a, b, h0, reverse=rev) for rev in (False, True)}
-        want_g = {rev: R.linear_scan_backward(dh, a, want_h[rev], h0, rev)
+        want_g = {rev: R.linear_scan_backward(dh, (a, want_h[rev], h0, rev))
                   for rev in (False, True)}
         for shift, reverse, nt in itertools.product((0, 3, 13), (False, True), (0, 1)):
             a_, b_, dh_, h_ = (_shifted_copy(x, shift) for x in (a, b, dh, want_h[reverse]))
@@ -238,7 +241,7 @@ def test_one_feature_nan_reaches_every_later_step(dtype, reverse):
     it in the walk is NaN, every state before it equals the loop's."""
     a, b, h0, _ = _problem(11, 2, 100, 1, dtype)
     b[0, 37, 0] = np.nan
-    h = K.linear_scan_forward(a, b, h0, reverse)
+    h, _ = K.linear_scan_forward(a, b, h0, reverse)
     later = np.arange(100) <= 37 if reverse else np.arange(100) >= 37
     assert np.isnan(h[0, later, 0].real).all()
     want = R.linear_scan(a, b, h0, reverse)
@@ -251,26 +254,26 @@ def test_one_feature_nan_reaches_every_later_step(dtype, reverse):
 @given(T=st.integers(1, 30), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**16))
 def test_reverse_is_flip_scan_flip(T, dtype, seed):
     a, b, h0, _ = _problem(seed, 2, T, 3, dtype)
-    flipped = K.linear_scan_forward(a[:, ::-1], b[:, ::-1], h0)[:, ::-1]
-    assert_matches_reference(K.linear_scan_forward(a, b, h0, reverse=True), flipped,
+    flipped = K.linear_scan_forward(a[:, ::-1], b[:, ::-1], h0)[0][:, ::-1]
+    assert_matches_reference(K.linear_scan_forward(a, b, h0, reverse=True)[0], flipped,
                              factor=_factor(T))
 
 
 def test_unit_coefficients_give_cumsum_and_zero_give_b():
     rng = np.random.default_rng(6)
     b = rng.standard_normal((2, 50, 3))
-    np.testing.assert_allclose(K.linear_scan_forward(np.ones_like(b), b), np.cumsum(b, axis=1),
-                               rtol=1e-12, atol=1e-12)
-    np.testing.assert_array_equal(K.linear_scan_forward(np.zeros_like(b), b), b)
+    np.testing.assert_allclose(K.linear_scan_forward(np.ones_like(b), b)[0],
+                               np.cumsum(b, axis=1), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(K.linear_scan_forward(np.zeros_like(b), b)[0], b)
 
 
 def test_splitting_the_sequence_carries_the_state():
     """Scanning T in two halves, the second from the first's last state, is one scan."""
     a, b, h0, _ = _problem(7, 2, 20, 3, np.complex128)
-    first = K.linear_scan_forward(a[:, :11], b[:, :11], h0)
-    second = K.linear_scan_forward(a[:, 11:], b[:, 11:], first[:, -1])
+    first, _ = K.linear_scan_forward(a[:, :11], b[:, :11], h0)
+    second, _ = K.linear_scan_forward(a[:, 11:], b[:, 11:], first[:, -1])
     np.testing.assert_allclose(np.concatenate([first, second], axis=1),
-                               K.linear_scan_forward(a, b, h0), rtol=1e-13, atol=1e-13)
+                               K.linear_scan_forward(a, b, h0)[0], rtol=1e-13, atol=1e-13)
 
 
 # ---- autograd ------------------------------------------------------------------------------
@@ -320,6 +323,23 @@ def test_bad_input_messages():
         linear_scan(np.zeros((5, 3)), np.zeros((5, 3)))
     with pytest.raises(TypeError, match="reverse must be a bool"):
         K.linear_scan_forward(a, a, reverse=1)
+    _, cache = K.linear_scan_forward(a, a)
+    with pytest.raises(ValueError, match=r"dh must have shape \(2, 5, 3\) like the forward's "
+                                         r"output, got shape \(2, 4, 3\)"):
+        K.linear_scan_backward(np.zeros((2, 4, 3)), cache)
+    with pytest.raises(TypeError, match="dh must have dtype float64 like the forward's output, "
+                                        "got complex128"):
+        K.linear_scan_backward(a.astype(np.complex128), cache)
+    with pytest.raises(TypeError, match="cache must be the ScanCache returned by "
+                                        "linear_scan_forward, got tuple"):
+        K.linear_scan_backward(a, (a, a, None, False))
+    _, log_cache = K.log_linear_scan_forward(a, a)
+    with pytest.raises(TypeError, match="dlog_h must have dtype float64 like the forward's "
+                                        "output, got float32"):
+        K.log_linear_scan_backward(a.astype(np.float32), log_cache)
+    with pytest.raises(TypeError, match="cache must be the LogScanCache returned by "
+                                        "log_linear_scan_forward, got ScanCache"):
+        K.log_linear_scan_backward(a, cache)
 
 
 def test_preallocated_outputs_are_checked_before_the_kernels_write_them():
@@ -337,13 +357,13 @@ def test_preallocated_outputs_are_checked_before_the_kernels_write_them():
         with pytest.raises(error, match=message):
             K.linear_scan_forward(a, b, out=out)
     assert not wide.any()
-    h = K.linear_scan_forward(a, b)
+    _, cache = K.linear_scan_forward(a, b)
     good = (np.empty_like(a), np.empty_like(a), np.empty((1, 2)))
     with pytest.raises(TypeError, match="tuple of 3 arrays .* got 2 arrays"):
-        K.linear_scan_backward(b, a, h, out=good[:2])
+        K.linear_scan_backward(b, cache, out=good[:2])
     with pytest.raises(ValueError, match=r"out\[2\] \(dh0\) must have shape \(1, 2\)"):
-        K.linear_scan_backward(b, a, h, out=good[:2] + (np.empty((1, 1)),))
-    got = K.linear_scan_backward(b, a, h, out=good)
+        K.linear_scan_backward(b, cache, out=good[:2] + (np.empty((1, 1)),))
+    got = K.linear_scan_backward(b, cache, out=good)
     assert all(g is o for g, o in zip(got, good, strict=True))
 
 
@@ -549,7 +569,7 @@ def _cuda_cases():
                         C.linear_scan(a, b, h0, out, reverse)
                         C.linear_scan_backward(dh, a, out, h0, *grads, reverse)
                     want = [R.linear_scan(a, b, h0, reverse),
-                            *R.linear_scan_backward(dh, a, out, h0, reverse)]
+                            *R.linear_scan_backward(dh, (a, out, h0, reverse))]
                     for name, got, w in zip(("h", "da", "db", "dh0"), [out, *grads], want,
                                             strict=True):
                         if not np.allclose(got, w, **tolerance(dtype, _factor(T))):
@@ -576,11 +596,11 @@ def test_public_scan_on_gpu_matches_cpu(dtype, shape, reverse):
     """F.linear_scan forward and backward on CuPy arrays (real GPU) against the CPU kernels."""
     cupy = pytest.importorskip("cupy")
     a, b, h0, dh = _problem(sum(shape), *shape, dtype)
-    want_h = K.linear_scan_forward(a, b, h0, reverse=reverse)
-    want = K.linear_scan_backward(dh, a, want_h, h0, reverse=reverse)
+    want_h, cache = K.linear_scan_forward(a, b, h0, reverse=reverse)
+    want = K.linear_scan_backward(dh, cache)
     ga, gb, gh0, gdh = (cupy.asarray(v) for v in (a, b, h0, dh))
-    got_h = K.linear_scan_forward(ga, gb, gh0, reverse=reverse)
-    got = K.linear_scan_backward(gdh, ga, got_h, gh0, reverse=reverse)
+    got_h, gcache = K.linear_scan_forward(ga, gb, gh0, reverse=reverse)
+    got = K.linear_scan_backward(gdh, gcache)
     tol = tolerance(dtype, _factor(shape[1]))
     np.testing.assert_allclose(cupy.asnumpy(got_h), want_h, **tol, err_msg="h")
     for name, g, w in zip(("da", "db", "dh0"), got, want, strict=True):
@@ -607,7 +627,7 @@ def test_log_linear_scan_propagates_nan_as_logaddexp():
             build(la, lb, lh0, out, False, 2)
             np.testing.assert_allclose(out, expected, **tolerance(np.float64))
         lb32 = np.array([[[0.0], [np.nan], [0.0]]], np.float32)
-        got32 = K.log_linear_scan_forward(np.zeros_like(lb32), lb32)
+        got32, _ = K.log_linear_scan_forward(np.zeros_like(lb32), lb32)
     np.testing.assert_array_equal(got32.ravel(), [0.0, np.nan, np.nan])
 
 

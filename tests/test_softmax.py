@@ -16,8 +16,9 @@ from nnkit.kernels import softmax as S
 
 FORWARD = [(S.softmax_forward, ref.softmax), (S.log_softmax_forward, ref.log_softmax)]
 BACKWARD = [
-    (S.softmax_backward, ref.softmax_backward, ref.softmax),
-    (S.log_softmax_backward, ref.log_softmax_backward, ref.log_softmax),
+    (S.softmax_forward, S.softmax_backward, ref.softmax_forward, ref.softmax_backward),
+    (S.log_softmax_forward, S.log_softmax_backward, ref.log_softmax_forward,
+     ref.log_softmax_backward),
 ]
 
 
@@ -44,18 +45,22 @@ def array_and_axis(draw, **kwargs):
 @given(case=array_and_axis())
 def test_forward_matches_twin(fn, twin, case):
     x, axis = case
-    y = fn(x, axis=axis)
+    y, cache = fn(x, axis=axis)
+    assert cache.y is y and cache.axis == axis % x.ndim
     assert_matches_reference(y, _twin_along(twin, axis, x), dtype=x.dtype)
 
 
-@pytest.mark.parametrize(("fn", "twin", "fwd"), BACKWARD, ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize(("fwd", "bwd", "twin_fwd", "twin_bwd"), BACKWARD,
+                         ids=["softmax", "log_softmax"])
 @given(case=array_and_axis(), seed=st.integers(0, 2**16))
-def test_backward_matches_twin(fn, twin, fwd, case, seed):
+def test_backward_matches_twin(fwd, bwd, twin_fwd, twin_bwd, case, seed):
+    """Each pair against the twins' pair: forward, then backward from its own cache."""
     x, axis = case
-    y = _twin_along(fwd, axis, x)
+    _, cache = fwd(x, axis=axis)
     dy = np.random.default_rng(seed).uniform(-2, 2, x.shape).astype(x.dtype)
-    dx = fn(dy, y, axis=axis)
-    assert_matches_reference(dx, _twin_along(twin, axis, dy, y), dtype=x.dtype)
+    dx = bwd(dy, cache)
+    want = _twin_along(lambda dy_, x_: twin_bwd(dy_, twin_fwd(x_)[1]), axis, dy, x)
+    assert_matches_reference(dx, want, dtype=x.dtype)
 
 
 @st.composite
@@ -74,8 +79,9 @@ def ce_case(draw, max_n=6, max_c=6):
 @given(case=ce_case(), dloss=st.floats(-3, 3))
 def test_cross_entropy_matches_twin(case, dloss):
     logits, target, ignore_index = case
-    loss, lse = S.cross_entropy_forward(logits, target, ignore_index=ignore_index)
-    expected = ref.cross_entropy(logits, target, ignore_index=ignore_index)
+    loss, cache = S.cross_entropy_forward(logits, target, ignore_index=ignore_index)
+    lse = cache.lse
+    expected, twin_cache = ref.cross_entropy_forward(logits, target, ignore_index=ignore_index)
     assert loss.shape == () and loss.dtype == logits.dtype
     if np.isnan(expected):
         assert np.isnan(loss)
@@ -85,10 +91,9 @@ def test_cross_entropy_matches_twin(case, dloss):
         lse_twin = (logits.astype(np.float64) - ref.log_softmax(logits.astype(np.float64)))[:, 0]
         assert lse.dtype == np.float64
         assert_matches_reference(lse.astype(logits.dtype), lse_twin, dtype=logits.dtype)
-    dlogits = S.cross_entropy_backward(dloss, logits, target, lse, ignore_index=ignore_index)
-    assert_matches_reference(
-        dlogits, ref.cross_entropy_backward(dloss, logits, target, ignore_index=ignore_index),
-        dtype=logits.dtype)
+    dlogits = S.cross_entropy_backward(dloss, cache)
+    assert_matches_reference(dlogits, ref.cross_entropy_backward(dloss, twin_cache),
+                             dtype=logits.dtype)
 
 
 # ---------------------------------------------------------------------------------------
@@ -126,15 +131,15 @@ def test_numba_backward_and_cross_entropy_kernels_match_twin(build, C, dtype, rn
     y, ly = ref.softmax(x), ref.log_softmax(x)
     out = np.empty_like(x)
     _build(softmax_cpu.softmax_backward_rows, build)(dy, y, out)
-    assert_matches_reference(out, ref.softmax_backward(dy, y))
+    assert_matches_reference(out, ref.softmax_backward(dy, ref.softmax_forward(x)[1]))
     _build(softmax_cpu.log_softmax_backward_rows, build)(dy, ly, out)
-    assert_matches_reference(out, ref.log_softmax_backward(dy, ly))
+    assert_matches_reference(out, ref.log_softmax_backward(dy, ref.log_softmax_forward(x)[1]))
     target = np.array([0, C - 1, -100, C // 2])
     lse, loss_rows = np.empty(4), np.empty(4)
     _build(softmax_cpu.cross_entropy_rows, build)(x, target, -100, lse, loss_rows)
     assert_matches_reference((loss_rows.sum() / 3).astype(dtype), ref.cross_entropy(x, target))
     _build(softmax_cpu.cross_entropy_backward_rows, build)(x, target, lse, 0.5 / 3, -100, out)
-    assert_matches_reference(out, ref.cross_entropy_backward(0.5, x, target))
+    assert_matches_reference(out, ref.cross_entropy_backward(0.5, (x, target, -100)))
 
 
 def test_plain_python_launchers_match_compiled(rng):
@@ -184,10 +189,10 @@ def test_exp_approx_subnormal_range():
 @given(case=array_and_axis(min_side=1))
 def test_softmax_rows_sum_to_one_and_log_softmax_is_its_log(case):
     x, axis = case
-    y = S.softmax_forward(x, axis=axis)
+    y, _ = S.softmax_forward(x, axis=axis)
     tol = 64 * np.finfo(x.dtype).eps
     np.testing.assert_allclose(y.sum(axis=axis, dtype=np.float64), 1.0, rtol=tol)
-    np.testing.assert_allclose(np.exp(S.log_softmax_forward(x, axis=axis)), y, rtol=tol,
+    np.testing.assert_allclose(np.exp(S.log_softmax_forward(x, axis=axis)[0]), y, rtol=tol,
                                atol=tol)
 
 
@@ -197,29 +202,29 @@ def test_softmax_is_shift_invariant(case, shift):
     shifted = (x.astype(np.float64) + shift).astype(x.dtype)
     # the shift is exact only up to x's rounding at the shifted magnitude
     tol = 64 * np.finfo(x.dtype).eps * max(1.0, abs(shift))
-    np.testing.assert_allclose(S.softmax_forward(shifted, axis=axis),
-                               S.softmax_forward(x, axis=axis), rtol=tol, atol=tol)
+    np.testing.assert_allclose(S.softmax_forward(shifted, axis=axis)[0],
+                               S.softmax_forward(x, axis=axis)[0], rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_stable_at_large_logits(dtype, rng):
     x = rng.choice([-1e4, 1e4, 0.0, 9999.5], size=(6, 9)).astype(dtype)
     for fn, twin in FORWARD:
-        y = fn(x)
+        y, _ = fn(x)
         assert np.isfinite(y).all()
         assert_matches_reference(y, twin(x.astype(np.float64)), dtype=dtype)
     target = np.array([0, 3, 8, 1, -100, 5])
-    loss, lse = S.cross_entropy_forward(x, target)
-    assert np.isfinite(loss) and np.isfinite(lse).all()
+    loss, cache = S.cross_entropy_forward(x, target)
+    assert np.isfinite(loss) and np.isfinite(cache.lse).all()
     assert_matches_reference(loss, ref.cross_entropy(x.astype(np.float64), target), dtype=dtype)
-    grad = S.cross_entropy_backward(1.0, x, target, lse)
+    grad = S.cross_entropy_backward(1.0, cache)
     assert np.isfinite(grad).all()
     # The cached lse ~ 1e4 carries a rounding of |lse| * eps(float64), which the gradient
     # inherits (softmax's own conditioning at that magnitude): ~1e4 float64 ulps, far below
     # float32's; float32 logits are held to 64 float32 ulps.
     factor = 64.0 if dtype == np.float32 else 64.0 * 1e4
-    assert_matches_reference(grad, ref.cross_entropy_backward(1.0, x.astype(np.float64),
-                                                              target), dtype=dtype,
+    twin_cache = ref.cross_entropy_forward(x.astype(np.float64), target)[1]
+    assert_matches_reference(grad, ref.cross_entropy_backward(1.0, twin_cache), dtype=dtype,
                              factor=factor)
 
 
@@ -229,10 +234,11 @@ def test_minus_inf_entries_and_rows():
     for dtype in FLOAT_DTYPES:
         xd = x.astype(dtype)
         expected = torch.softmax(torch.from_numpy(xd), -1).numpy()
-        np.testing.assert_array_equal(np.isnan(S.softmax_forward(xd)), np.isnan(expected))
-        assert_matches_reference(S.softmax_forward(xd)[[0, 2]], expected[[0, 2]])
+        got, _ = S.softmax_forward(xd)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+        assert_matches_reference(got[[0, 2]], expected[[0, 2]])
         expected = torch.log_softmax(torch.from_numpy(xd), -1).numpy()
-        got = S.log_softmax_forward(xd)
+        got, _ = S.log_softmax_forward(xd)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
         np.testing.assert_array_equal(np.isneginf(got), np.isneginf(expected))
         finite = np.isfinite(expected)
@@ -242,13 +248,13 @@ def test_minus_inf_entries_and_rows():
 def test_empty_shapes():
     for shape, axis in [((0, 4), -1), ((3, 0), -1), ((0,), 0), ((2, 0, 3), 1), ((0, 3), 0)]:
         x = np.zeros(shape, np.float32)
-        for fn, _ in FORWARD:
-            assert fn(x, axis=axis).shape == shape
-        for fn, _, _ in BACKWARD:
-            assert fn(x, x, axis=axis).shape == shape
-    loss, lse = S.cross_entropy_forward(np.zeros((0, 5)), np.zeros(0, np.int64))
-    assert np.isnan(loss) and lse.shape == (0,)
-    assert S.cross_entropy_backward(1.0, np.zeros((0, 5)), np.zeros(0, int), lse).shape == (0, 5)
+        for fwd, bwd, _, _ in BACKWARD:
+            y, cache = fwd(x, axis=axis)
+            assert y.shape == shape
+            assert bwd(x, cache).shape == shape
+    loss, cache = S.cross_entropy_forward(np.zeros((0, 5)), np.zeros(0, np.int64))
+    assert np.isnan(loss) and cache.lse.shape == (0,)
+    assert S.cross_entropy_backward(1.0, cache).shape == (0, 5)
 
 
 def test_out_is_filled_and_returned(rng):
@@ -256,13 +262,14 @@ def test_out_is_filled_and_returned(rng):
     for fn, twin in FORWARD:
         for axis in (-1, 1):
             out = np.empty_like(x)
-            assert fn(x, axis=axis, out=out) is out
+            y, cache = fn(x, axis=axis, out=out)
+            assert y is out and cache.y is out
             assert_matches_reference(out, _twin_along(twin, axis, x))
 
 
 def test_noncontiguous_input(rng):
     x = rng.standard_normal((6, 10))[:, ::2]  # strided view
-    assert_matches_reference(S.softmax_forward(x), ref.softmax(np.ascontiguousarray(x)))
+    assert_matches_reference(S.softmax_forward(x)[0], ref.softmax(np.ascontiguousarray(x)))
     logits = rng.standard_normal((8, 5)).T  # (5, 8), F-ordered
     target = np.arange(10)[::2] % 8
     loss, _ = S.cross_entropy_forward(logits, target)
@@ -277,12 +284,12 @@ def test_all_ignored_gives_nan_loss_and_zero_gradient():
     torch = import_torch()
     logits = np.arange(12.0).reshape(3, 4)
     target = np.full(3, -100)
-    loss, lse = S.cross_entropy_forward(logits, target)
+    loss, cache = S.cross_entropy_forward(logits, target)
     t_logits = torch.tensor(logits, requires_grad=True)
     t_loss = torch.nn.functional.cross_entropy(t_logits, torch.from_numpy(target))
     t_loss.backward()
     assert np.isnan(loss) and torch.isnan(t_loss)
-    grad = S.cross_entropy_backward(1.0, logits, target, lse)
+    grad = S.cross_entropy_backward(1.0, cache)
     np.testing.assert_array_equal(grad, t_logits.grad.numpy())
 
 
@@ -299,9 +306,9 @@ def test_softmax_and_log_softmax_match_torch(dtype, axis, rng):
         tx = torch.tensor(x, requires_grad=True)
         ty = theirs(tx, axis)
         ty.backward(torch.from_numpy(dy))
-        y = ours(x, axis=axis)
+        y, cache = ours(x, axis=axis)
         assert_matches_reference(y, ty.detach().numpy())
-        assert_matches_reference(ours_back(dy, y, axis=axis), tx.grad.numpy())
+        assert_matches_reference(ours_back(dy, cache), tx.grad.numpy())
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
@@ -315,10 +322,9 @@ def test_cross_entropy_matches_torch(dtype, ignore_index, rng):
     t_loss = torch.nn.functional.cross_entropy(tl, torch.from_numpy(target),
                                                ignore_index=ignore_index)
     t_loss.backward(torch.tensor(0.7, dtype=tl.dtype))
-    loss, lse = S.cross_entropy_forward(logits, target, ignore_index=ignore_index)
+    loss, cache = S.cross_entropy_forward(logits, target, ignore_index=ignore_index)
     assert_matches_reference(loss, t_loss.detach().numpy())
-    grad = S.cross_entropy_backward(np.asarray(0.7, dtype), logits, target, lse,
-                                    ignore_index=ignore_index)
+    grad = S.cross_entropy_backward(np.asarray(0.7, dtype), cache)
     assert_matches_reference(grad, tl.grad.numpy())
 
 
@@ -336,10 +342,22 @@ def test_error_messages():
         S.log_softmax_forward(x, axis=2)
     with pytest.raises(TypeError, match="axis must be an integer"):
         S.softmax_forward(x, axis=1.0)
-    with pytest.raises(ValueError, match=r"dy and y must have the same shape, got \(2, 2\)"):
-        S.softmax_backward(np.zeros((2, 2), np.float32), x)
-    with pytest.raises(TypeError, match="dy has dtype float64 but y has dtype float32"):
-        S.log_softmax_backward(np.zeros((2, 3)), x)
+    _, cache = S.softmax_forward(x)
+    _, log_cache = S.log_softmax_forward(x)
+    with pytest.raises(ValueError, match=r"dy must have shape \(2, 3\) like the forward's "
+                                         r"output, got shape \(2, 2\)"):
+        S.softmax_backward(np.zeros((2, 2), np.float32), cache)
+    with pytest.raises(TypeError, match="dy must have dtype float32 like the forward's output, "
+                                        "got float64"):
+        S.log_softmax_backward(np.zeros((2, 3)), log_cache)
+    with pytest.raises(TypeError, match="dy must have dtype float32 or float64, got int64"):
+        S.softmax_backward(np.zeros((2, 3), np.int64), cache)
+    with pytest.raises(TypeError, match="cache must be the SoftmaxCache returned by "
+                                        "log_softmax_forward, got the one of softmax_forward"):
+        S.log_softmax_backward(np.zeros((2, 3), np.float32), cache)
+    with pytest.raises(TypeError, match="cache must be the SoftmaxCache returned by "
+                                        "softmax_forward, got ndarray"):
+        S.softmax_backward(np.zeros((2, 3), np.float32), x)
     with pytest.raises(ValueError, match=r"out must have shape \(2, 3\) .*, got \(3, 2\)"):
         S.softmax_forward(x, out=np.empty((3, 2), np.float32))
     with pytest.raises(TypeError, match=r"out must have dtype float32 .*, got float64"):
@@ -349,15 +367,19 @@ def test_error_messages():
     with pytest.raises(ValueError, match=r"target\[1\] = 3 is out of range .* C=3 classes"):
         S.cross_entropy_forward(x, np.array([0, 3]))
     with pytest.raises(ValueError, match=r"target\[0\] = -1 is out of range"):
-        S.cross_entropy_backward(1.0, x, np.array([-1, 0]), np.zeros(2, np.float32))
+        S.cross_entropy_forward(x, np.array([-1, 0]))
     with pytest.raises(TypeError, match="target must have dtype int8"):
         S.cross_entropy_forward(x, np.array([0.0, 1.0]))
     with pytest.raises(ValueError, match=r"target has 3 entries but logits has 2 rows"):
         S.cross_entropy_forward(x, np.array([0, 1, 2]))
     with pytest.raises(ValueError, match="logits must be 2-dimensional"):
         S.cross_entropy_forward(x[0], np.array([0]))
-    with pytest.raises(TypeError, match="lse has dtype float32 but logits has dtype float64"):
-        S.cross_entropy_backward(1.0, x.astype(np.float64), np.array([0, 1]), x[:, 0])
+    _, ce_cache = S.cross_entropy_forward(x, np.array([0, 1]))
+    with pytest.raises(ValueError, match="dloss must be 0-dimensional"):
+        S.cross_entropy_backward(np.ones(2, np.float32), ce_cache)
+    with pytest.raises(TypeError, match="cache must be the CrossEntropyCache returned by "
+                                        "cross_entropy_forward, got tuple"):
+        S.cross_entropy_backward(1.0, (x, np.array([0, 1]), x[:, 0]))
     with pytest.raises(TypeError, match="ignore_index must be an integer"):
         S.cross_entropy_forward(x, np.array([0, 1]), ignore_index=None)
 
@@ -381,11 +403,12 @@ def bad_call(draw):
 @given(call=bad_call())
 def test_boundary_fuzz_raises_only_value_or_type_errors(call):
     which, x, axis, other = call
+    _, ce_cache = S.cross_entropy_forward(np.zeros((2, 3)), np.array([0, -100]))
     fn = {
         "fwd": lambda: S.softmax_forward(x, axis=axis, out=other),
-        "bwd": lambda: S.log_softmax_backward(other, x, axis=axis),
+        "bwd": lambda: S.log_softmax_backward(other, S.log_softmax_forward(x, axis=axis)[1]),
         "ce": lambda: S.cross_entropy_forward(x, other, ignore_index=axis),
-        "ce_back": lambda: S.cross_entropy_backward(1.0, x, other, other, ignore_index=-100),
+        "ce_back": lambda: S.cross_entropy_backward(other, ce_cache),
     }[which]
     try:
         fn()
@@ -415,7 +438,7 @@ def test_out_overlapping_x_gives_the_result_of_a_fresh_out(fn, twin, dtype):
             x = b[xs].reshape(-1, 5)  # (M, 5), C-contiguous
             out = b[outs].reshape(-1, 5)
             expected = _twin_along(twin, axis, x.copy())
-            assert fn(x, axis=axis, out=out) is out
+            assert fn(x, axis=axis, out=out)[0] is out
             assert_matches_reference(out, expected, err_msg=f"{name}, axis {axis}")
 
 
@@ -426,15 +449,15 @@ def test_kernels_and_functions_take_dim_or_axis():
     from nnkit import kernels
 
     x = np.random.default_rng(0).normal(size=(3, 4))
-    y = kernels.softmax_forward(x, axis=0)
-    np.testing.assert_array_equal(kernels.softmax_forward(x, dim=0), y)
+    y, cache = kernels.softmax_forward(x, axis=0)
+    np.testing.assert_array_equal(kernels.softmax_forward(x, dim=0)[0], y)
     np.testing.assert_array_equal(F.softmax(x, dim=0).numpy(), y)
     np.testing.assert_array_equal(F.softmax(x, 0).numpy(), y)  # torch's positional dim
-    np.testing.assert_array_equal(F.log_softmax(x).numpy(), kernels.log_softmax_forward(x))
+    np.testing.assert_array_equal(F.log_softmax(x).numpy(), kernels.log_softmax_forward(x)[0])
     np.testing.assert_array_equal(nk.nn.Softmax(axis=0)(x).numpy(), y)
     dy = np.ones_like(x)
-    np.testing.assert_array_equal(kernels.softmax_backward(dy, y, dim=0),
-                                  kernels.softmax_backward(dy, y, axis=0))
+    np.testing.assert_array_equal(kernels.softmax_backward(dy, cache),
+                                  kernels.softmax_backward(dy, kernels.softmax_forward(x, 0)[1]))
     for call in (lambda: F.softmax(x, 0, axis=1), lambda: kernels.softmax_forward(x, 0, dim=1),
                  lambda: nk.nn.Softmax(0, axis=1)):
         with pytest.raises(TypeError, match="not both"):

@@ -64,13 +64,10 @@ def _pool_cache():
 # the name of the array it must live beside); each call is refused with ``c`` on the other
 # device whichever side the GPU array is on.
 COMPANIONS = [
-    ("softmax", lambda c, y: K.softmax_backward(c, y), "dy", lambda: _f(2, 3), "y"),
-    ("log_softmax", lambda c, y: K.log_softmax_backward(c, y), "dy", lambda: _f(2, 3), "y"),
     ("cross_entropy", lambda c, x: K.cross_entropy_forward(x, c), "target",
      lambda: np.array([0, 2]), "logits"),
-    ("layer_norm", lambda c, x: K.layer_norm_forward(x, 3, c), "weight", lambda: _f(3), "x"),
-    ("layer_norm_backward", lambda c, x: K.layer_norm_backward(c, x, _f(2), _f(2)), "dy",
-     lambda: _f(2, 3), "x"),
+    ("layer_norm", lambda c, x: K.layer_norm_forward(x, c, None, 3), "weight", lambda: _f(3),
+     "x"),
     ("scan", lambda c, a: K.linear_scan_forward(a, c), "b", lambda: _f(1, 4, 2), "a"),
     ("scan_h0", lambda c, a: K.linear_scan_forward(a, a, c), "h0", lambda: _f(1, 2), "a"),
     ("attention", lambda c, q: K.attention_forward(q, c, q), "key", lambda: _f(2, 3, 4),
@@ -85,10 +82,10 @@ COMPANIONS = [
     ("recurrent_h0", lambda c, x: K.rnn_forward(x, c, _f(5, 4), _f(5, 5)), "h0",
      lambda: _f(2, 5), "x"),
 ]
-_LIKE = {"y": lambda: _f(2, 3), "logits": lambda: _f(2, 3), "x": None, "a": lambda: _f(1, 4, 2),
+_LIKE = {"logits": lambda: _f(2, 3), "x": None, "a": lambda: _f(1, 4, 2),
          "query": lambda: _f(2, 3, 4)}
 _X = {"cross_entropy": lambda: _f(2, 3), "layer_norm": lambda: _f(2, 3),
-      "layer_norm_backward": lambda: _f(2, 3), "conv": lambda: _f(1, 2, 4, 4),
+      "conv": lambda: _f(1, 2, 4, 4),
       "conv_bias": lambda: _f(1, 2, 4, 4), "recurrent": lambda: _f(3, 2, 4),
       "recurrent_h0": lambda: _f(3, 2, 4)}
 
@@ -113,33 +110,55 @@ def test_every_family_refuses_a_companion_on_the_other_device(family, call, name
         call(companion, like)
 
 
-@pytest.mark.parametrize("call, name, shape", [
-    (lambda dy: K.conv2d_backward(dy, _conv_cache()), "dy", (1, 3, 3, 3)),
-    (lambda dy: K.max_pool2d_backward(dy, _pool_cache()), "dy", (1, 1, 2, 2)),
-    (lambda dy: K.rnn_backward(dy, None, _rnn_cache()), "dy", (3, 2, 5)),
-    (lambda dy: K.gelu_backward(dy, _f(2, 3), _f(2, 3)), "g", (2, 3)),
-], ids=["conv_backward", "pool_backward", "recurrent_backward", "activation"])
+# (family, backward given dy, the name of dy, dy's right shape): each backward checks its dy,
+# and only its dy, against the cache of its forward.
+BACKWARDS = [
+    ("conv_backward", lambda dy: K.conv2d_backward(dy, _conv_cache()), "dy", (1, 3, 3, 3)),
+    ("pool_backward", lambda dy: K.max_pool2d_backward(dy, _pool_cache()), "dy", (1, 1, 2, 2)),
+    ("softmax", lambda dy: K.softmax_backward(dy, K.softmax_forward(_f(2, 3))[1]), "dy",
+     (2, 3)),
+    ("log_softmax", lambda dy: K.log_softmax_backward(dy, K.log_softmax_forward(_f(2, 3))[1]),
+     "dy", (2, 3)),
+    ("layer_norm", lambda dy: K.layer_norm_backward(
+        dy, K.layer_norm_forward(_f(2, 3), _f(3), _f(3), 3)[1]), "dy", (2, 3)),
+    ("gelu", lambda dy: K.gelu_backward(dy, K.gelu_forward(_f(2, 3))[1]), "dy", (2, 3)),
+    ("dropout", lambda dy: K.dropout_backward(dy, K.dropout_forward(_f(2, 3), 0.5, 1)[1]), "dy",
+     (2, 3)),
+    ("scan", lambda dh: K.linear_scan_backward(dh, K.linear_scan_forward(_f(1, 4, 2),
+                                                                         _f(1, 4, 2))[1]),
+     "dh", (1, 4, 2)),
+    ("log_scan", lambda dh: K.log_linear_scan_backward(
+        dh, K.log_linear_scan_forward(_f(1, 4, 2), _f(1, 4, 2))[1]), "dlog_h", (1, 4, 2)),
+]
+
+
+@pytest.mark.parametrize("call, name, shape",
+                         [b[1:] for b in BACKWARDS] + [
+                             (lambda dy: K.rnn_backward(dy, None, _rnn_cache()), "dy", (3, 2, 5))],
+                         ids=[b[0] for b in BACKWARDS] + ["recurrent_backward"])
 def test_backward_gradients_on_the_other_device_are_type_errors(call, name, shape):
     with pytest.raises(TypeError, match=rf"{name} must be a NumPy array.*got a GPU array"):
         call(DeviceArray(_f(*shape)))
 
 
-def test_backward_gradients_of_the_wrong_shape_or_dtype():
+@pytest.mark.parametrize("call, name, shape", [b[1:] for b in BACKWARDS],
+                         ids=[b[0] for b in BACKWARDS])
+def test_backward_gradients_of_the_wrong_shape_or_dtype(call, name, shape):
     """Shape: ValueError; dtype: TypeError (they were one ValueError in conv and pooling)."""
-    for call, shape in ((lambda dy: K.conv2d_backward(dy, _conv_cache()), (1, 3, 3, 3)),
-                        (lambda dy: K.max_pool2d_backward(dy, _pool_cache()), (1, 1, 2, 2))):
-        with pytest.raises(ValueError, match=r"dy must have shape .* got shape \(1, 3, 3, 2\)"):
-            call(_f(1, 3, 3, 2))
-        with pytest.raises(TypeError, match="dy must have dtype float64 .* got float32"):
-            call(_f(*shape, dtype=np.float32))
+    wrong = shape[:-1] + (shape[-1] + 1,)
+    with pytest.raises(ValueError, match=rf"{name} must have shape .* got shape "
+                                         rf"{re.escape(str(wrong))}"):
+        call(_f(*wrong))
+    with pytest.raises(TypeError, match=f"{name} must have dtype float64 .* got float32"):
+        call(_f(*shape, dtype=np.float32))
 
 
 # ---- out= ------------------------------------------------------------------------------------
 
 def _scan_backward(out_da):
     a, b = _f(1, 4, 2), _f(1, 4, 2)
-    h = K.linear_scan_forward(a, b)
-    return K.linear_scan_backward(b, a, h, out=(out_da, np.empty((1, 4, 2)), np.empty((1, 2))))
+    _, cache = K.linear_scan_forward(a, b)
+    return K.linear_scan_backward(b, cache, out=(out_da, np.empty((1, 4, 2)), np.empty((1, 2))))
 
 
 def _hidden_grads(out):
@@ -269,7 +288,7 @@ def test_cpu_work_imports_no_cuda_module():
     """Kernel modules load on first use: a CPU session never imports numba.cuda or CuPy."""
     code = ("import sys, numpy as np, nnkit as nk\n"
             "x = np.ones((2, 3)); nk.kernels.softmax_forward(x)\n"
-            "nk.kernels.layer_norm_forward(x, 3)\n"
+            "nk.kernels.layer_norm_forward(x, None, None, 3)\n"
             "nk.kernels.conv2d_forward(np.ones((1, 1, 3, 3)), np.ones((1, 1, 2, 2)))\n"
             "print(sorted(m for m in sys.modules if m in ('numba.cuda', 'cupy')"
             " or m.endswith('_cuda')))")

@@ -691,7 +691,7 @@ class ModernHopfield(_StoresPatterns):
         dtype = np.result_type(q.dtype, self.patterns_.dtype, np.float32)
         X = self.patterns_.astype(dtype, copy=False)
         scores = self.beta * (q.astype(dtype, copy=False) @ X.T)  # (..., s)
-        return softmax_forward(np.ascontiguousarray(scores, dtype=dtype), axis=-1) @ X
+        return softmax_forward(np.ascontiguousarray(scores, dtype=dtype), axis=-1)[0] @ X
 
 
 # ---- capacity -------------------------------------------------------------------------------

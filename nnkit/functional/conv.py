@@ -99,11 +99,6 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> T
                  dilation, groups, "conv1d", 1)
 
 
-def _pool_grad(backward):
-    """A pooling kernel's backward(dy, cache) as ``apply_op``'s (one parent, always needed)."""
-    return lambda g, cache, needs: (backward(g, cache),)
-
-
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
     """Max over windows of (N, C, H, W), as ``torch.nn.functional.max_pool2d``.
@@ -127,7 +122,7 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     """
     x, unbatched = _batched(x, 2, "max_pool2d")
     return_indices = check_bool(return_indices, name="return_indices")
-    out, cache = apply_op("max_pool2d", K.max_pool2d_forward, _pool_grad(K.max_pool2d_backward),
+    out, cache = apply_op("max_pool2d", K.max_pool2d_forward, K.max_pool2d_backward,
                           (x,), kernel_size, stride, padding, dilation, ceil_mode,
                           with_cache=True)
     if unbatched:
@@ -157,6 +152,6 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
     Tensor (N, C, Ho, Wo), or (C, Ho, Wo) for an unbatched x
     """
     x, unbatched = _batched(x, 2, "avg_pool2d")
-    out = apply_op("avg_pool2d", K.avg_pool2d_forward, _pool_grad(K.avg_pool2d_backward), (x,),
+    out = apply_op("avg_pool2d", K.avg_pool2d_forward, K.avg_pool2d_backward, (x,),
                    kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
     return out.squeeze(0) if unbatched else out  # (C, Ho, Wo) for a (C, H, W) x

@@ -10,7 +10,7 @@ import numpy as np
 from scipy import special
 
 from .. import kernels
-from .._backend import array_module, backend, matmul
+from .._backend import array_module, matmul
 from .._random import get_rng
 from .._validation import (
     axis_or_dim,
@@ -156,14 +156,7 @@ def gelu(x, approximate: str = "none") -> Tensor:
     xd_in = x.data
     xp = array_module(xd_in)
     if approximate == "none":  # the fused kernels (one pass, or one launch, each way)
-        def forward(xd):
-            y, cdf = kernels.gelu_forward(xd)
-            return y, (xd, cdf)
-
-        def backward(g, cache, needs):
-            return (kernels.gelu_backward(g, *cache),)
-
-        return apply_op("gelu", forward, backward, (x,))
+        return apply_op("gelu", kernels.gelu_forward, kernels.gelu_backward, (x,))
     # tanh: beyond |x| = 10 gelu is relu to within float64 rounding; evaluating the formula
     # there overflows x**3 and x*x (and 0 * inf gives NaN gradients)
     big = xp.abs(xd_in) > 10
@@ -181,27 +174,12 @@ def gelu(x, approximate: str = "none") -> Tensor:
     return make_result(y.astype(xd.dtype, copy=False), (x,), backward, "gelu")
 
 
-def _kept_output(forward):
-    """A forward whose backward reads its output and options: (y, (y, options))."""
-    def kept(x, **options):
-        y = forward(x, **options)
-        return y, (y, options)
-
-    return kept
-
-
-def _from_output(backward):
-    """``backward(g, y, **options)`` as ``apply_op``'s backward over ``_kept_output``'s cache."""
-    return lambda g, cache, needs: (backward(g, cache[0], **cache[1]),)
-
-
 def softmax(x, dim: int | None = None, *, axis: int | None = None) -> Tensor:
     """exp(x - max) / sum exp(x - max) along ``dim`` (torch's name) or ``axis`` (NumPy's),
     -1 by default (fused kernel, forward and backward)."""
     axis = axis_or_dim(axis, dim, default=-1, op="softmax")
     x = _real_tensor(x, "x", "softmax")
-    return apply_op("softmax", _kept_output(kernels.softmax_forward),
-                    _from_output(kernels.softmax_backward), (x,), axis=axis)
+    return apply_op("softmax", kernels.softmax_forward, kernels.softmax_backward, (x,), axis)
 
 
 def log_softmax(x, dim: int | None = None, *, axis: int | None = None) -> Tensor:
@@ -209,8 +187,8 @@ def log_softmax(x, dim: int | None = None, *, axis: int | None = None) -> Tensor
     (fused kernel, forward and backward)."""
     axis = axis_or_dim(axis, dim, default=-1, op="log_softmax")
     x = _real_tensor(x, "x", "log_softmax")
-    return apply_op("log_softmax", _kept_output(kernels.log_softmax_forward),
-                    _from_output(kernels.log_softmax_backward), (x,), axis=axis)
+    return apply_op("log_softmax", kernels.log_softmax_forward, kernels.log_softmax_backward,
+                    (x,), axis)
 
 
 def _check_target(target, n: int, name="target"):
@@ -246,17 +224,9 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     if logits.ndim != 2:
         raise ValueError(f"logits must be 2-D (N, C), got shape {logits.shape}")
     target = _check_target(target, logits.shape[0])
-    if reduction == "mean" and backend(logits.data) == "cuda" and logits.data.size:
-        return _cross_entropy_mean_gpu(logits, target, int(ignore_index))
-    if reduction == "mean":
-        def forward(ld):
-            loss, lse = kernels.cross_entropy_forward(ld, target, ignore_index)
-            return loss, (ld, lse)
-
-        def backward(g, cache, needs):
-            return (kernels.cross_entropy_backward(g, cache[0], target, cache[1], ignore_index),)
-
-        return apply_op("cross_entropy", forward, backward, (logits,))
+    if reduction == "mean":  # the fused kernels; on the GPU without a host round trip
+        return apply_op("cross_entropy", kernels.cross_entropy_forward,
+                        kernels.cross_entropy_backward, (logits,), target, int(ignore_index))
     xp = array_module(logits.data)
     valid = target != ignore_index
     if bool((valid & ((target < 0) | (target >= logits.shape[1]))).any()):
@@ -268,19 +238,6 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     picked = log_softmax(logits)[rows, xp.where(valid, target, 0)]
     per_row = -picked * valid.astype(logits.dtype)
     return _reduce(per_row, reduction)
-
-
-def _cross_entropy_mean_gpu(logits: Tensor, target, ignore_index: int) -> Tensor:
-    """The fused mean cross-entropy of CuPy ``logits`` (N, C), N, C > 0, without a host
-    round trip: the count of valid rows stays a device scalar (the CPU path's validation
-    and ``float`` conversions would copy values to the host and wait for the GPU)."""
-    def forward(ld):
-        return kernels.cross_entropy_forward_gpu(ld, target, ignore_index)
-
-    def backward(g, cache, needs):
-        return (kernels.cross_entropy_backward_gpu(g, cache, ignore_index),)
-
-    return apply_op("cross_entropy", forward, backward, (logits,))
 
 
 def mse_loss(pred, target, reduction: str = "mean") -> Tensor:
@@ -361,14 +318,8 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -
     w = _real_tensor(weight, "weight", "layer_norm") if weight is not None else None
     b = _real_tensor(bias, "bias", "layer_norm") if bias is not None else None
 
-    def forward(xd, wd, bd):
-        y, mean, rstd = kernels.layer_norm_forward(xd, normalized_shape, wd, bd, eps)
-        return y, (xd, mean, rstd, wd, bd)
-
-    def backward(g, cache, needs):
-        return kernels.layer_norm_backward(g, *cache)
-
-    return apply_op("layer_norm", forward, backward, (x, w, b))
+    return apply_op("layer_norm", kernels.layer_norm_forward, kernels.layer_norm_backward,
+                    (x, w, b), normalized_shape, eps)
 
 
 def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
@@ -390,8 +341,7 @@ def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
     if p == 1.0:
         return x * xp.zeros_like(x.data)
     seed = int(get_rng(rng, "rng").integers(0, 2**63 - 1))
-    return apply_op("dropout", kernels.dropout_forward, lambda g, mask, needs: (g * mask,), (x,),
-                    p, seed)
+    return apply_op("dropout", kernels.dropout_forward, kernels.dropout_backward, (x,), p, seed)
 
 
 def embedding(ids, weight) -> Tensor:

@@ -40,15 +40,8 @@ def linear_scan(a, b, h0=None, reverse=False):
     """
     a, b = as_tensor(a, name="a"), as_tensor(b, name="b")
     h0 = None if h0 is None else as_tensor(h0, name="h0")
-
-    def forward(a, b, h0):
-        h = K.linear_scan_forward(a, b, h0, reverse)
-        return h, (a, h, h0)
-
-    def backward(g, cache, needs):
-        return K.linear_scan_backward(g, *cache, reverse)
-
-    return apply_op("linear_scan", forward, backward, (a, b, h0))
+    return apply_op("linear_scan", K.linear_scan_forward, K.linear_scan_backward, (a, b, h0),
+                    reverse)
 
 
 def log_linear_scan(log_a, log_b, log_h0=None):
@@ -74,12 +67,5 @@ def log_linear_scan(log_a, log_b, log_h0=None):
     """
     log_a, log_b = as_tensor(log_a, name="log_a"), as_tensor(log_b, name="log_b")
     log_h0 = None if log_h0 is None else as_tensor(log_h0, name="log_h0")
-
-    def forward(log_a, log_b, log_h0):
-        log_h = K.log_linear_scan_forward(log_a, log_b, log_h0)
-        return log_h, (log_a, log_b, log_h, log_h0)
-
-    def backward(g, cache, needs):
-        return K.log_linear_scan_backward(g, *cache)
-
-    return apply_op("log_linear_scan", forward, backward, (log_a, log_b, log_h0))
+    return apply_op("log_linear_scan", K.log_linear_scan_forward, K.log_linear_scan_backward,
+                    (log_a, log_b, log_h0))

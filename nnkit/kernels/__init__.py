@@ -3,6 +3,12 @@
 Each function checks its inputs once (``nnkit._validation``), picks the backend by array
 type in one place (``nnkit._backend.kernels_for``: NumPy -> the compiled CPU kernels in
 ``nnkit._ext``, CuPy/device arrays -> the Numba CUDA kernels) and returns plain arrays.
+One convention for the differentiable families: ``<op>_forward(inputs..., options...)``
+returns ``(out, cache)``; ``<op>_backward(dy, cache, ...)`` returns one gradient per
+differentiable input in the forward's order (the array itself for one input), trusting the
+cache and checking only ``dy``. The softmax, cross-entropy, layer-norm, activation, scan and
+pooling backwards take ``nnkit.autograd.apply_op``'s mask of the inputs that want a
+gradient as their third argument ``needs``, so their pairs go to ``apply_op`` as they are.
 ``nnkit.kernels.reference`` holds the naive twin of each. The layers above (functional,
 optim, approx, classic) reach the compiled kernels only through this package; the entry
 points of the optimizer, approximation and classic kernels (``adam_update``,
@@ -11,7 +17,7 @@ validation.
 """
 
 from . import reference
-from .activation import dropout_forward, gelu_backward, gelu_forward
+from .activation import dropout_backward, dropout_forward, gelu_backward, gelu_forward
 from .approx import window_sum
 from .attention import attention_backward, attention_forward, attention_mask_backward
 from .conv import (
@@ -42,13 +48,16 @@ from .recurrent import (
     rnn_backward,
     rnn_forward,
 )
-from .scan import linear_scan_backward, linear_scan_forward
+from .scan import (
+    linear_scan_backward,
+    linear_scan_forward,
+    log_linear_scan_backward,
+    log_linear_scan_forward,
+)
 from .scan_tree import TreeScanStats, tree_scan, tree_scan_counts
 from .softmax import (
     cross_entropy_backward,
-    cross_entropy_backward_gpu,
     cross_entropy_forward,
-    cross_entropy_forward_gpu,
     log_softmax_backward,
     log_softmax_forward,
     softmax_backward,
@@ -66,13 +75,12 @@ __all__ = [
     "log_softmax_backward",
     "cross_entropy_forward",
     "cross_entropy_backward",
-    "cross_entropy_forward_gpu",
-    "cross_entropy_backward_gpu",
     "layer_norm_forward",
     "layer_norm_backward",
     "gelu_forward",
     "gelu_backward",
     "dropout_forward",
+    "dropout_backward",
     "conv1d_forward",
     "conv1d_backward",
     "conv2d_forward",
@@ -83,6 +91,8 @@ __all__ = [
     "avg_pool2d_backward",
     "linear_scan_forward",
     "linear_scan_backward",
+    "log_linear_scan_forward",
+    "log_linear_scan_backward",
     "tree_scan",
     "tree_scan_counts",
     "TreeScanStats",

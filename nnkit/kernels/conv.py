@@ -56,6 +56,8 @@ from .._validation import (
     FLOATS,
     check_array,
     check_bool,
+    check_cache,
+    check_grad,
     check_same_device,
     check_same_dtype,
     check_scalar,
@@ -353,15 +355,12 @@ def conv2d_backward(dy, cache, needs_input_grad=True, needs_weight_grad=True):
     dweight : ndarray, shape of weight, or None
     dbias : ndarray (K,) or None (None also when the forward had no bias)
     """
-    if not isinstance(cache, ConvCache):
-        raise TypeError(f"cache must be the ConvCache returned by conv2d_forward, got "
-                        f"{type(cache).__name__}")
+    check_cache(cache, ConvCache, forward="conv2d_forward")
     x, weight = cache.x, cache.weight
     N, K = x.shape[0], weight.shape[0]
     if cache.squeeze:
         dy = dy[:, :, None, :] if getattr(dy, "ndim", 0) == 3 else dy
-    dy = check_array(dy, name="dy", dtype=FLOATS)
-    _check_dy(dy, (N, K, *cache.out_hw), x.dtype, backend(x))
+    dy = check_grad(dy, shape=(N, K, *cache.out_hw), dtype=x.dtype, device=backend(x))
     if backend(x) == "cuda":
         dx, dw, db = _conv2d_backward_cuda(dy, cache, needs_input_grad, needs_weight_grad)
     else:
@@ -370,19 +369,6 @@ def conv2d_backward(dy, cache, needs_input_grad=True, needs_weight_grad=True):
         dx = None if dx is None else dx[:, :, 0, :]
         dw = None if dw is None else dw[:, :, 0, :]
     return dx, dw, db
-
-
-def _check_dy(dy, shape, dtype, device):
-    """dy of the forward's output: its device (TypeError), shape (ValueError) and dtype
-    (TypeError)."""
-    check_same_device(dy, device, name="dy", like_name="the forward's output")
-    if tuple(dy.shape) != tuple(shape):
-        raise ValueError(f"dy must have shape {tuple(shape)} like the forward's output, got "
-                         f"shape {tuple(dy.shape)}")
-    if dy.dtype != dtype:
-        raise TypeError(f"dy must have dtype {dtype} like the forward's output, got "
-                        f"{dy.dtype}")
-    return dy
 
 
 def _conv2d_backward_cpu(dy, cache, needs_input_grad, needs_weight_grad):
@@ -635,16 +621,14 @@ def max_pool2d_forward(x, kernel_size, stride=None, padding=0, dilation=1, ceil_
 
 
 def _check_pool_dy(dy, cache):
-    if not isinstance(cache, PoolCache):
-        raise TypeError(f"cache must be the PoolCache of the pooling forward, got "
-                        f"{type(cache).__name__}")
-    dy = check_array(dy, name="dy", dtype=FLOATS)
-    return _check_dy(dy, cache.x_shape[:2] + cache.out_hw, cache.dtype,
-                     "cuda" if cache.gpu else "cpu")
+    check_cache(cache, PoolCache, forward="the pooling forward")
+    return check_grad(dy, shape=cache.x_shape[:2] + cache.out_hw, dtype=cache.dtype,
+                      device="cuda" if cache.gpu else "cpu")
 
 
-def max_pool2d_backward(dy, cache):
-    """dx (N, C, H, W): dy[n, c, a, b] added at each window's routed maximum."""
+def max_pool2d_backward(dy, cache, needs=None):
+    """dx (N, C, H, W): dy[n, c, a, b] added at each window's routed maximum. ``needs``:
+    ``nnkit.autograd.apply_op``'s mask (the one input always needs its gradient)."""
     dy = _check_pool_dy(dy, cache)
     xp = array_module(dy)
     dx = xp.empty(cache.x_shape, dtype=cache.dtype)
@@ -700,8 +684,9 @@ def avg_pool2d_forward(x, kernel_size, stride=None, padding=0, ceil_mode=False,
     return y, cache
 
 
-def avg_pool2d_backward(dy, cache):
-    """dx (N, C, H, W): each window's dy / D spread over its in-bounds entries."""
+def avg_pool2d_backward(dy, cache, needs=None):
+    """dx (N, C, H, W): each window's dy / D spread over its in-bounds entries. ``needs``
+    as in ``max_pool2d_backward``."""
     dy = _check_pool_dy(dy, cache)
     xp = array_module(dy)
     dx = xp.empty(cache.x_shape, dtype=cache.dtype)

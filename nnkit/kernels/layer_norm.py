@@ -1,8 +1,9 @@
 """Layer normalisation: validated forward/backward with CPU/CUDA dispatch.
 
 ``layer_norm_forward`` normalises over the trailing ``len(normalized_shape)`` axes of ``x``
-(biased variance, torch's ``layer_norm`` semantics) and returns the per-row ``mean`` and
-``rstd`` it used; ``layer_norm_backward`` takes them back as its cache. NumPy arrays run on
+(biased variance, torch's ``layer_norm`` semantics) and returns ``(y, cache)``, the cache
+holding x, the per-row ``mean`` and ``rstd`` it used and the weight;
+``layer_norm_backward(dy, cache)`` returns (dx, dweight, dbias). NumPy arrays run on
 ``nnkit._ext.layer_norm_cpu`` (Numba, parallel over rows), GPU arrays (CuPy) on
 ``nnkit._ext.layer_norm_cuda`` (chosen by ``nnkit._backend.kernels_for``). Both accumulate
 in float64; see those modules for the numerics and the deterministic reduction of
@@ -13,20 +14,32 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import NamedTuple
 
 import numpy as np
 
-from .._backend import array_module, is_gpu_array, kernels_for
+from .._backend import array_module, backend, is_gpu_array, kernels_for
 from .._validation import (
     FLOATS,
     check_array,
+    check_cache,
+    check_grad,
     check_same_device,
     check_same_dtype,
-    check_same_shape,
     check_scalar,
 )
 
-__all__ = ["layer_norm_forward", "layer_norm_backward"]
+__all__ = ["LayerNormCache", "layer_norm_forward", "layer_norm_backward"]
+
+
+class LayerNormCache(NamedTuple):
+    """What ``layer_norm_backward`` reads."""
+
+    x: object  # the input, C-contiguous (..., *normalized_shape)
+    mean: object  # (...,) x's dtype
+    rstd: object  # (...,) 1 / sqrt(var + eps)
+    weight: object  # normalized_shape, C-contiguous, or None (1)
+    has_bias: bool  # whether a dbias is wanted
 
 
 def _check_normalized_shape(normalized_shape) -> tuple[int, ...]:
@@ -76,7 +89,7 @@ def _contiguous(a, xp):
     return a if xp is np else xp.ascontiguousarray(a)  # check_array already did NumPy's
 
 
-def layer_norm_forward(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+def layer_norm_forward(x, weight, bias, normalized_shape, eps=1e-5):
     """Layer normalisation over the trailing axes of ``x`` (Ba et al. 2016; torch semantics).
 
     With the statistics taken over the trailing ``len(normalized_shape)`` axes::
@@ -87,25 +100,29 @@ def layer_norm_forward(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     ----------
     x : ndarray (..., *normalized_shape), float32 or float64
         NumPy array (CPU kernels) or CuPy array (CUDA kernels).
+    weight, bias : ndarray of shape normalized_shape, x's dtype, or None
+        Elementwise affine parameters; None means 1 and 0.
     normalized_shape : int or tuple of int
         The trailing shape of ``x`` to normalise over.
-    weight, bias : ndarray of shape normalized_shape, x's dtype, optional
-        Elementwise affine parameters; None means 1 and 0.
     eps : float
         Added to the variance; finite and > 0.
+
+    The differentiable inputs come first, the options after them (the order of every
+    ``nk.kernels`` forward); torch's ``F.layer_norm`` puts normalized_shape second.
 
     Returns
     -------
     y : ndarray, shape and dtype of x
-    mean, rstd : ndarray (x.shape[:-len(normalized_shape)]), x's dtype
-        The row mean and 1 / sqrt(var + eps): the cache for ``layer_norm_backward``.
+    cache : LayerNormCache
+        For ``layer_norm_backward``; its ``mean`` and ``rstd`` (x.shape[:-len(
+        normalized_shape)], x's dtype) are the row mean and 1 / sqrt(var + eps).
 
     Examples
     --------
     >>> import numpy as np
     >>> from nnkit.kernels import layer_norm_forward
-    >>> y, mean, rstd = layer_norm_forward(np.array([[1.0, 2.0, 3.0]]), 3)
-    >>> np.round(y, 4), mean
+    >>> y, cache = layer_norm_forward(np.array([[1.0, 2.0, 3.0]]), None, None, 3)
+    >>> np.round(y, 4), cache.mean
     (array([[-1.2247,  0.    ,  1.2247]]), array([2.]))
     """
     shape = _check_normalized_shape(normalized_shape)
@@ -122,6 +139,7 @@ def layer_norm_forward(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     eps = float(check_scalar(eps, name="eps", low=0, low_inclusive=False))
     kernels, xp = _kernels(x)
     x = _contiguous(x, xp)
+    weight = None if weight is None else _contiguous(weight, xp)
 
     batch = tuple(x.shape[: x.ndim - k])
     M, D = math.prod(batch), math.prod(shape)
@@ -133,13 +151,15 @@ def layer_norm_forward(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         mean[...] = 0
         rstd[...] = math.nan
     else:
-        w = xp.ones(D, dtype=x.dtype) if weight is None else _contiguous(weight, xp).reshape(D)
+        w = xp.ones(D, dtype=x.dtype) if weight is None else weight.reshape(D)
         b = xp.zeros(D, dtype=x.dtype) if bias is None else _contiguous(bias, xp).reshape(D)
         kernels.layer_norm_rows(x2, w, b, eps, y, mean, rstd)
-    return y.reshape(x.shape), mean.reshape(batch), rstd.reshape(batch)
+    cache = LayerNormCache(x, mean.reshape(batch), rstd.reshape(batch), weight,
+                           bias is not None)
+    return y.reshape(x.shape), cache
 
 
-def layer_norm_backward(dy, x, mean, rstd, weight=None, bias=None):
+def layer_norm_backward(dy, cache, needs=None):
     """Gradients of ``layer_norm_forward``: (dx, dweight, dbias).
 
     With xhat = (x - mean) * rstd and g = dy * weight, over the normalised axes::
@@ -149,67 +169,46 @@ def layer_norm_backward(dy, x, mean, rstd, weight=None, bias=None):
 
     Parameters
     ----------
-    dy, x : ndarray (..., *normalized_shape), same shape and dtype
-        Upstream gradient and the forward's input.
-    mean, rstd : ndarray (...), x's dtype
-        The forward's cache; their rank fixes normalized_shape = x.shape[mean.ndim:].
-    weight : ndarray of shape normalized_shape, optional
-        The forward's weight (None: 1).
-    bias : ndarray of shape normalized_shape, optional
-        Only says whether the forward had a bias (dbias is returned when it is given).
+    dy : ndarray, the upstream gradient, x's shape, dtype and device
+    cache : LayerNormCache from ``layer_norm_forward``
+    needs : tuple of 3 bool, optional
+        Which of (x, weight, bias) want a gradient (``nnkit.autograd.apply_op``'s mask);
+        the others are None and dweight/dbias are not summed. None: all.
 
     Returns
     -------
-    dx : ndarray, shape and dtype of x
+    dx : ndarray, shape and dtype of x, or None
     dweight, dbias : ndarray of shape normalized_shape, or None
-        None when ``weight`` (resp. ``bias``) is None.
+        None also when the forward had no weight (resp. bias).
 
     Examples
     --------
     >>> import numpy as np
     >>> from nnkit.kernels import layer_norm_backward, layer_norm_forward
     >>> x = np.array([[1.0, 2.0, 4.0]]); w = np.ones(3); b = np.zeros(3)
-    >>> y, mean, rstd = layer_norm_forward(x, 3, w, b)
-    >>> dx, dw, db = layer_norm_backward(np.ones_like(x), x, mean, rstd, w, b)
+    >>> y, cache = layer_norm_forward(x, w, b, 3)
+    >>> dx, dw, db = layer_norm_backward(np.ones_like(x), cache)
     >>> np.allclose(dx, 0), db
     (True, array([1., 1., 1.]))
     """
-    x = check_array(x, name="x", dtype=FLOATS)
-    dy = check_array(dy, name="dy", dtype=FLOATS)
-    mean = check_array(mean, name="mean", dtype=FLOATS)
-    rstd = check_array(rstd, name="rstd", dtype=FLOATS)
-    check_same_shape(dy, x, name_a="dy", name_b="x")
-    check_same_shape(mean, rstd, name_a="mean", name_b="rstd")
-    for a, name in ((dy, "dy"), (mean, "mean"), (rstd, "rstd")):
-        check_same_device(a, x, name=name)
-        check_same_dtype(a, x, name=name)
-    nb = mean.ndim
-    if nb >= x.ndim or tuple(x.shape[:nb]) != tuple(mean.shape):
-        raise ValueError(
-            f"mean has shape {tuple(mean.shape)} but x has shape {tuple(x.shape)}: mean and "
-            f"rstd must have shape x.shape[:-len(normalized_shape)], as layer_norm_forward "
-            f"returns them"
-        )
-    shape = tuple(x.shape[nb:])  # normalized_shape
-    weight = _check_param(weight, "weight", shape, x)
-    bias = _check_param(bias, "bias", shape, x)
+    x, mean, rstd, weight, has_bias = check_cache(cache, LayerNormCache,
+                                                  forward="layer_norm_forward")
+    need_x, need_w, need_b = (True, True, True) if needs is None else needs
+    dy = check_grad(dy, shape=x.shape, dtype=x.dtype, device=backend(x))
     kernels, xp = _kernels(x)
-    x, dy = _contiguous(x, xp), _contiguous(dy, xp)
-    mean, rstd = _contiguous(mean, xp), _contiguous(rstd, xp)
-
+    dy = _contiguous(dy, xp)
+    nb = mean.ndim
+    shape = tuple(x.shape[nb:])  # normalized_shape
     M, D = math.prod(x.shape[:nb]), math.prod(shape)
     dx = xp.empty((M, D), dtype=x.dtype)
-    dweight = None if weight is None else xp.empty(D, dtype=x.dtype)
-    dbias = None if bias is None else xp.empty(D, dtype=x.dtype)
+    dweight = xp.empty(D, dtype=x.dtype) if weight is not None and need_w else None
+    dbias = xp.empty(D, dtype=x.dtype) if has_bias and need_b else None
     if D > 0:
-        w = xp.ones(D, dtype=x.dtype) if weight is None else _contiguous(weight, xp).reshape(D)
+        w = xp.ones(D, dtype=x.dtype) if weight is None else weight.reshape(D)
         kernels.layer_norm_backward_rows(
             dy.reshape(M, D), x.reshape(M, D), mean.reshape(M), rstd.reshape(M), w, dx,
             dweight, dbias,
         )
-    dx = dx.reshape(x.shape)
-    if dweight is not None:
-        dweight = dweight.reshape(shape)
-    if dbias is not None:
-        dbias = dbias.reshape(shape)
-    return dx, dweight, dbias
+    return (dx.reshape(x.shape) if need_x else None,
+            None if dweight is None else dweight.reshape(shape),
+            None if dbias is None else dbias.reshape(shape))

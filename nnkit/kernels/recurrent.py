@@ -36,6 +36,7 @@ from .._backend import array_module, backend, is_gpu_array, load_kernels
 from .._validation import (
     FLOATS,
     check_array,
+    check_cache,
     check_choice,
     check_out,
     check_same_device,
@@ -141,9 +142,7 @@ _CELLS = {"rnn": (1, ("y",)), "lstm": (4, ("y", "gates", "c")), "gru": (3, ("y",
 def _check_cache(cache, cell):
     """Raise unless ``cache`` is what ``{cell}_forward`` returned: that cell's, with arrays
     of one forward's shapes, dtype and device (the kernels index them unchecked)."""
-    if not isinstance(cache, RecurrentCache):
-        raise TypeError(f"cache must be the RecurrentCache returned by {cell}_forward, got "
-                        f"{type(cache).__name__}")
+    check_cache(cache, RecurrentCache, forward=f"{cell}_forward")
     if cache.cell != cell:
         raise ValueError(f"cache comes from {cache.cell}_forward; {cell}_backward needs the "
                          f"cache of {cell}_forward")

@@ -36,6 +36,9 @@ CPU backends (``nnkit._ext.scan_cpu``), chosen by ``_plan``:
   not a measurement (the machine measured has 2 cores). The chunked kernels are held to
   the sequential twin by the tests whatever the switch says.
 
+Each forward returns ``(h, cache)`` and each backward takes ``(dh, cache)`` and returns the
+gradients of the forward's inputs in their order (a, b, h0).
+
 GPU arrays go to ``nnkit._ext.scan_cuda`` (imported lazily, chosen by
 ``nnkit._backend.kernels_for``): one thread per sequence when
 there are many sequences, else one single-pass kernel with a decoupled look-back along T.
@@ -43,13 +46,19 @@ there are many sequences, else one single-pass kernel with a decoupled look-back
 Examples
 --------
 >>> import numpy as np
->>> from nnkit.kernels.scan import linear_scan_forward
+>>> from nnkit.kernels.scan import linear_scan_backward, linear_scan_forward
 >>> a = np.full((1, 3, 1), 0.5); b = np.ones((1, 3, 1))
->>> linear_scan_forward(a, b)[0, :, 0].tolist()
+>>> h, cache = linear_scan_forward(a, b)
+>>> h[0, :, 0].tolist()
 [1.0, 1.5, 1.75]
+>>> da, db, dh0 = linear_scan_backward(np.ones_like(h), cache)
+>>> db[0, :, 0].tolist()
+[1.75, 1.5, 1.0]
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -60,12 +69,15 @@ from .._validation import (
     FLOATS,
     check_array,
     check_bool,
+    check_cache,
+    check_grad,
     check_out,
     check_same_device,
 )
 
-__all__ = ["linear_scan_forward", "linear_scan_backward", "log_linear_scan_forward",
-           "log_linear_scan_backward", "CHUNK_MAX_SEQUENCES", "CHUNK_MIN_T"]
+__all__ = ["ScanCache", "LogScanCache", "linear_scan_forward", "linear_scan_backward",
+           "log_linear_scan_forward", "log_linear_scan_backward", "CHUNK_MAX_SEQUENCES",
+           "CHUNK_MIN_T"]
 
 SCAN_DTYPES = FLOATS + COMPLEX
 MIN_BLOCK = 64
@@ -74,6 +86,24 @@ CHUNK_MAX_SEQUENCES = 2
 CHUNK_MIN_T = 1 << 20
 CHUNK_MIN_THREADS = 16
 CHUNK_LANES = 8  # chunks a task walks in lockstep
+
+
+class ScanCache(NamedTuple):
+    """What ``linear_scan_backward`` reads."""
+
+    a: object  # (B, T, D) the coefficients
+    h: object  # (B, T, D) the forward's output (``out`` itself when one was given)
+    h0: object  # (B, D) the initial state (zeros when the forward had none)
+    reverse: bool
+
+
+class LogScanCache(NamedTuple):
+    """What ``log_linear_scan_backward`` reads."""
+
+    log_a: object  # (B, T, D)
+    log_b: object  # (B, T, D)
+    log_h: object  # (B, T, D) the forward's output
+    log_h0: object  # (B, D) (-inf when the forward had none)
 
 
 # ---- validation ------------------------------------------------------------------------
@@ -168,6 +198,7 @@ def linear_scan_forward(a, b, h0=None, reverse=False, out=None):
     Returns
     -------
     h : array (B, T, D)
+    cache : ScanCache, for ``linear_scan_backward`` (it holds ``h`` itself, not a copy)
     """
     a, b = _check_pair(a, b)
     h0 = _check_h0(h0, a)
@@ -175,35 +206,41 @@ def linear_scan_forward(a, b, h0=None, reverse=False, out=None):
     out = array_module(a).empty_like(a) if out is None else check_out(out, a, like_name="a")
     kernels = kernels_for("scan_cpu", "scan_cuda", a, name="a")
     if backend(a) == "cuda":
-        return kernels.linear_scan(a, b, h0, out, reverse)
-    B, T, D = a.shape
-    mode, n = _plan(B, T, D)
-    if mode == "chunks":
-        return _scan_chunked(a, b, h0, out, reverse, n)
-    kernels.scan_rows(a, b, h0, out, reverse, n)
-    return out
+        kernels.linear_scan(a, b, h0, out, reverse)
+    else:
+        B, T, D = a.shape
+        mode, n = _plan(B, T, D)
+        if mode == "chunks":
+            _scan_chunked(a, b, h0, out, reverse, n)
+        else:
+            kernels.scan_rows(a, b, h0, out, reverse, n)
+    return out, ScanCache(a, out, h0, reverse)
 
 
-def linear_scan_backward(dh, a, h, h0=None, reverse=False, out=None):
+def linear_scan_backward(dh, cache, needs=None, out=None):
     """Gradients of the linear scan (see the module docstring for the formulas).
 
     Parameters
     ----------
-    dh : array (B, T, D), the upstream gradient dL/dh
-    a : array (B, T, D), the coefficients of the forward
-    h : array (B, T, D), the forward's output
-    h0 : array (B, D) or None (zeros)
-    reverse : bool, as in the forward
+    dh : array (B, T, D), the upstream gradient dL/dh, h's dtype and device
+    cache : ScanCache from ``linear_scan_forward``
+    needs : tuple of bool, optional
+        ``nnkit.autograd.apply_op``'s mask over (a, b, h0); one reverse scan gives all
+        three, so every gradient is returned whatever it says.
     out : tuple (da, db, dh0) of preallocated C-contiguous arrays, optional
 
     Returns
     -------
     da, db : arrays (B, T, D); dh0 : array (B, D)
     """
-    dh, a = _check_pair(dh, a, "dh", "a")
-    h, _ = _check_pair(h, a, "h", "a")
-    h0 = _check_h0(h0, a)
-    reverse = check_bool(reverse, name="reverse")
+    a, h, h0, reverse = check_cache(cache, ScanCache, forward="linear_scan_forward")
+    dh = check_grad(dh, shape=a.shape, dtype=a.dtype, device=backend(a), name="dh",
+                    dtypes=SCAN_DTYPES)
+    return _backward(dh, a, h, h0, reverse, out)
+
+
+def _backward(dh, a, h, h0, reverse, out):
+    """(da, db, dh0) of the linear scan into ``out`` (or fresh arrays); checks ``out`` only."""
     xp = array_module(a)
     da, db, dh0 = ((xp.empty_like(a), xp.empty_like(a), xp.empty_like(h0)) if out is None
                    else _check_grads_out(out, a, h0))
@@ -251,6 +288,7 @@ def log_linear_scan_forward(log_a, log_b, log_h0=None):
     Returns
     -------
     log_h : array (B, T, D)
+    cache : LogScanCache, for ``log_linear_scan_backward``
     """
     log_a, log_b = _check_pair(log_a, log_b, "log_a", "log_b")
     kernels = kernels_for("scan_cpu", None, log_a, name="log_a")
@@ -262,27 +300,30 @@ def log_linear_scan_forward(log_a, log_b, log_h0=None):
     out = np.empty_like(log_a)
     mode, n = _plan(B, T, D)
     kernels.log_scan_rows(log_a, log_b, log_h0, out, False, n if mode == "rows" else D)
-    return out
+    return out, LogScanCache(log_a, log_b, out, log_h0)
 
 
-def log_linear_scan_backward(dlog_h, log_a, log_b, log_h, log_h0=None):
+def log_linear_scan_backward(dlog_h, cache, needs=None):
     """Gradients of the log-space scan. With w_t = exp(log a_t + log h_{t-1} - log h_t) (the
     share of the carried term, 0 where h_{t-1} = 0),
 
         G_t = dlog_h_t + w_{t+1} G_{t+1},  dlog_a_t = w_t G_t,  dlog_b_t = (1 - w_t) G_t,
         dlog_h0 = w_0 G_0,
 
-    G by the (real) linear-scan backward kernel. Returns (dlog_a, dlog_b, dlog_h0).
+    G by the (real) linear-scan backward kernel. ``dlog_h`` has log_h's shape and dtype;
+    ``cache`` is ``log_linear_scan_forward``'s; ``needs`` as in ``linear_scan_backward``.
+    Returns (dlog_a, dlog_b, dlog_h0).
     """
+    log_a, _, log_h, log_h0 = check_cache(cache, LogScanCache,
+                                          forward="log_linear_scan_forward")
+    dlog_h = check_grad(dlog_h, shape=log_a.shape, dtype=log_a.dtype, device="cpu",
+                        name="dlog_h")
     B, T, D = log_a.shape
-    log_h0 = np.full((B, D), -np.inf, log_a.dtype) if log_h0 is None else log_h0
     prev = np.concatenate([log_h0[:, None], log_h[:, :-1]], axis=1)  # (B, T, D) log h_{t-1}
     with np.errstate(invalid="ignore"):
         w = np.exp(log_a + prev - log_h)
     w = np.nan_to_num(w, nan=0.0)  # -inf - -inf: both terms zero, no share
-    dw, G, _ = linear_scan_backward(np.ascontiguousarray(dlog_h, log_a.dtype), w,
-                                    np.zeros_like(w), None, False)
-    del dw
+    _, G, _ = _backward(dlog_h, w, np.zeros_like(w), np.zeros((B, D), log_a.dtype), False, None)
     dlog_a = w * G
     dlog_b = G - dlog_a
     dlog_h0 = w[:, 0] * G[:, 0] if T > 0 else np.zeros((B, D), log_a.dtype)

@@ -1,7 +1,7 @@
 """Softmax, log-softmax and cross-entropy: validated forward/backward pairs with backend
 dispatch.
 
-Each function checks its inputs once (``nnkit._validation``), moves ``axis`` last and
+Each forward checks its inputs once (``nnkit._validation``), moves ``axis`` last and
 views the array as rows ``(M, C)`` (C the softmax axis), then runs a row kernel:
 ``nnkit._ext.softmax_cpu`` (Numba) for NumPy arrays, ``nnkit._ext.softmax_cuda`` (Numba
 CUDA, imported lazily) for GPU arrays, chosen by ``nnkit._backend.kernels_for``. Both
@@ -18,14 +18,21 @@ which gcc without ``-march`` flags does not vectorise; one thread, setup.py has 
 is about 10x slower and stays as a tested second implementation (``tests/test_softmax.py``
 holds both to the naive twin). Figures: benchmarks/RESULTS.md, "Row softmax".
 
+Each forward returns ``(out, cache)`` and each backward takes ``(dy, cache)`` and returns
+the gradient of the forward's input: the cache holds what the backward reads (softmax's
+output and axis; cross-entropy's logits, targets, row log-sum-exp and count of valid rows)
+and the backward trusts it, checking only ``dy``.
+
 Examples
 --------
 >>> import numpy as np
->>> from nnkit.kernels.softmax import softmax_forward, cross_entropy_forward
->>> y = softmax_forward(np.array([[0.0, 0.0]], dtype=np.float32))
+>>> from nnkit.kernels.softmax import cross_entropy_forward, softmax_backward, softmax_forward
+>>> y, cache = softmax_forward(np.array([[0.0, 0.0]], dtype=np.float32))
 >>> y.tolist()
 [[0.5, 0.5]]
->>> loss, lse = cross_entropy_forward(np.zeros((2, 4)), np.array([1, -100]))
+>>> softmax_backward(np.array([[1.0, 0.0]], dtype=np.float32), cache).tolist()
+[[0.25, -0.25]]
+>>> loss, cache = cross_entropy_forward(np.zeros((2, 4)), np.array([1, -100]))
 >>> round(float(loss), 6)
 1.386294
 """
@@ -34,32 +41,51 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import NamedTuple
 
 import numpy as np
 
-from .._backend import array_module, is_gpu_array, kernels_for
+from .._backend import array_module, backend, is_gpu_array, kernels_for
 from .._validation import (
     FLOATS,
     INTEGERS,
     axis_or_dim,
     check_array,
+    check_cache,
+    check_grad,
     check_out,
     check_same_device,
-    check_same_dtype,
-    check_same_shape,
     check_scalar,
 )
 
 __all__ = [
+    "SoftmaxCache",
+    "CrossEntropyCache",
     "softmax_forward",
     "softmax_backward",
     "log_softmax_forward",
     "log_softmax_backward",
     "cross_entropy_forward",
     "cross_entropy_backward",
-    "cross_entropy_forward_gpu",
-    "cross_entropy_backward_gpu",
 ]
+
+
+class SoftmaxCache(NamedTuple):
+    """What the (log-)softmax backward reads: the forward's output and its axis."""
+
+    y: object  # the forward's output (softmax or log-softmax), x's shape and dtype
+    axis: int  # non-negative
+    log: bool  # made by log_softmax_forward
+
+
+class CrossEntropyCache(NamedTuple):
+    """What ``cross_entropy_backward`` reads."""
+
+    logits: object  # (N, C), C-contiguous
+    target: object  # (N,) int64, C-contiguous
+    lse: object  # (N,) float64, the row log-sum-exp
+    n_valid: object  # the count of non-ignored rows: an int, or a (1,) float64 device array
+    ignore_index: int
 
 
 def _kernels(x, name="x"):
@@ -76,16 +102,6 @@ def _check_axis(axis, ndim, name="x"):
             f"expected an integer in [{-ndim}, {ndim - 1}]"
         )
     return int(axis) % ndim
-
-
-def _check_pair(dy, y):
-    """Validate a (dy, y) pair: float arrays of one shape, dtype and device."""
-    y = check_array(y, name="y", min_ndim=1, dtype=FLOATS)
-    dy = check_array(dy, name="dy", min_ndim=1, dtype=FLOATS)
-    check_same_device(dy, y, name="dy", like_name="y")
-    check_same_shape(dy, y, name_a="dy", name_b="y")
-    check_same_dtype(dy, y, name="dy", like_name="y")
-    return dy, y
 
 
 def _as_rows(a, axis):
@@ -124,6 +140,29 @@ def _rowwise(launcher, inputs, axis, out):
     return out
 
 
+def _forward(x, axis, out, dim, log):
+    """(y, cache) of the softmax or, with ``log``, the log-softmax of ``x`` over ``axis``."""
+    x = check_array(x, name="x", min_ndim=1, dtype=FLOATS)
+    axis = _check_axis(axis_or_dim(axis, dim, default=-1, op="softmax"), x.ndim)
+    out = None if out is None else check_out(out, x)
+    kernels = _kernels(x)
+    y = _rowwise(kernels.log_softmax_rows if log else kernels.softmax_rows, (x,), axis, out)
+    return y, SoftmaxCache(y, axis, log)
+
+
+def _backward(dy, cache, log):
+    """dx from ``dy`` and the (log-)softmax ``cache``; only ``dy`` is checked."""
+    name = "log_softmax_forward" if log else "softmax_forward"
+    y, axis, cache_log = check_cache(cache, SoftmaxCache, forward=name)
+    if cache_log != log:
+        raise TypeError(f"cache must be the SoftmaxCache returned by {name}, got the one of "
+                        f"{'log_softmax_forward' if cache_log else 'softmax_forward'}")
+    dy = check_grad(dy, shape=y.shape, dtype=y.dtype, device=backend(y))
+    kernels = _kernels(y, "y")
+    launcher = kernels.log_softmax_backward_rows if log else kernels.softmax_backward_rows
+    return _rowwise(launcher, (dy, y), axis, None)
+
+
 def softmax_forward(x, axis=None, out=None, *, dim=None):
     """Softmax over ``axis``: y = exp(x - max x) / sum exp(x - max x).
 
@@ -138,60 +177,70 @@ def softmax_forward(x, axis=None, out=None, *, dim=None):
 
     Returns
     -------
-    y : ndarray, ``x``'s shape and dtype.
+    y : ndarray, ``x``'s shape and dtype (``out`` when given).
+    cache : SoftmaxCache
+        For ``softmax_backward``: ``y`` itself (not a copy) and the axis.
     """
-    x = check_array(x, name="x", min_ndim=1, dtype=FLOATS)
-    axis = _check_axis(axis_or_dim(axis, dim, default=-1, op="softmax"), x.ndim)
-    out = None if out is None else check_out(out, x)
-    return _rowwise(_kernels(x).softmax_rows, (x,), axis, out)
+    return _forward(x, axis, out, dim, log=False)
 
 
 def log_softmax_forward(x, axis=None, out=None, *, dim=None):
     """Log-softmax over ``axis``: y = x - max x - log sum exp(x - max x).
 
-    Same arguments and result as ``softmax_forward``.
+    Same arguments and results as ``softmax_forward`` (the cache for
+    ``log_softmax_backward``).
     """
-    x = check_array(x, name="x", min_ndim=1, dtype=FLOATS)
-    axis = _check_axis(axis_or_dim(axis, dim, default=-1, op="softmax"), x.ndim)
-    out = None if out is None else check_out(out, x)
-    return _rowwise(_kernels(x).log_softmax_rows, (x,), axis, out)
+    return _forward(x, axis, out, dim, log=True)
 
 
-def softmax_backward(dy, y, axis=None, *, dim=None):
+def softmax_backward(dy, cache, needs=None):
     """Gradient of softmax: dx = y * (dy - sum(dy * y, axis)).
 
-    ``dy`` the upstream gradient and ``y = softmax_forward(x, axis)``, one shape and float
-    dtype. Returns dx of that shape and dtype.
+    Parameters
+    ----------
+    dy : ndarray, the upstream gradient, the forward output's shape, dtype and device
+    cache : SoftmaxCache from ``softmax_forward``
+    needs : tuple of bool, optional
+        ``nnkit.autograd.apply_op``'s mask of the inputs that need a gradient; the one
+        input here always does.
+
+    Returns
+    -------
+    dx : ndarray, ``dy``'s shape and dtype.
     """
-    dy, y = _check_pair(dy, y)
-    axis = _check_axis(axis_or_dim(axis, dim, default=-1, op="softmax"), y.ndim, "y")
-    return _rowwise(_kernels(y, "y").softmax_backward_rows, (dy, y), axis, None)
+    return _backward(dy, cache, log=False)
 
 
-def log_softmax_backward(dy, y, axis=None, *, dim=None):
+def log_softmax_backward(dy, cache, needs=None):
     """Gradient of log-softmax: dx = dy - exp(y) * sum(dy, axis).
 
-    ``dy`` the upstream gradient and ``y = log_softmax_forward(x, axis)``, one shape and
-    float dtype. Returns dx of that shape and dtype.
+    Same arguments and result as ``softmax_backward``, with the cache of
+    ``log_softmax_forward``.
     """
-    dy, y = _check_pair(dy, y)
-    axis = _check_axis(axis_or_dim(axis, dim, default=-1, op="softmax"), y.ndim, "y")
-    return _rowwise(_kernels(y, "y").log_softmax_backward_rows, (dy, y), axis, None)
+    return _backward(dy, cache, log=True)
 
 
 def _check_ce(logits, target, ignore_index):
-    """Validate cross-entropy inputs; return (logits, target as int64, n_valid)."""
+    """Validate cross-entropy inputs' types and shapes; return (logits, target as C-contiguous
+    int64). The targets' values are read on the host only by ``_check_targets``."""
     logits = check_array(logits, name="logits", ndim=2, dtype=FLOATS)
     target = check_array(target, name="target", ndim=1, dtype=INTEGERS)
     check_scalar(ignore_index, name="ignore_index", kind=numbers.Integral)
     check_same_device(target, logits, name="target", like_name="logits")
-    N, C = logits.shape
+    N = logits.shape[0]
     if target.shape[0] != N:
         raise ValueError(
             f"target has {target.shape[0]} entries but logits has {N} rows; "
             f"expected target of shape ({N},)"
         )
     xp = array_module(logits)
+    return logits, xp.ascontiguousarray(target.astype(np.int64, copy=False))
+
+
+def _check_targets(target, C, ignore_index):
+    """The number of rows whose target is not ``ignore_index``; a ``ValueError`` for a
+    target outside [0, C) (reads the targets on the host)."""
+    xp = array_module(target)
     valid = target != ignore_index
     bad = xp.flatnonzero(valid & ((target < 0) | (target >= C)))
     if bad.size:
@@ -200,8 +249,7 @@ def _check_ce(logits, target, ignore_index):
             f"target[{i}] = {int(target[i])} is out of range for logits with C={C} classes; "
             f"expected values in [0, {C}) or ignore_index={ignore_index}"
         )
-    n_valid = int(valid.sum())
-    return logits, xp.ascontiguousarray(target.astype(np.int64)), n_valid
+    return int(valid.sum())
 
 
 def cross_entropy_forward(logits, target, ignore_index=-100):
@@ -220,103 +268,76 @@ def cross_entropy_forward(logits, target, ignore_index=-100):
     Returns
     -------
     loss : 0-d ndarray of ``logits``' dtype; NaN when every row is ignored or N = 0.
-    lse : ndarray (N,) float64 (for both dtypes), the row log-sum-exp: the cache for the
-        backward, kept in float64 so that exp(logits - lse) stays exact at logits ~ 1e4.
+    cache : CrossEntropyCache
+        For ``cross_entropy_backward``. It keeps the row log-sum-exp ``lse`` (N,) in
+        float64 for both dtypes, so that the backward's exp(logits - lse) stays exact at
+        logits ~ 1e4 (in float32 only 3 digits would be left).
+
+    On the GPU (CuPy logits and target, N, C > 0) nothing is read on the host, so that the
+    call does not wait for the device: the count of valid rows stays a device scalar, and a
+    target outside [0, C) gives a NaN loss instead of a ``ValueError`` (torch reports it by
+    a device-side assert).
     """
-    logits, target, n_valid = _check_ce(logits, target, ignore_index)
+    logits, target = _check_ce(logits, target, ignore_index)
+    ignore_index = int(ignore_index)
     xp = array_module(logits)
     N, C = logits.shape
-    # float64 for both dtypes: lse ~ 1e4 in float32 would leave the backward's exp(x - lse)
-    # only 3 correct digits
     lse = xp.empty((N,), dtype=np.float64)
-    loss_rows = xp.empty((N,), dtype=np.float64)
+    loss_rows = xp.empty((N,), dtype=np.float64)  # NaN where a device target is out of range
+    kernels = _kernels(logits, "logits")
+    if is_gpu_array(logits) and logits.size:
+        kernels.cross_entropy_rows(logits, target, ignore_index, lse, loss_rows)
+        loss = xp.empty((1,), dtype=logits.dtype)  # 0 / 0 = NaN: every row ignored
+        n_valid = xp.empty((1,), dtype=np.float64)  # stays on the device, for the backward
+        kernels.cross_entropy_mean(loss_rows, target, ignore_index, loss, n_valid)
+        return loss.reshape(()), CrossEntropyCache(logits, target, lse, n_valid, ignore_index)
+    n_valid = _check_targets(target, C, ignore_index)
     if C == 0:  # every row is ignored (checked above): log of an empty sum
         lse.fill(-math.inf)
         loss_rows.fill(0.0)
     elif N:
-        _kernels(logits, "logits").cross_entropy_rows(logits, target, int(ignore_index), lse,
-                                                      loss_rows)
+        kernels.cross_entropy_rows(logits, target, ignore_index, lse, loss_rows)
     total = float(loss_rows.sum(dtype=np.float64)) if N else 0.0
     loss = total / n_valid if n_valid else math.nan
-    return xp.asarray(loss, dtype=logits.dtype), lse
+    return (xp.asarray(loss, dtype=logits.dtype),
+            CrossEntropyCache(logits, target, lse, n_valid, ignore_index))
 
 
-def cross_entropy_backward(dloss, logits, target, lse, ignore_index=-100):
-    """Gradient of the mean cross-entropy with respect to ``logits``.
+def cross_entropy_backward(dloss, cache, needs=None):
+    """Gradient of the mean cross-entropy with respect to the forward's ``logits``.
 
     dlogits_i = (softmax(logits_i) - onehot(target_i)) * dloss / n_valid, and 0 on rows
     whose target is ``ignore_index`` (all zeros when every row is ignored).
 
     Parameters
     ----------
-    dloss : float or 0-d array, the upstream gradient of the loss
-    logits, target, ignore_index : as in ``cross_entropy_forward``
-    lse : ndarray (N,) float64 (or ``logits``' dtype), from ``cross_entropy_forward``
+    dloss : float or 0-d array, the upstream gradient of the loss (a device array stays on
+        the device when the forward ran on the GPU)
+    cache : CrossEntropyCache from ``cross_entropy_forward``
+    needs : tuple of bool, optional
+        ``nnkit.autograd.apply_op``'s mask; the logits, the one input, always need theirs.
 
     Returns
     -------
     dlogits : ndarray (N, C) of ``logits``' dtype.
     """
-    logits, target, n_valid = _check_ce(logits, target, ignore_index)
-    lse = check_array(lse, name="lse", ndim=1, dtype=FLOATS)
-    check_same_device(lse, logits, name="lse", like_name="logits")
-    N, C = logits.shape
-    if lse.shape[0] != N:
-        raise ValueError(f"lse has shape {tuple(lse.shape)}; expected ({N},), one per row")
-    if lse.dtype != logits.dtype and lse.dtype != np.float64:
-        raise TypeError(
-            f"lse has dtype {lse.dtype} but logits has dtype {logits.dtype}; expected float64 "
-            "(as cross_entropy_forward returns it) or the logits' dtype"
-        )
-    if is_gpu_array(dloss):
-        dloss = float(dloss)
-    dloss_arr = check_array(dloss, name="dloss", ndim=0, dtype=FLOATS + INTEGERS)
-    dloss = float(dloss_arr)
-    xp = array_module(logits)
-    out = xp.empty((N, C), dtype=logits.dtype)
-    if out.size:
-        scale = dloss / n_valid if n_valid else 0.0
-        _kernels(logits, "logits").cross_entropy_backward_rows(
-            logits, target, lse, scale, int(ignore_index), out
-        )
-    return out
-
-
-def cross_entropy_forward_gpu(logits, target, ignore_index=-100):
-    """The mean cross-entropy of GPU ``logits`` (N, C) without a host round trip.
-
-    ``cross_entropy_forward`` reads the targets and the count of valid rows on the host to
-    validate them, which waits for the device; here the count stays a device scalar, so a
-    target outside [0, C) gives a NaN loss instead of a ``ValueError``.
-
-    Returns
-    -------
-    loss : 0-d device array of ``logits``' dtype (NaN when every row is ignored)
-    cache : (logits C-contiguous, target as int64, lse (N,) float64, n_valid (1,) float64),
-        for ``cross_entropy_backward_gpu``
-    """
-    logits = check_array(logits, name="logits", ndim=2, dtype=FLOATS)
-    kernels = kernels_for(None, "softmax_cuda", logits, name="logits")
-    check_same_device(target, logits, name="target", like_name="logits")
-    xp = array_module(logits)
-    t = xp.ascontiguousarray(target.astype(np.int64, copy=False))
-    N = logits.shape[0]
-    lse = xp.empty((N,), dtype=np.float64)  # float64 as the CPU kernel's cache
-    loss_rows = xp.empty((N,), dtype=np.float64)  # NaN where the target is out of range
-    kernels.cross_entropy_rows(logits, t, ignore_index, lse, loss_rows)
-    loss = xp.empty((1,), dtype=logits.dtype)  # 0 / 0 = NaN: every row ignored
-    n_valid = xp.empty((1,), dtype=np.float64)  # stays on the device, for the backward
-    kernels.cross_entropy_mean(loss_rows, t, ignore_index, loss, n_valid)
-    return loss.reshape(()), (logits, t, lse, n_valid)
-
-
-def cross_entropy_backward_gpu(dloss, cache, ignore_index=-100):
-    """Gradient of ``cross_entropy_forward_gpu``'s loss with respect to its ``logits``, with
-    the upstream gradient ``dloss`` and the count of valid rows kept on the device."""
-    logits, t, lse, n_valid = cache
-    kernels = kernels_for(None, "softmax_cuda", logits, name="logits")
+    logits, target, lse, n_valid, ignore_index = check_cache(
+        cache, CrossEntropyCache, forward="cross_entropy_forward")
     xp = array_module(logits)
     out = xp.empty_like(logits)
-    kernels.cross_entropy_mean_backward_rows(logits, t, lse, xp.ascontiguousarray(dloss).reshape(1),
-                                             n_valid, ignore_index, out)
+    kernels = _kernels(logits, "logits")
+    if not isinstance(n_valid, int):  # the device path: dloss and the count stay there
+        dloss = check_array(dloss, name="dloss", ndim=(0, 1), dtype=FLOATS + INTEGERS)
+        if dloss.size != 1:
+            raise ValueError(f"dloss must hold one value, got shape {tuple(dloss.shape)}")
+        dloss = xp.ascontiguousarray(xp.asarray(dloss)).reshape(1)  # a host number: uploaded
+        kernels.cross_entropy_mean_backward_rows(logits, target, lse, dloss, n_valid,
+                                                 ignore_index, out)
+        return out
+    if is_gpu_array(dloss):
+        dloss = float(dloss)
+    dloss = float(check_array(dloss, name="dloss", ndim=0, dtype=FLOATS + INTEGERS))
+    if out.size:
+        scale = dloss / n_valid if n_valid else 0.0
+        kernels.cross_entropy_backward_rows(logits, target, lse, scale, ignore_index, out)
     return out

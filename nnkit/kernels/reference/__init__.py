@@ -2,7 +2,9 @@
 
 Plain loops over rows, computed in float64 (complex128 where complex) and cast back to
 the input's dtype, with no stabilisation tricks beyond the textbook max-shift of softmax.
-The tests hold ``nk.kernels`` to these; nothing here is meant to be fast. Families:
+The tests hold ``nk.kernels`` to these; nothing here is meant to be fast. Where a twin
+mirrors a kernel pair it follows the kernels' convention (``<op>_forward`` returns
+``(out, cache)``, ``<op>_backward(dy, cache)`` the gradients), beside the plain formula. Families:
 ``softmax`` (softmax, log_softmax, cross-entropy), ``activation`` (GELU, dropout mask),
 ``layer_norm``, ``conv`` (convolution, pooling), ``scan`` (linear recurrence), ``scan_tree``
 (the same recurrence by Hillis-Steele and Blelloch tree scans),
@@ -15,6 +17,7 @@ from .activation import (
     dropout_mask,
     gelu,
     gelu_backward,
+    gelu_forward,
 )
 from .attention import (
     attention_reference,
@@ -33,6 +36,7 @@ from .conv import (
 from .layer_norm import (
     layer_norm,
     layer_norm_backward,
+    layer_norm_forward,
 )
 from .recurrent import (
     gru,
@@ -45,6 +49,7 @@ from .recurrent import (
 from .scan import (
     linear_scan,
     linear_scan_backward,
+    linear_scan_forward,
     log_linear_scan,
 )
 from .scan_tree import (
@@ -54,22 +59,30 @@ from .scan_tree import (
 from .softmax import (
     cross_entropy,
     cross_entropy_backward,
+    cross_entropy_forward,
     log_softmax,
     log_softmax_backward,
+    log_softmax_forward,
     softmax,
     softmax_backward,
+    softmax_forward,
 )
 
 __all__ = [
     "softmax",
+    "softmax_forward",
     "softmax_backward",
     "log_softmax",
+    "log_softmax_forward",
     "log_softmax_backward",
     "cross_entropy",
+    "cross_entropy_forward",
     "cross_entropy_backward",
     "layer_norm",
+    "layer_norm_forward",
     "layer_norm_backward",
     "gelu",
+    "gelu_forward",
     "gelu_backward",
     "dropout_mask",
     "conv1d",
@@ -81,6 +94,7 @@ __all__ = [
     "avg_pool2d",
     "avg_pool2d_backward",
     "linear_scan",
+    "linear_scan_forward",
     "linear_scan_backward",
     "log_linear_scan",
     "hillis_steele_scan",

@@ -1,4 +1,8 @@
-"""Naive twins of the activation kernels: GELU (exact, erf form) and the dropout mask."""
+"""Naive twins of the activation kernels: GELU (exact, erf form) and the dropout mask.
+
+``gelu_forward``/``gelu_backward`` mirror ``nnkit.kernels.activation``'s pair (``(y, cache)``,
+``(dy, cache) -> dx``); ``gelu`` gives y alone.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import numpy as np
 
 from ..._random import splitmix64, uniform53
 
-__all__ = ["gelu", "gelu_backward", "dropout_mask"]
+__all__ = ["gelu", "gelu_forward", "gelu_backward", "dropout_mask"]
 
 
 def gelu(x):
@@ -22,17 +26,24 @@ def gelu(x):
     return y.astype(np.asarray(x).dtype)
 
 
-def gelu_backward(g, x):
-    """g (Phi(x) + x phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi), in float64."""
+def gelu_forward(x):
+    """(y, cache): ``gelu(x)``, and x as the cache."""
+    return gelu(x), x
+
+
+def gelu_backward(dy, cache):
+    """dy (Phi(x) + x phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi), in float64; ``cache``
+    the x of ``gelu_forward``."""
     from scipy.special import erf
 
+    x = cache
     v = np.asarray(x, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         d = 0.5 * (1.0 + erf(v / math.sqrt(2.0))) + v * np.exp(-0.5 * v * v) / math.sqrt(
             2 * math.pi)
     d = np.where(np.abs(v) > 10, (v > 0).astype(np.float64), d)  # x phi(x) -> 0 (and inf*0)
-    out = np.asarray(g, dtype=np.float64) * d
-    return out.astype(np.result_type(np.asarray(g).dtype, np.asarray(x).dtype))
+    out = np.asarray(dy, dtype=np.float64) * d
+    return out.astype(np.result_type(np.asarray(dy).dtype, np.asarray(x).dtype))
 
 
 def dropout_mask(shape, p, seed, dtype=np.float64):

@@ -1,4 +1,8 @@
-"""Naive twin of layer normalisation over the last axis (biased variance), in float64."""
+"""Naive twin of layer normalisation over the last axis (biased variance), in float64.
+
+``layer_norm_forward``/``layer_norm_backward`` mirror ``nnkit.kernels.layer_norm``'s pair
+(``(y, cache)`` and ``(dy, cache) -> (dx, dweight, dbias)``); ``layer_norm`` gives y alone.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import numpy as np
 
 from .softmax import _rows
 
-__all__ = ["layer_norm", "layer_norm_backward"]
+__all__ = ["layer_norm", "layer_norm_forward", "layer_norm_backward"]
 
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5):
@@ -31,13 +35,21 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5):
     return out.reshape(x.shape).astype(x.dtype)
 
 
-def layer_norm_backward(dy, x, weight=None, eps=1e-5):
-    """Gradients of ``layer_norm`` for upstream ``dy`` (M, D): (dx, dweight, dbias).
+def layer_norm_forward(x, weight=None, bias=None, eps=1e-5):
+    """(y, cache): ``layer_norm(x, weight, bias, eps)``, and (x, weight, whether there is a
+    bias, eps) as the cache."""
+    return layer_norm(x, weight, bias, eps), (x, weight, bias is not None, eps)
+
+
+def layer_norm_backward(dy, cache):
+    """Gradients of ``layer_norm`` for upstream ``dy`` (M, D): (dx, dweight, dbias), with
+    ``cache`` from ``layer_norm_forward`` (the statistics are recomputed from x).
 
     With xhat = (x - mu) * rstd and g = dy * weight:
     dx = rstd * (g - mean(g) - xhat * mean(g * xhat)); dweight = sum_rows dy * xhat;
-    dbias = sum_rows dy. dweight/dbias are None when weight is None.
+    dbias = sum_rows dy. dweight (dbias) is None when the forward had no weight (bias).
     """
+    x, weight, has_bias, eps = cache
     x = np.asarray(x)
     rows, dyr = _rows(x), _rows(dy)
     m, d = rows.shape
@@ -53,8 +65,6 @@ def layer_norm_backward(dy, x, weight=None, eps=1e-5):
         mean_g = sum(g) / d
         mean_gx = sum(g[j] * xhat[i, j] for j in range(d)) / d
         dx[i] = [rstd * (g[j] - mean_g - xhat[i, j] * mean_gx) for j in range(d)]
-    dweight = dbias = None
-    if weight is not None:
-        dweight = (dyr * xhat).sum(axis=0).astype(np.asarray(weight).dtype)
-        dbias = dyr.sum(axis=0).astype(np.asarray(weight).dtype)
+    dweight = None if weight is None else (dyr * xhat).sum(axis=0).astype(x.dtype)
+    dbias = dyr.sum(axis=0).astype(x.dtype) if has_bias else None
     return dx.reshape(x.shape).astype(x.dtype), dweight, dbias

@@ -1,14 +1,16 @@
 """Naive twins of the linear scan: the recurrence as a plain loop, one element at a time.
 
 Computed in float64 / complex128 and cast back to the input's dtype. Re-exported by
-``nnkit.kernels.reference``.
+``nnkit.kernels.reference``. ``linear_scan_forward``/``linear_scan_backward`` mirror
+``nnkit.kernels.scan``'s pair (``(h, cache)``, ``(dh, cache) -> (da, db, dh0)``);
+``linear_scan`` gives h alone.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["linear_scan", "linear_scan_backward", "log_linear_scan"]
+__all__ = ["linear_scan", "linear_scan_forward", "linear_scan_backward", "log_linear_scan"]
 
 
 def _wide(x):
@@ -37,15 +39,23 @@ def linear_scan(a, b, h0=None, reverse=False):
     return h.astype(dtype)
 
 
-def linear_scan_backward(dh, a, h, h0=None, reverse=False):
+def linear_scan_forward(a, b, h0=None, reverse=False):
+    """(h, cache): ``linear_scan(a, b, h0, reverse)``, and (a, h, h0, reverse) as the cache."""
+    h = linear_scan(a, b, h0, reverse)
+    return h, (a, h, h0, reverse)
+
+
+def linear_scan_backward(dh, cache):
     """Gradients of a real loss L with upstream dh = dL/dh (conjugate convention: a complex
     gradient is dL/dRe + i dL/dIm). Walking against the scan's direction,
 
         g_t = dh_t + conj(a_{t+1}) g_{t+1},  db_t = g_t,  da_t = g_t conj(h_{t-1}),
         dh0 = conj(a_0) g_0        (``reverse``: swap t+1 and t-1, and 0 and T-1).
 
-    Returns (da, db, dh0) with the shapes of a, b (B, T, D) and h0 (B, D).
+    ``cache`` from ``linear_scan_forward``. Returns (da, db, dh0) with the shapes of a, b
+    (B, T, D) and h0 (B, D).
     """
+    a, h, h0, reverse = cache
     dtype = np.asarray(a).dtype
     dh, a, h = _wide(dh), _wide(a), _wide(h)
     B, T, D = a.shape

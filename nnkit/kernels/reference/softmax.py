@@ -1,7 +1,10 @@
 """Naive twins of the softmax family: softmax, log_softmax and cross-entropy over rows.
 
 Rows are the last axis; cross-entropy takes logits ``(N, C)`` and integer targets ``(N,)``.
-Computed in float64 with the textbook max-shift, cast back to the input's dtype.
+Computed in float64 with the textbook max-shift, cast back to the input's dtype. The pairs
+mirror ``nnkit.kernels.softmax``'s: ``<op>_forward`` returns ``(out, cache)`` and
+``<op>_backward(dy, cache)`` the input's gradient; the plain ``softmax``, ``log_softmax``
+and ``cross_entropy`` give the value alone.
 """
 
 from __future__ import annotations
@@ -10,8 +13,9 @@ import math
 
 import numpy as np
 
-__all__ = ["softmax", "softmax_backward", "log_softmax", "log_softmax_backward", "cross_entropy",
-           "cross_entropy_backward"]
+__all__ = ["softmax", "softmax_forward", "softmax_backward", "log_softmax",
+           "log_softmax_forward", "log_softmax_backward", "cross_entropy",
+           "cross_entropy_forward", "cross_entropy_backward"]
 
 
 def _rows(x):
@@ -33,9 +37,16 @@ def softmax(x):
     return out.reshape(x.shape).astype(x.dtype)
 
 
-def softmax_backward(dy, y):
-    """dx_ij = y_ij (dy_ij - sum_k dy_ik y_ik): the softmax Jacobian applied to dy."""
-    y = np.asarray(y)
+def softmax_forward(x):
+    """(y, cache): ``softmax(x)``, and y itself as the cache."""
+    y = softmax(x)
+    return y, y
+
+
+def softmax_backward(dy, cache):
+    """dx_ij = y_ij (dy_ij - sum_k dy_ik y_ik): the softmax Jacobian applied to dy; ``cache``
+    the y of ``softmax_forward``."""
+    y = np.asarray(cache)
     dyr, yr = _rows(dy), _rows(y)
     dx = np.empty_like(yr)
     for i in range(yr.shape[0]):
@@ -56,9 +67,16 @@ def log_softmax(x):
     return out.reshape(x.shape).astype(x.dtype)
 
 
-def log_softmax_backward(dy, y):
-    """dx_ij = dy_ij - exp(y_ij) sum_k dy_ik (y = log_softmax(x))."""
-    y = np.asarray(y)
+def log_softmax_forward(x):
+    """(y, cache): ``log_softmax(x)``, and y itself as the cache."""
+    y = log_softmax(x)
+    return y, y
+
+
+def log_softmax_backward(dy, cache):
+    """dx_ij = dy_ij - exp(y_ij) sum_k dy_ik; ``cache`` the y = log_softmax(x) of
+    ``log_softmax_forward``."""
+    y = np.asarray(cache)
     dyr, yr = _rows(dy), _rows(y)
     dx = np.empty_like(yr)
     for i in range(yr.shape[0]):
@@ -84,8 +102,15 @@ def cross_entropy(logits, target, ignore_index=-100):
     return np.asarray(value, dtype=logits.dtype)
 
 
-def cross_entropy_backward(dloss, logits, target, ignore_index=-100):
-    """d/dlogits of the mean cross-entropy: (softmax(logits)_i - onehot(target_i)) / n_valid."""
+def cross_entropy_forward(logits, target, ignore_index=-100):
+    """(loss, cache): ``cross_entropy``'s loss, and its arguments as the cache."""
+    return cross_entropy(logits, target, ignore_index), (logits, target, ignore_index)
+
+
+def cross_entropy_backward(dloss, cache):
+    """d/dlogits of the mean cross-entropy: (softmax(logits)_i - onehot(target_i)) dloss /
+    n_valid; ``cache`` (logits, target, ignore_index) of ``cross_entropy_forward``."""
+    logits, target, ignore_index = cache
     logits = np.asarray(logits)
     target = np.asarray(target)
     p = _rows(softmax(logits.astype(np.float64)))
