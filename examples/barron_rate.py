@@ -48,6 +48,8 @@ def _plot(res, path) -> None:
         ax.loglog(res.widths, mse, "o-", label=f"d = {d}: slope {res.slopes[d]:.2f}")
     first = max(mse[0] for mse in res.mse.values())
     ax.loglog(res.widths, first * res.widths[0] / res.widths, "k--", label="1/m")
+    ax.set_xticks(res.widths, [str(m) for m in res.widths])
+    ax.set_xticks([], minor=True)
     ax.set_xlabel("hidden units m")
     ax.set_ylabel("held-out mean squared error")
     ax.set_title("Barron's rate (Theorem 2.7)")

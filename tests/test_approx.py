@@ -373,8 +373,8 @@ def test_tour_section_rows_and_plot(tmp_path):
 def test_theorem_2_7_barron_rate_trained_widths_fall_like_one_over_m():
     """Theorem 2.7: the best m-unit network's MSE is O(1/m) whatever d. A small run in d = 8
     (m = 2..16, 800 Adam steps on fresh batches): the held-out MSE falls with m at a log-log
-    slope of at most -0.5 (-0.74 to -0.79 over seeds 0-2; -0.96 with m up to 32 and 1500
-    steps), from near Var f at m = 2 to a few percent of it at m = 16."""
+    slope of at most -0.5 (-0.82 to -0.96 over seeds 0-2), from about a third of Var f at
+    m = 2 to a few percent of it at m = 16."""
     res = approx.barron_experiment(dims=(8,), widths=(2, 4, 8, 16), steps=800, batch_size=512,
                                    random_state=0)
     mse = res.mse[8]

@@ -170,7 +170,8 @@ def barron_experiment(dims=(2, 8, 32), widths=(2, 4, 8, 16, 32), steps: int = 15
     steps, batch_size, lr, n_test : see :func:`train_width`
     n_ridges : int, the target's K (:func:`barron_target`)
     random_state : int, Generator or None
-        Seeds the targets, the data and the initialisations.
+        Seeds the targets, the data and the initialisations; each d draws from its own
+        stream, so its row does not depend on which other dimensions are run.
 
     Returns
     -------
@@ -189,9 +190,10 @@ def barron_experiment(dims=(2, 8, 32), widths=(2, 4, 8, 16, 32), steps: int = 15
     if len(widths) < 2 or len(set(widths.tolist())) < 2:
         raise ValueError(f"widths must hold at least two different widths to fit a slope, "
                          f"got {widths.tolist()}")
-    rng = get_rng(random_state)
+    base = int(get_rng(random_state).integers(2**63))
     result = BarronResult(widths=widths)
     for d in dims:
+        rng = np.random.default_rng([base, d])  # d's draws do not depend on the other dims
         target = barron_target(d, n_ridges=n_ridges, random_state=rng)
         errors = [train_width(target, m, steps=steps, batch_size=batch_size, lr=lr,
                               n_test=n_test, random_state=rng)[1] for m in widths]

@@ -88,6 +88,8 @@ def _barron_rows(ctx) -> list[dict]:
             ax.loglog(res.widths, mse, "o-", label=f"d = {d}")
         first = max(mse[0] for mse in res.mse.values())
         ax.loglog(res.widths, first * res.widths[0] / res.widths, "k--", label="1/m")
+        ax.set_xticks(res.widths, [str(m) for m in res.widths])
+        ax.set_xticks([], minor=True)
         ax.set_xlabel("hidden units m")
         ax.set_ylabel("held-out MSE")
         ax.set_title("Barron's rate, trained tanh networks")
