@@ -8,7 +8,9 @@ i - t from where the loss is taken::
     || dz_i / dz_t ||_2 <= (alpha sigma_1(U))^(i - t),   alpha = sup |phi'|
 
 so a loss on the last state gives norms that shrink geometrically backwards in time when
-alpha sigma_1(U) < 1 (vanishing) and may grow when sigma_1(U) is large (exploding).
+alpha sigma_1(U) < 1 (vanishing) and may grow when sigma_1(U) is large (exploding). The notes
+print the vanishing condition with its inequality reversed ("vanish if sigma_1(U) >= 1/alpha");
+the bound forces vanishing when sigma_1(U) < 1/alpha.
 """
 
 from __future__ import annotations

@@ -32,9 +32,15 @@ sqrt(gamma_t + delta). torch (and here) puts eps outside the root and decays the
     sum_t = sum_{t-1} + g_t * g_t,  sum_0 = initial_accumulator_value
     theta_{t+1} = theta_t - eta / (1 + (t - 1) lr_decay) * g_t / (sqrt(sum_t) + eps)
 
+so the notes' form with delta is ``Adagrad(initial_accumulator_value=delta)`` as eps -> 0,
+and the default (0, 1e-10) is the notes' form as delta -> 0.
+
 Adam (Kingma and Ba, 2014). The notes: m_t = beta m_{t-1} + (1 - beta) g_t, gamma_t =
 alpha gamma_{t-1} + (1 - alpha) g_t^2, theta_{t+1} = theta_t - eta m_t / sqrt(gamma_t +
-delta). torch adds the bias corrections and again puts eps outside the root:
+delta) (the notes' rate is 1 / sqrt(gamma_t + delta), i.e. eta = 1). Without bias
+correction its first step from m_0 = gamma_0 = 0 (delta = 0) is (1 - beta) / sqrt(1 - alpha)
+times torch's (3.16 at the default betas). torch adds the bias corrections and again puts eps
+outside the root:
 
     m_t = beta1 m_{t-1} + (1 - beta1) g_t            (computed as torch's lerp)
     v_t = beta2 v_{t-1} + (1 - beta2) g_t * g_t      (amsgrad: use vmax_t = max(vmax_{t-1}, v_t))

@@ -37,6 +37,19 @@ def test_bin_is_a_inside_and_zero_outside():
     np.testing.assert_allclose(y, [0.0, -0.7, -0.7, -0.7, 0.0], atol=1e-12)
 
 
+def test_appendix_e_b_2_as_printed_has_its_signs_swapped():
+    """The appendix prints E.B.2 as a sigma(w(x - s - Delta/2)) - a sigma(w(x - s + Delta/2)),
+    which is -a on the bin; its text (up at s - Delta/2, down at s + Delta/2) is the negation,
+    bin_function's form."""
+    a, s, delta, w = 0.8, 0.5, 0.2, 1e4
+    x = np.array([0.35, 0.45, 0.5, 0.55, 0.65])
+    sig = lambda z: 0.5 * (1 + np.tanh(0.5 * z))  # noqa: E731
+    printed = a * sig(w * (x - s - delta / 2)) - a * sig(w * (x - s + delta / 2))
+    np.testing.assert_allclose(printed, [0.0, -a, -a, -a, 0.0], atol=1e-12)
+    ours = approx.bin_function(a, s, delta, w)(x[:, None]).numpy().ravel()
+    np.testing.assert_allclose(ours, -printed, atol=1e-12)
+
+
 def test_bins_network_sums_disjoint_bins():
     net = approx.bins_network([1.0, -2.0], [0.25, 0.75], 0.5)
     assert net[0].out_features == 4
@@ -350,8 +363,54 @@ def test_tour_section_rows_and_plot(tmp_path):
     from nnkit.tour.approx import approx_section
 
     rows = approx_section(TourContext(out_dir=tmp_path, quick=True, plots=True))
-    assert all(r["ok"] is True for r in rows) and len(rows) == 5, rows
+    assert all(r["ok"] is True for r in rows) and len(rows) == 6, rows
+    assert rows[-1]["result"] == "Barron: slope of MSE in m, d=8"
     assert (tmp_path / "approx_bins.png").stat().st_size > 1000
+    assert (tmp_path / "approx_barron.png").stat().st_size > 1000
+
+
+# ---------------------------------------------------------------- Barron's rate (Theorem 2.7)
+def test_theorem_2_7_barron_rate_trained_widths_fall_like_one_over_m():
+    """Theorem 2.7: the best m-unit network's MSE is O(1/m) whatever d. A small run in d = 8
+    (m = 2..16, 800 Adam steps on fresh batches): the held-out MSE falls with m at a log-log
+    slope of at most -0.5 (-0.82 to -0.96 over seeds 0-2), from about a third of Var f at
+    m = 2 to a few percent of it at m = 16."""
+    res = approx.barron_experiment(dims=(8,), widths=(2, 4, 8, 16), steps=800, batch_size=512,
+                                   random_state=0)
+    mse = res.mse[8]
+    assert res.slopes[8] <= -0.5, mse
+    assert (np.diff(mse) < 0).all(), mse
+    assert mse[-1] < 0.1 * res.variance[8] < mse[0], (mse, res.variance[8])
+    np.testing.assert_allclose(res.slopes[8], _loglog_slope(res.widths, mse))
+
+
+@pytest.mark.parametrize("d", [1, 2, 8, 32])
+def test_barron_target_is_its_formula_with_a_norm_free_of_d(d):
+    """f(x) = sum_k a_k cos(omega w_k . x + b_k) with unit w_k and a_k = (1/k) / ||(1/k)||; its
+    Barron norm omega sum_k a_k does not depend on d, nor does the variance 1/3 of a ridge's
+    projection w_k . x under the uniform measure on [-1, 1]^d."""
+    f = approx.barron_target(d, n_ridges=5, frequency=2.0, random_state=1)
+    np.testing.assert_allclose(np.linalg.norm(f.directions, axis=1), 1.0, rtol=1e-12)
+    a = 1.0 / np.arange(1, 6)
+    np.testing.assert_allclose(f.weights, a / math.sqrt((a * a).sum()), rtol=1e-12)
+    assert f.barron_norm == pytest.approx(2.0 * a.sum() / math.sqrt((a * a).sum()))
+    x = np.random.default_rng(0).uniform(-1, 1, (4, d))
+    by_hand = [sum(f.weights[k] * math.cos(2.0 * float(f.directions[k] @ x[i]) + f.phases[k])
+                   for k in range(5)) for i in range(4)]
+    np.testing.assert_allclose(f(x), by_hand, rtol=1e-12, atol=1e-14)
+    projections = np.random.default_rng(1).uniform(-1, 1, (200_000, d)) @ f.directions.T
+    np.testing.assert_allclose(projections.var(axis=0), 1 / 3, rtol=0.02)
+
+
+def test_barron_experiment_bad_arguments():
+    with pytest.raises(ValueError, match="at least two different widths"):
+        approx.barron_experiment(dims=(2,), widths=(4, 4))
+    with pytest.raises(ValueError, match="d must be >= 1"):
+        approx.barron_target(0)
+    with pytest.raises(ValueError, match=r"x must have shape \(N, 3\)"):
+        approx.barron_target(3, random_state=0)(np.zeros((2, 4)))
+    with pytest.raises(TypeError, match="m must be an integer"):
+        approx.train_width(approx.barron_target(2, random_state=0), 2.5)
 
 
 @pytest.mark.parametrize("layer, name", [(0, "weight"), (0, "bias"), (2, "weight")])

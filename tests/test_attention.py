@@ -471,6 +471,47 @@ def test_boundary_fuzz_only_value_or_type_errors(q, k, v, mask, dropout_p, is_ca
         pass
 
 
+# ---- the notes' claims about attention (section 6) -------------------------------------------
+
+def test_section_6_self_attention_is_permutation_equivariant_until_positions_are_added(rng):
+    """Section 6: "the attention mechanism is permutation equivariant". Permuting the tokens of
+    nn.MultiheadAttention's input permutes its output rows and its weights' rows and columns
+    the same way; after adding the sinusoidal positional encoding P (X + P) it no longer does."""
+    mha = nk.nn.MultiheadAttention(12, 3, batch_first=True, dtype=np.float64)
+    x = rng.standard_normal((2, 7, 12))
+    perm = rng.permutation(7)
+    out, weights = (t.numpy() for t in mha(x, x, x))
+    out_p, weights_p = (t.numpy() for t in mha(x[:, perm], x[:, perm], x[:, perm]))
+    np.testing.assert_allclose(out_p, out[:, perm], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(weights_p, weights[:, perm][:, :, perm], rtol=1e-12, atol=1e-14)
+    pe = sinusoidal_positional_encoding(7, 12, dtype=np.float64).numpy()
+    xp, xp_perm = x + pe, x[:, perm] + pe
+    out_pe = mha(xp, xp, xp)[0].numpy()
+    out_pe_perm = mha(xp_perm, xp_perm, xp_perm)[0].numpy()
+    assert np.abs(out_pe_perm - out_pe[:, perm]).max() > 1e-3
+
+
+@pytest.mark.parametrize("d", [4, 16, 64])
+def test_section_6_2_dot_product_variance_is_d_and_the_scale_restores_one(d):
+    """Section 6.2: Var[x . y] = d for x, y ~ N(0, I_d), hence the division by sqrt(d_k).
+    Sampled directly, and through nnkit's fused attention: with one query and two keys the
+    log-ratio of the two weights is (q . k_1 - q . k_0) * scale, whose variance is 2 for the
+    default scale 1/sqrt(d) (2 d without it). 100,000 seeded samples: the relative standard
+    error of a sample variance here is below 1%, the tolerance 4%."""
+    n = 100_000
+    rng = np.random.default_rng(d)
+    q = rng.standard_normal((n, 1, d))
+    k = rng.standard_normal((n, 2, d))
+    dots = (q * k[:, :1]).sum(-1).ravel()
+    assert abs(dots.var() / d - 1) < 0.04
+    weights = scaled_dot_product_attention(q, k, np.broadcast_to(np.eye(2), (n, 2, 2)))
+    weights = weights.numpy()[:, 0]  # (n, 2): value = I makes the output the weights
+    log_ratio = np.log(weights[:, 1] / weights[:, 0])
+    np.testing.assert_allclose(log_ratio, (q[:, 0] * (k[:, 1] - k[:, 0])).sum(-1) / math.sqrt(d),
+                               rtol=1e-9, atol=1e-9)
+    assert abs(log_ratio.var() / 2 - 1) < 0.04
+
+
 # ---- positional encoding --------------------------------------------------------------------
 
 @pytest.mark.parametrize("d", [1, 2, 5, 8, 9])

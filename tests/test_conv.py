@@ -190,6 +190,59 @@ def test_max_pool_nan_wins_as_torch():
     assert dx[0, 0, 1, 1] == 1.0  # torch's loop keeps the last NaN
 
 
+# ---- the notes' formulas (section 4.1 and 4.2) -----------------------------------------------
+def _notes_convolution_2d(image, kernel):
+    """Section 4.2 as printed: (I * W)[i, j] = sum_k sum_l I[i - k, j - l] W[k, l], with I and
+    W zero outside their arrays; every (i, j) where it can be non-zero, (H + kh - 1, W + kw - 1)."""
+    H, W_ = image.shape
+    kh, kw = kernel.shape
+    out = np.zeros((H + kh - 1, W_ + kw - 1))
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            for k in range(kh):
+                for l in range(kw):  # noqa: E741  (the notes' index)
+                    if 0 <= i - k < H and 0 <= j - l < W_:
+                        out[i, j] += image[i - k, j - l] * kernel[k, l]
+    return out
+
+
+def _notes_cross_correlation_2d(image, kernel):
+    """Definition 4.8 in two dimensions, (W star I)[i, j] = sum_k sum_l W[k, l] I[i + k, j + l],
+    where the window lies inside the image: (H - kh + 1, W - kw + 1)."""
+    kh, kw = kernel.shape
+    out = np.zeros((image.shape[0] - kh + 1, image.shape[1] - kw + 1))
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            for k in range(kh):
+                for l in range(kw):  # noqa: E741
+                    out[i, j] += kernel[k, l] * image[i + k, j + l]
+    return out
+
+
+@given(C=st.integers(1, 3), K_out=st.integers(1, 2), H=st.integers(3, 7), W=st.integers(3, 7),
+       kh=st.integers(1, 3), kw=st.integers(1, 3), seed=st.integers(0, 2**31))
+def test_section_4_2_conv2d_is_cross_correlation_and_a_flipped_kernel_gives_convolution(
+        C, K_out, H, W, kh, kw, seed):
+    """F.conv2d (torch's) is Definition 4.8's cross-correlation, not the notes' convolution:
+    conv2d(x, w)[a, b] = sum_{k,l} w[k, l] x[a + k, b + l]. With the kernel flipped,
+    w_bar[k, l] = w[kh-1-k, kw-1-l] (the Remark after Definition 4.8), and padding kh - 1,
+    kw - 1 it equals section 4.2's (I * W)[i, j] = sum_{k,l} I[i - k, j - l] W[k, l] at every
+    (i, j); each output channel sums its kernels over the input channels."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, C, H, W))
+    w = rng.standard_normal((K_out, C, kh, kw))
+    correlation = FC.conv2d(x, w).numpy()[0]
+    convolution = FC.conv2d(x, w[:, :, ::-1, ::-1].copy(), padding=(kh - 1, kw - 1)).numpy()[0]
+    for k in range(K_out):
+        expected_corr = sum(_notes_cross_correlation_2d(x[0, c], w[k, c]) for c in range(C))
+        expected_conv = sum(_notes_convolution_2d(x[0, c], w[k, c]) for c in range(C))
+        np.testing.assert_allclose(correlation[k], expected_corr, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(convolution[k], expected_conv, rtol=1e-12, atol=1e-12)
+    if kh * kw > 1 and not np.allclose(w, w[:, :, ::-1, ::-1]):  # an asymmetric kernel:
+        valid = convolution[:, kh - 1:H, kw - 1:W]  # the convolution where the window fits
+        assert not np.allclose(correlation, valid)  # is not the cross-correlation
+
+
 # ---- gradcheck -------------------------------------------------------------------------------
 
 def test_gradcheck_conv2d(rng):

@@ -311,6 +311,233 @@ def test_gradient_descent_sufficient_decrease(problem):
         h, grad = h_next, grad_next
 
 
+# ----- section 3.2 on least squares: h(theta) = ||X theta - y||^2 / (2n) ---------------------
+def _least_squares(seed=0, n=60, d=5, condition=10.0):
+    """X (n, d) with singular values spread so that L / mu = ``condition`` (H = X^T X / n),
+    y = X theta_true + noise (so h* > 0), theta* by nk.classic.LinearRegression, theta_0."""
+    rng = np.random.default_rng(seed)
+    U, _ = np.linalg.qr(rng.standard_normal((n, d)))
+    V, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    X = U * np.sqrt(n * np.geomspace(1.0, condition, d)) @ V.T  # eigenvalues of H: 1..cond
+    y = X @ rng.standard_normal(d) + 0.3 * rng.standard_normal(n)
+    H = X.T @ X / n
+    eig = np.linalg.eigvalsh(H)
+    theta_star = nk.classic.LinearRegression(fit_intercept=False).fit(X, y).coef_
+    return X, y, float(eig.max()), float(eig.min()), theta_star, 3.0 * rng.standard_normal(d)
+
+
+def _gradient_descent(X, y, theta0, eta, steps):
+    """nk.optim.SGD (no momentum) on h with nnkit autograd: (h_t, grad_t) for t = 0..steps."""
+    theta = nk.nn.Parameter(theta0.copy())
+    X_t, y_t, n = nk.tensor(X), nk.tensor(y), len(y)
+    opt = optim.SGD([theta], lr=eta)
+    hs, grads = [], []
+    for t in range(steps + 1):
+        opt.zero_grad()
+        r = X_t @ theta - y_t
+        h = (r * r).sum() / (2 * n)
+        h.backward()
+        hs.append(h.item())
+        grads.append(theta.grad.copy())
+        if t < steps:
+            opt.step()
+    return np.array(hs), np.array(grads)
+
+
+def _h(X, y, theta):
+    r = X @ theta - y
+    return float(r @ r) / (2 * len(y))
+
+
+def test_section_3_2_least_squares_sufficient_decrease_at_eta_one_over_L():
+    """Section 3.2: at eta = 1/L, h(theta_{t+1}) <= h(theta_t) - ||grad h(theta_t)||^2 / (2L),
+    with L = lambda_max(X^T X / n); the gradients are nnkit autograd's, checked against
+    X^T (X theta - y) / n."""
+    X, y, L, _mu, _star, theta0 = _least_squares()
+    hs, grads = _gradient_descent(X, y, theta0, 1.0 / L, 40)
+    theta = theta0.copy()
+    for t in range(40):
+        np.testing.assert_allclose(grads[t], X.T @ (X @ theta - y) / len(y), rtol=1e-10,
+                                   atol=1e-12)
+        theta = theta - grads[t] / L
+        decrease = float(grads[t] @ grads[t]) / (2 * L)
+        assert hs[t + 1] <= hs[t] - decrease + 1e-12 * (1 + hs[t]), t
+
+
+def test_lemma_3_4_pl_inequality_and_the_one_minus_mu_over_L_rate():
+    """Definition 3.3 and Lemma 3.4: least squares with H = X^T X / n of full rank is mu-PL with
+    mu = lambda_min(H), and gradient descent at eta = 1/L keeps
+    h(theta_t) - h* <= (1 - mu/L)^t (h(theta_0) - h*). On a quadratic the rate is in fact the
+    square, (1 - mu/L)^(2t): the error along H's smallest eigenvector shrinks by 1 - mu/L per
+    step and h - h* is quadratic in the error; the measured per-step ratio approaches it."""
+    X, y, L, mu, theta_star, theta0 = _least_squares()
+    h_star = _h(X, y, theta_star)
+    T = 80
+    hs, grads = _gradient_descent(X, y, theta0, 1.0 / L, T)
+    gap = hs - h_star
+    assert gap[0] > 1.0
+    half_sq_grad = 0.5 * (grads * grads).sum(axis=1)
+    assert (half_sq_grad >= mu * gap - 1e-12).all()  # the PL inequality at every iterate
+    t = np.arange(T + 1)
+    rate = 1 - mu / L
+    assert (gap <= rate ** t * gap[0] * (1 + 1e-9) + 1e-12).all()  # Lemma 3.4
+    assert (gap <= rate ** (2 * t) * gap[0] * (1 + 1e-9) + 1e-12).all()  # the sharper rate
+    np.testing.assert_allclose(gap[T] / gap[T - 1], rate ** 2, rtol=1e-3)
+
+
+def test_lemma_3_2_steps_to_an_epsilon_critical_point():
+    """Lemma 3.2: at eta = 1/L gradient descent reaches ||grad h|| <= epsilon within
+    T = 2L (h(theta_0) - h*) / epsilon^2 steps. Its proof's sum form holds at every T:
+    sum_{t<T} ||grad h(theta_t)||^2 <= 2L (h(theta_0) - h(theta_T))."""
+    X, y, L, _mu, theta_star, theta0 = _least_squares(seed=1, condition=50.0)
+    h_star = _h(X, y, theta_star)
+    hs, grads = _gradient_descent(X, y, theta0, 1.0 / L, 400)
+    norms = np.linalg.norm(grads, axis=1)
+    for eps in (3.0, 1.0, 0.3, 0.1, 0.03):
+        bound = 2 * L * (hs[0] - h_star) / eps**2
+        first = int(np.argmax(norms <= eps))
+        assert norms[first] <= eps and first <= bound, (eps, first, bound)
+    cumulative = np.cumsum(norms[:-1] ** 2)  # sum over t < T, for T = 1..400
+    assert (cumulative <= 2 * L * (hs[0] - hs[1:]) * (1 + 1e-9) + 1e-12).all()
+
+
+def test_section_3_2_step_size_converges_at_1_9_over_L_and_diverges_at_2_1_over_L():
+    """Section 3.2: h strictly decreases when eta < 2/L. On least squares the error along H's
+    top eigenvector is multiplied by 1 - eta L each step: |1 - 1.9| = 0.9 converges,
+    |1 - 2.1| = 1.1 diverges (h - h* grows by 1.21 per step once that direction dominates)."""
+    X, y, L, _mu, theta_star, theta0 = _least_squares()
+    h_star = _h(X, y, theta_star)
+    fast, _ = _gradient_descent(X, y, theta0, 1.9 / L, 300)
+    assert fast[-1] - h_star < 1e-10 * (fast[0] - h_star)
+    assert (np.diff(fast) <= 1e-12).all()  # monotone, as sufficient decrease promises
+    slow, _ = _gradient_descent(X, y, theta0, 2.1 / L, 300)
+    assert slow[-1] - h_star > 1e10 * (slow[0] - h_star)
+    np.testing.assert_allclose((slow[-1] - h_star) / (slow[-2] - h_star), 1.1**2, rtol=1e-6)
+
+
+# ----- the notes' forms of Nesterov, AdaGrad and Adam (section 3.3) beside torch's ----------
+def _quadratic_problem(seed=3, d=6):
+    """h(theta) = theta^T A theta / 2 - b^T theta, A positive definite; gradient A theta - b."""
+    rng = np.random.default_rng(seed)
+    M = rng.standard_normal((d, d))
+    A = M @ M.T / d + 0.1 * np.eye(d)
+    return A, rng.standard_normal(d), rng.standard_normal(d)
+
+
+def _run(opt_cls, kwargs, grad, theta0, steps):
+    """nnkit's iterates theta_0..theta_steps of ``opt_cls`` on the gradient field ``grad``."""
+    theta = nk.nn.Parameter(theta0.copy())
+    opt = opt_cls([theta], **kwargs)
+    out = [theta.data.copy()]
+    for _ in range(steps):
+        theta.grad = grad(theta.data)
+        opt.step()
+        out.append(theta.data.copy())
+    return np.array(out)
+
+
+def _notes_nesterov(grad, theta0, eta, beta, steps):
+    """Section 3.3 as printed: chi^{t+1} = theta^t + beta (theta^t - theta^{t-1}),
+    theta^{t+1} = chi^{t+1} - eta grad h(chi^{t+1}), theta^{-1} = theta^0.
+    Returns (theta^0..theta^steps, chi^1..chi^{steps+1})."""
+    prev, cur = theta0.copy(), theta0.copy()
+    thetas, chis = [cur], []
+    for _ in range(steps + 1):
+        chi = cur + beta * (cur - prev)
+        chis.append(chi)
+        prev, cur = cur, chi - eta * grad(chi)
+        thetas.append(cur)
+    return np.array(thetas[:steps + 1]), np.array(chis)
+
+
+def test_section_3_3_nesterov_torch_iterate_is_the_notes_extrapolated_point():
+    """torch's (and nnkit's) SGD(nesterov=True) tracks the notes' extrapolated point: its
+    parameter after t steps is chi^{t+1} = theta^t + beta (theta^t - theta^{t-1}), not theta^t.
+    (With u_t = theta^{t+1} - theta^t, torch's buffer is b_t = -u_t / eta and its step
+    p_{t+1} = p_t - eta (grad h(p_t) + beta b_t) is chi^{t+2} - chi^{t+1}.)"""
+    A, b, theta0 = _quadratic_problem()
+    grad = lambda th: A @ th - b  # noqa: E731
+    eta, beta, T = 0.1, 0.9, 40
+    ours = _run(optim.SGD, {"lr": eta, "momentum": beta, "nesterov": True}, grad, theta0, T)
+    thetas, chis = _notes_nesterov(grad, theta0, eta, beta, T)
+    np.testing.assert_allclose(ours, chis, rtol=1e-12, atol=1e-12)
+    # the two sequences differ by beta (theta^t - theta^{t-1}), which is not small here
+    assert np.abs(ours[1:] - thetas[1:]).max() > 0.1
+    np.testing.assert_allclose(ours[1:] - thetas[1:], beta * (thetas[1:] - thetas[:-1]),
+                               rtol=1e-10, atol=1e-12)
+
+
+def _notes_adagrad(grad, theta0, eta, delta, steps):
+    """Section 3.3 as printed: gamma^t = gamma^{t-1} + (grad h)^2, gamma^{-1} = 0,
+    theta^{t+1} = theta^t - eta / sqrt(gamma^t + delta) * grad h(theta^t)."""
+    theta, gamma = theta0.copy(), np.zeros_like(theta0)
+    out = [theta]
+    for _ in range(steps):
+        g = grad(theta)
+        gamma = gamma + g * g
+        theta = theta - eta / np.sqrt(gamma + delta) * g
+        out.append(theta)
+    return np.array(out)
+
+
+def test_section_3_3_adagrad_is_torchs_with_delta_as_initial_accumulator():
+    """The notes put delta inside the root, torch adds eps outside it: sqrt(gamma + delta) vs
+    sqrt(sum) + eps. The notes' form with delta is exactly nnkit's Adagrad with
+    initial_accumulator_value = delta (sum_t = delta + gamma_t) and eps -> 0; nnkit's default
+    (sum_0 = 0, eps = 1e-10) is the limit delta -> 0 of the notes' form, the gap shrinking
+    in proportion to delta."""
+    A, b, theta0 = _quadratic_problem()
+    grad = lambda th: A @ th - b  # noqa: E731
+    eta, T = 0.3, 50
+    for delta in (0.5, 1e-3):
+        notes = _notes_adagrad(grad, theta0, eta, delta, T)
+        ours = _run(optim.Adagrad, {"lr": eta, "initial_accumulator_value": delta,
+                                    "eps": 1e-300}, grad, theta0, T)
+        np.testing.assert_allclose(ours, notes, rtol=1e-12, atol=1e-13)
+    default = _run(optim.Adagrad, {"lr": eta}, grad, theta0, T)
+    gaps = [np.abs(_notes_adagrad(grad, theta0, eta, delta, T) - default).max()
+            for delta in (1e-2, 1e-4, 1e-6, 1e-8)]
+    assert gaps[0] > 1e-4  # a visible difference at delta = 0.01
+    assert (np.array(gaps[1:]) < np.array(gaps[:-1]) / 30).all()
+    assert gaps[-1] < 1e-6
+
+
+def _notes_adam(grad, theta0, eta, beta, alpha, delta, steps, bias_correction=False):
+    """Section 3.3 as printed, with a base rate eta (the notes' eta_t = 1 / sqrt(gamma + delta)
+    has none): g_t = beta g_{t-1} + (1 - beta) grad, gamma_t = alpha gamma_{t-1} +
+    (1 - alpha) grad^2 (both from 0), theta_{t+1} = theta_t - eta g_t / sqrt(gamma_t + delta).
+    ``bias_correction`` multiplies the step t = 1, 2, ... by sqrt(1 - alpha^t) / (1 - beta^t)."""
+    theta = theta0.copy()
+    m, v = np.zeros_like(theta0), np.zeros_like(theta0)
+    out = [theta]
+    for t in range(1, steps + 1):
+        g = grad(theta)
+        m = beta * m + (1 - beta) * g
+        v = alpha * v + (1 - alpha) * g * g
+        rate = eta * np.sqrt(1 - alpha**t) / (1 - beta**t) if bias_correction else eta
+        theta = theta - rate * m / np.sqrt(v + delta)
+        out.append(theta)
+    return np.array(out)
+
+
+def test_section_3_3_adam_is_the_notes_form_with_kingmas_bias_correction():
+    """The notes' Adam has no bias correction: from g_0 = gamma_0 = 0 its first step is
+    (1 - beta) / sqrt(1 - alpha) times larger (3.16x at beta = 0.9, alpha = 0.999) than
+    Kingma and Ba's, whose step t is scaled by sqrt(1 - alpha^t) / (1 - beta^t). With that
+    factor and delta = 0, eps -> 0 the notes' form is nnkit's (torch's) Adam exactly."""
+    A, b, theta0 = _quadratic_problem()
+    grad = lambda th: A @ th - b  # noqa: E731
+    eta, beta, alpha, T = 0.05, 0.9, 0.999, 60
+    ours = _run(optim.Adam, {"lr": eta, "betas": (beta, alpha), "eps": 1e-300}, grad, theta0, T)
+    corrected = _notes_adam(grad, theta0, eta, beta, alpha, 0.0, T, bias_correction=True)
+    np.testing.assert_allclose(ours, corrected, rtol=1e-11, atol=1e-12)
+    plain = _notes_adam(grad, theta0, eta, beta, alpha, 0.0, T)
+    first = (1 - beta) / np.sqrt(1 - alpha)
+    np.testing.assert_allclose(plain[1] - theta0, first * (ours[1] - theta0), rtol=1e-10)
+    np.testing.assert_allclose(np.abs(ours[1] - theta0), eta, rtol=1e-10)  # lr sign(g)
+    assert np.abs(plain[T] - ours[T]).max() > 1e-2  # the two trajectories differ visibly
+
+
 # ----- state, groups, closures --------------------------------------------------------------
 RESUME_CASES = [
     (optim.SGD, {"lr": 0.05, "momentum": 0.9, "nesterov": True}),

@@ -402,6 +402,35 @@ def test_bahdanau_attention_gradient_matches_finite_differences(rng):
     assert nk.gradcheck(lambda s, a: attend(s, a)[1], inputs)
 
 
+def test_section_5_3_bahdanau_score_is_the_notes_formula_by_hand():
+    """Section 5.3: a_ij = softmax_j(MLP(z_{i-1}, zeta_j)), with Bahdanau's MLP
+    e_ij = v^T tanh(W z_{i-1} + U zeta_j + b), written out per (i, j) in plain loops from the
+    model's parameters and compared with the weights of every decoder step (softmax over the
+    sentence's real tokens only); the context c_i = sum_j a_ij zeta_j likewise."""
+    model = _seq2seq()
+    W = model.attn_query.weight.numpy()  # (A, H)
+    U, b = model.attn_key.weight.numpy(), model.attn_key.bias.numpy()  # (A, 2H), (A,)
+    v = model.attn_score.weight.numpy()[0]  # (A,)
+    cache = model.encode(SRC)
+    zeta = cache.annotations.numpy()  # (B, S, 2H)
+    for i in range(TGT.shape[1] - 1):
+        z_prev = cache.state.numpy()  # (B, H): z_{i-1}
+        context, weights = (t.numpy() for t in model.attend(cache.state, cache))
+        _, cache = model.decode_step(TGT[:, i], cache)
+        np.testing.assert_array_equal(cache.attention.numpy(), weights)  # what the step used
+        for row in range(len(SRC)):
+            real = [j for j in range(SRC.shape[1]) if SRC[row, j] != PAD_ID]
+            e = [sum(v[a] * math.tanh(sum(W[a, h] * z_prev[row, h] for h in range(W.shape[1]))
+                                      + sum(U[a, c] * zeta[row, j, c] for c in range(U.shape[1]))
+                                      + b[a]) for a in range(len(v))) for j in real]
+            top = max(e)
+            a = [math.exp(x - top) / sum(math.exp(y - top) for y in e) for x in e]
+            np.testing.assert_allclose(weights[row, real], a, rtol=1e-12, atol=1e-14)
+            assert (weights[row, len(real):] == 0).all()
+            c = sum(a_j * zeta[row, j] for a_j, j in zip(a, real, strict=True))
+            np.testing.assert_allclose(context[row], c, rtol=1e-12, atol=1e-14)
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_models_reject_bad_input(name):
     model = MODELS[name]()

@@ -2,9 +2,17 @@
 
 Constructions (the book appendix's sigmoid bins, the notes' ReLU interpolant) that return real
 ``nn.Module`` objects with hand-set weights, the error predictions they are tested against,
-and activation regions of ReLU networks (exact in 1-D and for one hidden layer in 2-D).
+activation regions of ReLU networks (exact in 1-D and for one hidden layer in 2-D), and
+Barron's O(1/m) rate (Theorem 2.7) measured on trained networks in several dimensions.
 """
 
+from .barron import (
+    BarronResult,
+    BarronTarget,
+    barron_experiment,
+    barron_target,
+    train_width,
+)
 from .constructions import (
     bin_function,
     bin_means,
@@ -43,4 +51,9 @@ __all__ = [
     "activation_patterns",
     "count_linear_regions",
     "montufar_network",
+    "BarronTarget",
+    "BarronResult",
+    "barron_target",
+    "train_width",
+    "barron_experiment",
 ]

@@ -6,7 +6,9 @@ a real ``nn.Module`` that ``nk.optim`` can train further):
 1. a step: one sigmoid unit, ``f(x) = a sigma(w (x - s))`` (E.B.1), a jump of height ``a``
    at ``s`` when ``w`` is large;
 2. a bin: two units, ``f(x; a, s, Delta) = a sigma(w(x - s + Delta/2)) - a sigma(w(x - s -
-   Delta/2))`` (E.B.2), equal to ``a`` on ``[s - Delta/2, s + Delta/2]`` and 0 elsewhere;
+   Delta/2))`` (E.B.2), equal to ``a`` on ``[s - Delta/2, s + Delta/2]`` and 0 elsewhere (the
+   appendix prints E.B.2 with the two terms' signs swapped, which gives ``-a`` on the bin;
+   this is the form its text describes: up at ``s - Delta/2``, down at ``s + Delta/2``);
 3. m bins: 2m units, ``f(x) = sum_i f(x; g_i, c_i, Delta)`` (E.B.3) with ``g_i`` the mean of
    ``g`` over bin ``i`` (Gauss-Legendre quadrature).
 
@@ -156,6 +158,9 @@ def _bin_units(heights, centers, delta, w):
 def bin_function(a: float, s: float, delta: float, w: float = DEFAULT_W) -> nn.Sequential:
     """Two units as a bin (E.B.2): ``f(x; a, s, Delta) = a sigma(w(x - s + Delta/2)) -
     a sigma(w(x - s - Delta/2))``, about ``a`` on ``[s - Delta/2, s + Delta/2]``, 0 elsewhere.
+
+    The appendix's printed E.B.2 has the two signs swapped (it is ``-a`` on the bin as
+    printed); this is the form the appendix's text describes.
 
     Examples
     --------

@@ -1,12 +1,14 @@
-"""The ``nnkit tour`` section for nk.approx: construction vs prediction, in seconds."""
+"""The ``nnkit tour`` section for nk.approx: construction vs prediction, in seconds, and
+Barron's rate (Theorem 2.7) measured on trained networks."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..approx import constructions as C
+from ..approx.barron import barron_experiment
 from ..approx.regions import count_linear_regions
-from .common import tour_row
+from .common import pyplot, tour_row
 
 __all__ = ["approx_section"]
 
@@ -58,7 +60,44 @@ def approx_section(ctx) -> list[dict]:
     out.append(_regions_row(ctx.seed))
     if ctx.plots:
         _plot(rows, ctx.out_dir / "approx_bins.png")
+    out.extend(_barron_rows(ctx))
     return out
+
+
+BARRON_TARGET = -0.6  # the slope a row must reach; Theorem 2.7 gives -1 for the best nets
+
+
+def _barron_rows(ctx) -> list[dict]:
+    """The log-log slope of held-out MSE against width m per dimension d (Theorem 2.7).
+
+    Quick: d = 8, m = 2..16, 800 steps (seconds). Full: d = 2, 8, 32, m = 2..32, 1500
+    steps, and the plot ``approx_barron.png``."""
+    if ctx.quick:
+        res = barron_experiment(dims=(8,), widths=(2, 4, 8, 16), steps=800, batch_size=512,
+                                random_state=ctx.seed)
+    else:
+        res = barron_experiment(dims=(2, 8, 32), widths=(2, 4, 8, 16, 32),
+                                random_state=ctx.seed)
+    rows = [tour_row("approximation", f"Barron: slope of MSE in m, d={d}", f"{slope:.2f}",
+                     f"<= {BARRON_TARGET} (best nets: <= -1)", slope <= BARRON_TARGET)
+            for d, slope in res.slopes.items()]
+    plt = pyplot() if ctx.plots else None
+    if plt is not None:
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        for d, mse in res.mse.items():
+            ax.loglog(res.widths, mse, "o-", label=f"d = {d}")
+        first = max(mse[0] for mse in res.mse.values())
+        ax.loglog(res.widths, first * res.widths[0] / res.widths, "k--", label="1/m")
+        ax.set_xticks(res.widths, [str(m) for m in res.widths])
+        ax.set_xticks([], minor=True)
+        ax.set_xlabel("hidden units m")
+        ax.set_ylabel("held-out MSE")
+        ax.set_title("Barron's rate, trained tanh networks")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(ctx.out_dir / "approx_barron.png", dpi=110)
+        plt.close(fig)
+    return rows
 
 
 def _regions_row(seed: int) -> dict:

@@ -1,7 +1,7 @@
 """Training: the loop helpers (minibatches, predictions, accuracy) and the recipes the tour,
 the examples and the benchmarks share, one module per model family: ``mlp`` and ``cnn`` (digits),
 ``vit`` (the digits ViT), ``bert`` (pretraining and fine-tuning epochs) and ``recurrent``
-(the adding problem)."""
+(the adding problem; an LRU read by an MLP or a linear map on a product of delayed inputs)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from .bert import finetune_head, head_accuracy, pretrain_epoch, text_batches, un
 from .cnn import lenet_digits, train_cnn_digits
 from .loops import accuracy, minibatches, predict_classes, train_epoch
 from .mlp import train_mlp_digits
-from .recurrent import train_adding_problem
+from .recurrent import delayed_product, lru_readout_model, train_adding_problem, train_lru_readout
 from .vit import DIGITS_VIT, make_digits_vit, train_vit
 
 __all__ = [
@@ -29,4 +29,7 @@ __all__ = [
     "unigram_accuracy",
     "text_batches",
     "train_adding_problem",
+    "delayed_product",
+    "lru_readout_model",
+    "train_lru_readout",
 ]
