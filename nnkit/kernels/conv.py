@@ -218,6 +218,8 @@ class ConvCache:
     out_hw: tuple
     cols: object = None  # (C kh kw, N Ho Wo) from the forward, or None once consumed
     squeeze: bool = False  # a conv1d cache: drop the height axis of the gradients
+    algorithm: str = "im2col"  # the CPU path ``_cpu_algorithm`` chose (the backward's too)
+    wino_u: object = None  # Winograd: the transformed weight (36, K, C); cols holds V
 
 
 def conv2d_forward(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -304,7 +306,34 @@ def _im2col(cache, out):
     return out
 
 
+# The CPU algorithm for a shape (measured: benchmarks/RESULTS.md, "Convolution algorithms by
+# shape"). Winograd F(4x4, 3x3) for 3x3 stride-1 undilated ungrouped layers with at least 16
+# input and output channels and an output of at least 8x8: it does a quarter of the
+# multiplies, and its tile transforms (a few dozen operations per input and output element)
+# are paid back only when C and K are wide enough for the GEMMs to dominate and the tile
+# rows long enough to vectorise; thinner or smaller layers (the 3-channel first layer, the
+# digits CNN's 8x8 maps), other kernels, strides, dilations and groups run im2col + GEMM.
+# ``ALGORITHM`` forces one path where it applies (the tests run every path).
+ALGORITHM = None
+
+
+def _cpu_algorithm(x_shape, weight_shape, stride, dilation, groups, out_hw):
+    """'winograd' or 'im2col' for this layer (see the comment above)."""
+    C, (K, _, kh, kw) = x_shape[1], weight_shape
+    fits_winograd = ((kh, kw) == (3, 3) and stride == (1, 1) and dilation == (1, 1)
+                     and groups == 1)
+    if ALGORITHM is not None:
+        return ALGORITHM if ALGORITHM != "winograd" or fits_winograd else "im2col"
+    if fits_winograd and min(C, K) >= 16 and min(out_hw) >= 8:
+        return "winograd"
+    return "im2col"
+
+
 def _conv2d_forward_cpu(x, weight, bias, cache):
+    cache.algorithm = _cpu_algorithm(x.shape, weight.shape, cache.stride, cache.dilation,
+                                     cache.groups, cache.out_hw)
+    if cache.algorithm == "winograd":
+        return _winograd_forward(x, weight, bias, cache)
     conv_cpu = _cpu()
     N, C, H, W = x.shape
     K, Cg, kh, kw = weight.shape
@@ -324,6 +353,97 @@ def _conv2d_forward_cpu(x, weight, bias, cache):
     _pool.give(ykn)
     cache.cols = cols
     return y.reshape(N, K, *cache.out_hw)
+
+
+# ---- Winograd F(4x4, 3x3) -------------------------------------------------------------------
+# y = A^T [U * V] A tile by tile (nnkit._ext.winograd_cpu), U = G g G^T (36, K, C) and
+# V = B^T d B (36, C, T) for the T tiles (4x4 outputs, 6x6 inputs, one junk tile ending each
+# tile row); the 36 products summed over channels are the batched GEMM M = U @ V (36, K, T).
+# Backward, the exact adjoints of these linear maps: dM = A dY A^T (36, K, T), then
+#     dU = dM @ V^T (36, K, C) and dW = G^T dU G;   dV = U^T @ dM and dx = B dV B^T added
+# over the overlapping input windows: two batched GEMMs of a quarter of im2col's multiplies.
+# float32 error (measured against float64, random normal data, the three benchmark shapes):
+# a few times 1e-6 of max|y| in y, dx and dW, against about 1e-7 for im2col; the test
+# ``test_winograd_float32_error_bound`` holds it under 2^-14 max|y| (rounding of the
+# transforms' constants 1/6, 1/12, 1/24 and of intermediate values up to ~100x the inputs).
+
+
+def _wino():
+    return load_kernels("winograd_cpu")
+
+
+def _tiles(cache):
+    """(TH, TW, T): tile rows and columns of one image, total tile count with junk tiles."""
+    Ho, Wo = cache.out_hw
+    TH, TW = -(-Ho // 4), -(-Wo // 4)
+    return TH, TW, cache.x.shape[0] * TH * (TW + 1)
+
+
+def _winograd_weight(weight):
+    """U[e1 6 + e2, k, c] = (G w[k, c] G^T)[e1, e2], computed in float64."""
+    G = _wino().G
+    K, C = weight.shape[:2]
+    t = np.tensordot(G, weight.astype(np.float64), axes=(1, 2))  # (6, K, C, 3)
+    u = np.tensordot(t, G, axes=(3, 1))  # (6, K, C, 6)
+    return np.ascontiguousarray(u.transpose(0, 3, 1, 2).reshape(36, K, C), dtype=weight.dtype)
+
+
+def _winograd_input(cache):
+    x = cache.x
+    TH, TW, T = _tiles(cache)
+    V = _pool.take(36 * x.shape[1] * T, x.dtype).reshape(36, x.shape[1], T)
+    _wino().wino_input(x, cache.pads[0][0], cache.pads[1][0], TH, TW, V,
+                       not SERIAL_AROUND_BLAS)
+    return V
+
+
+def _winograd_forward(x, weight, bias, cache):
+    x = cache.x = np.ascontiguousarray(x)
+    N, K = x.shape[0], weight.shape[0]
+    TH, TW, T = _tiles(cache)
+    U = cache.wino_u = _winograd_weight(weight)
+    V = _winograd_input(cache)
+    M = _pool.take(36 * K * T, x.dtype).reshape(36, K, T)
+    np.matmul(U, V, out=M)
+    y = np.empty((N, K, *cache.out_hw), dtype=x.dtype)
+    b = bias if bias is not None else np.zeros(K, dtype=x.dtype)
+    _wino().wino_output(M, TH, TW, np.ascontiguousarray(b), y, not SERIAL_AROUND_BLAS)
+    _pool.give(M)
+    cache.cols = V
+    return y
+
+
+def _winograd_backward(dy, cache, needs_input_grad, needs_weight_grad):
+    x, weight = cache.x, cache.weight
+    C, K = x.shape[1], weight.shape[0]
+    TH, TW, T = _tiles(cache)
+    wc = _wino()
+    dM = _pool.take(36 * K * T, x.dtype).reshape(36, K, T)
+    wc.wino_output_adjoint(np.ascontiguousarray(dy), TH, TW, dM, not SERIAL_AROUND_BLAS)
+    dweight = dbias = None
+    if needs_weight_grad:
+        V = cache.cols if cache.cols is not None else _winograd_input(cache)
+        dU = np.matmul(dM, V.transpose(0, 2, 1))  # (36, K, C)
+        G = wc.G
+        t = np.tensordot(dU.reshape(6, 6, K, C).astype(np.float64), G, axes=(1, 0))
+        dweight = np.tensordot(G, t, axes=(0, 0)).transpose(1, 2, 0, 3).astype(x.dtype)
+        dweight = np.ascontiguousarray(dweight)  # (K, C, 3, 3)
+        if cache.has_bias:
+            dbias = dy.sum(axis=(0, 2, 3), dtype=np.float64).astype(x.dtype)
+        cache.cols = V
+    dx = None
+    if needs_input_grad:
+        dV = cache.cols if cache.cols is not None else _pool.take(36 * C * T, x.dtype)
+        dV = dV.reshape(36, C, T)
+        cache.cols = None  # overwritten below
+        U = cache.wino_u
+        np.matmul(U.transpose(0, 2, 1), dM, out=dV)
+        dx = np.empty(x.shape, dtype=x.dtype)
+        wc.wino_input_adjoint(dV, cache.pads[0][0], cache.pads[1][0], TH, TW, dx,
+                              not SERIAL_AROUND_BLAS)
+        _pool.give(dV)
+    _pool.give(dM)
+    return dx, dweight, dbias
 
 
 def release(cache):
@@ -386,6 +506,8 @@ def _check_dy(dy, shape, dtype, device):
 
 
 def _conv2d_backward_cpu(dy, cache, needs_input_grad, needs_weight_grad):
+    if cache.algorithm == "winograd":
+        return _winograd_backward(dy, cache, needs_input_grad, needs_weight_grad)
     conv_cpu = _cpu()
     x, weight = cache.x, cache.weight
     N, C, H, W = x.shape
