@@ -40,7 +40,8 @@ import numpy as np
 from ._dispatch import serial_or_parallel
 
 __all__ = ["im2col", "col2im", "bias_transpose", "transpose_sum", "max_pool",
-           "max_pool_backward", "avg_pool", "avg_pool_backward", "avg_divisor"]
+           "max_pool_backward", "avg_pool", "avg_pool_backward", "avg_divisor",
+           "depthwise_forward", "depthwise_backward_input", "depthwise_backward_weight"]
 
 
 def _valid_range(n_out, size, stride, offset):
@@ -274,3 +275,124 @@ max_pool = _by_size(_max_pool, 0)
 max_pool_backward = _by_size(_max_pool_backward, -1)  # dx
 avg_pool = _by_size(_avg_pool, 0)
 avg_pool_backward = _by_size(_avg_pool_backward, -1)  # dx
+
+
+# ---- depthwise convolution (groups = C = K): direct loops ---------------------------------
+# One filter per channel: im2col would run C GEMMs of a single row. These loops work on one
+# zero-padded (n, c) plane at a time (P, (H + pt + pb) x (W + pl + pr)), each output row a
+# unit-stride (stride 1) or strided run that LLVM vectorises; the weight gradient keeps a
+# vector of partial sums per tap (a scalar reduction would stay unvectorised without
+# fastmath) and adds it up in float64 at the end.
+
+
+@numba.njit(cache=True, inline="always")
+def _pad_plane(x, n, c, pt, pl, P):
+    """P = x[n, c] placed at (pt, pl) in zeros."""
+    H, W = x.shape[2], x.shape[3]
+    P[:, :] = 0
+    for h in range(H):
+        row = P[pt + h]
+        src = x[n, c, h]
+        for w in range(W):
+            row[np.uint64(pl + w)] = src[np.uint64(w)]
+
+
+def _depthwise_forward(x, w, bias, sh, sw, pt, pl, pb, pr, dh, dw, y):
+    """y[n, c, a, b] = bias[c] + sum_{i, j} w[c, 0, i, j] xpad[n, c, a sh + i dh, b sw + j dw]."""
+    N, C, H, W = x.shape
+    kh, kw = w.shape[2], w.shape[3]
+    Ho, Wo = y.shape[2], y.shape[3]
+    for nc in numba.prange(N * C):
+        n = nc // C
+        c = nc % C
+        P = np.empty((H + pt + pb, W + pl + pr), dtype=x.dtype)
+        _pad_plane(x, n, c, pt, pl, P)
+        for a in range(Ho):
+            out = y[n, c, a]
+            for b in range(Wo):
+                out[np.uint64(b)] = bias[c]
+            for i in range(kh):
+                row = P[a * sh + i * dh]
+                for j in range(kw):
+                    f = w[c, 0, i, j]
+                    o = j * dw
+                    if sw == 1:
+                        for b in range(Wo):
+                            out[np.uint64(b)] += f * row[np.uint64(o + b)]
+                    else:
+                        for b in range(Wo):
+                            out[np.uint64(b)] += f * row[np.uint64(o + b * sw)]
+
+
+def _depthwise_backward_input(dy, w, sh, sw, pt, pl, pb, pr, dh, dw, dx):
+    """dx = the adjoint of ``_depthwise_forward`` in x: each dy[n, c, a, b] w[c, 0, i, j]
+    added at xpad position (a sh + i dh, b sw + j dw), the padding cropped."""
+    N, C, H, W = dx.shape
+    kh, kw = w.shape[2], w.shape[3]
+    Ho, Wo = dy.shape[2], dy.shape[3]
+    for nc in numba.prange(N * C):
+        n = nc // C
+        c = nc % C
+        P = np.zeros((H + pt + pb, W + pl + pr), dtype=dx.dtype)
+        for a in range(Ho):
+            g = dy[n, c, a]
+            for i in range(kh):
+                row = P[a * sh + i * dh]
+                for j in range(kw):
+                    f = w[c, 0, i, j]
+                    o = j * dw
+                    if sw == 1:
+                        for b in range(Wo):
+                            row[np.uint64(o + b)] += f * g[np.uint64(b)]
+                    else:
+                        for b in range(Wo):
+                            row[np.uint64(o + b * sw)] += f * g[np.uint64(b)]
+        for h in range(H):
+            src = P[pt + h]
+            dst = dx[n, c, h]
+            for v in range(W):
+                dst[np.uint64(v)] = src[np.uint64(pl + v)]
+
+
+def _depthwise_backward_weight(x, dy, sh, sw, pt, pl, pb, pr, dh, dw, dw_out, dbias):
+    """dw_out[c, 0, i, j] = sum_{n, a, b} dy[n, c, a, b] xpad[n, c, a sh + i dh, b sw + j dw]
+    and dbias[c] = sum_{n, a, b} dy[n, c, a, b]; one channel per thread."""
+    N, C, H, W = x.shape
+    kh, kw = dw_out.shape[2], dw_out.shape[3]
+    Ho, Wo = dy.shape[2], dy.shape[3]
+    for c in numba.prange(C):
+        P = np.empty((H + pt + pb, W + pl + pr), dtype=x.dtype)
+        acc = np.zeros((kh, kw, Wo), dtype=x.dtype)
+        accb = np.zeros(Wo, dtype=x.dtype)
+        for n in range(N):
+            _pad_plane(x, n, c, pt, pl, P)
+            for a in range(Ho):
+                g = dy[n, c, a]
+                for b in range(Wo):
+                    accb[np.uint64(b)] += g[np.uint64(b)]
+                for i in range(kh):
+                    row = P[a * sh + i * dh]
+                    for j in range(kw):
+                        s = acc[i, j]
+                        o = j * dw
+                        if sw == 1:
+                            for b in range(Wo):
+                                s[np.uint64(b)] += g[np.uint64(b)] * row[np.uint64(o + b)]
+                        else:
+                            for b in range(Wo):
+                                s[np.uint64(b)] += g[np.uint64(b)] * row[np.uint64(o + b * sw)]
+        for i in range(kh):
+            for j in range(kw):
+                t = 0.0
+                for b in range(Wo):
+                    t += acc[i, j, b]
+                dw_out[c, 0, i, j] = t
+        t = 0.0
+        for b in range(Wo):
+            t += accb[b]
+        dbias[c] = t
+
+
+depthwise_forward = _by_size(_depthwise_forward, 0)  # x
+depthwise_backward_input = _by_size(_depthwise_backward_input, -1)  # dx
+depthwise_backward_weight = _by_size(_depthwise_backward_weight, 0)  # x

@@ -59,42 +59,83 @@ def _zero(dst, d0, n):
         dst[du + np.uint64(t)] = 0
 
 
-# ---- the four F(4x4, 3x3) transforms, hand-written ------------------------------------------
-# Each 2-D transform is two 1-D passes over vectors of S = TH (TW + 1) tiles (one plane); the
-# 1-D passes below are B^T, B, A^T and A written out with their zeros and shared terms
-# removed (about a third of the generic matrix product's operations).
+# ---- the F(4x4, 3x3) transforms ------------------------------------------------------------
+# Each 2-D transform is two 1-D passes over runs of S = TH (TW + 1) tiles (one plane). A 1-D
+# pass computes each output row in its own loop with only the nonzero taps of its matrix row
+# (B^T has 22 of 36, A^T 18 of 24): a loop writing several rows of dst needs more run-time
+# alias checks against src than LLVM allows (8) and would stay scalar.
 
 
 @numba.njit(cache=True, inline="always")
-def _row(src, s0, s1, s2, s3, s4, s5, c0, c1, c2, c3, c4, c5, dst, d, n, add):
-    """dst[d + t] (+)= sum_k c_k src[s_k + t] for t < n, one output row per loop: a loop
-    writing several rows of dst needs more run-time alias checks against src than LLVM
-    allows (8) and stays scalar."""
+def _row(src, s0, s1, s2, s3, s4, s5, c0, c1, c2, c3, c4, c5, k, dst, d, n, add):
+    """dst[d + t] (+)= sum_{q < k} c_q src[s_q + t] for t < n (unsigned indices and one
+    loop per term count: LLVM vectorises each)."""
     u0, u1, u2 = np.uint64(s0), np.uint64(s1), np.uint64(s2)
     u3, u4, u5 = np.uint64(s3), np.uint64(s4), np.uint64(s5)
     du = np.uint64(d)
-    if add:
+    if k == 1:
         for t in range(n):
             i = np.uint64(t)
-            dst[du + i] += (c0 * src[u0 + i] + c1 * src[u1 + i] + c2 * src[u2 + i]
-                            + c3 * src[u3 + i] + c4 * src[u4 + i] + c5 * src[u5 + i])
-    else:
+            v = c0 * src[u0 + i]
+            if add:
+                dst[du + i] += v
+            else:
+                dst[du + i] = v
+    elif k == 2:
         for t in range(n):
             i = np.uint64(t)
-            dst[du + i] = (c0 * src[u0 + i] + c1 * src[u1 + i] + c2 * src[u2 + i]
-                           + c3 * src[u3 + i] + c4 * src[u4 + i] + c5 * src[u5 + i])
+            v = c0 * src[u0 + i] + c1 * src[u1 + i]
+            if add:
+                dst[du + i] += v
+            else:
+                dst[du + i] = v
+    elif k == 3:
+        for t in range(n):
+            i = np.uint64(t)
+            v = c0 * src[u0 + i] + c1 * src[u1 + i] + c2 * src[u2 + i]
+            if add:
+                dst[du + i] += v
+            else:
+                dst[du + i] = v
+    elif k == 4:
+        for t in range(n):
+            i = np.uint64(t)
+            v = c0 * src[u0 + i] + c1 * src[u1 + i] + c2 * src[u2 + i] + c3 * src[u3 + i]
+            if add:
+                dst[du + i] += v
+            else:
+                dst[du + i] = v
+    elif k == 5:
+        for t in range(n):
+            i = np.uint64(t)
+            v = (c0 * src[u0 + i] + c1 * src[u1 + i] + c2 * src[u2 + i] + c3 * src[u3 + i]
+                 + c4 * src[u4 + i])
+            if add:
+                dst[du + i] += v
+            else:
+                dst[du + i] = v
+    elif k == 6:
+        for t in range(n):
+            i = np.uint64(t)
+            v = (c0 * src[u0 + i] + c1 * src[u1 + i] + c2 * src[u2 + i] + c3 * src[u3 + i]
+                 + c4 * src[u4 + i] + c5 * src[u5 + i])
+            if add:
+                dst[du + i] += v
+            else:
+                dst[du + i] = v
 
 
 @numba.njit(cache=True, inline="always")
 def _apply(L, src, so, dst, do, n, add):
-    """dst[do[e] + t] (+)= sum_i L[e, i] src[so[i] + t] for the rows e of L (a 6 x 6, 4 x 6
-    or 6 x 4 transform matrix; a missing 5th and 6th input reads so[0] with weight 0)."""
-    m, a = L.shape
-    for e in range(m):
-        c4 = L[e, 4] if a > 4 else L[e, 0] * 0
-        c5 = L[e, 5] if a > 5 else L[e, 0] * 0
-        _row(src, so[0], so[1], so[2], so[3], so[4 % a], so[5 % a],
-             L[e, 0], L[e, 1], L[e, 2], L[e, 3], c4, c5, dst, do[e], n, add)
+    """dst[do[e] + t] (+)= sum_i L[e, i] src[so[i] + t] for the rows e of L, a packed matrix
+    (``_packed``): L[e, 0, :] the row's nonzero coefficients, L[e, 1, :] their columns
+    (as floats), L[e, 2, 0] their count."""
+    for e in range(L.shape[0]):
+        k = int(L[e, 2, 0])
+        c = L[e, 0]
+        j = L[e, 1]
+        _row(src, so[int(j[0])], so[int(j[1])], so[int(j[2])], so[int(j[3])], so[int(j[4])],
+             so[int(j[5])], c[0], c[1], c[2], c[3], c[4], c[5], k, dst, do[e], n, add)
 
 
 @numba.njit(cache=True, inline="always")
@@ -265,12 +306,24 @@ _builds = {f.__name__.lstrip("_"): serial_or_parallel(f) for f in
 _MATRICES = {}
 
 
+def _packed(m, dtype):
+    """The matrix m (rows of at most 6 entries) for ``_apply``: per row its nonzero
+    coefficients, their column indices and their count, as an (rows, 3, 6) array of dtype
+    (the kernels multiply in the array's precision); unused slots weigh 0 at column 0."""
+    out = np.zeros((m.shape[0], 3, 6), dtype=dtype)
+    for e, row in enumerate(m):
+        cols = np.flatnonzero(row)
+        out[e, 0, :cols.size] = row[cols]
+        out[e, 1, :cols.size] = cols
+        out[e, 2, 0] = cols.size
+    return out
+
+
 def _matrix(name, dtype):
-    """B^T, B, A^T or A in ``dtype`` (the kernels multiply in the array's precision)."""
+    """B^T, B, A^T or A packed for ``_apply`` in ``dtype``."""
     key = (name, np.dtype(dtype))
     if key not in _MATRICES:
-        m = {"BT": BT, "B": BT.T, "AT": AT, "A": AT.T}[name]
-        _MATRICES[key] = np.ascontiguousarray(m, dtype=dtype)
+        _MATRICES[key] = _packed({"BT": BT, "B": BT.T, "AT": AT, "A": AT.T}[name], dtype)
     return _MATRICES[key]
 
 

@@ -307,33 +307,49 @@ def _im2col(cache, out):
 
 
 # The CPU algorithm for a shape (measured: benchmarks/RESULTS.md, "Convolution algorithms by
-# shape"). Winograd F(4x4, 3x3) for 3x3 stride-1 undilated ungrouped layers with at least 16
-# input and output channels and an output of at least 8x8: it does a quarter of the
-# multiplies, and its tile transforms (a few dozen operations per input and output element)
-# are paid back only when C and K are wide enough for the GEMMs to dominate and the tile
-# rows long enough to vectorise; thinner or smaller layers (the 3-channel first layer, the
-# digits CNN's 8x8 maps), other kernels, strides, dilations and groups run im2col + GEMM.
-# ``ALGORITHM`` forces one path where it applies (the tests run every path).
+# shape"). Depthwise layers (groups = C = K) run direct loops: im2col would make C GEMMs of
+# one row each. 1x1 stride-1 unpadded layers are already a GEMM per image, W (K, C) @ x[n]
+# (C, H W), with no im2col copy and the output in NCHW (no transpose). Winograd F(4x4, 3x3)
+# for 3x3 stride-1 undilated ungrouped layers with at least 32 input and output channels and
+# outputs of at least 16x16: a quarter of the multiplies, but its tile transforms (dozens of
+# operations per input and output element, over runs of tiles as long as a tile row) pay
+# off only when C and K are wide and the maps large. Everything else (the 3-channel first
+# layer, thin or small layers, strides, dilations, other groups) runs im2col + one GEMM.
+# ``ALGORITHM`` forces a path where it applies (the tests run every path).
 ALGORITHM = None
 
 
-def _cpu_algorithm(x_shape, weight_shape, stride, dilation, groups, out_hw):
-    """'winograd' or 'im2col' for this layer (see the comment above)."""
+def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw):
+    """'depthwise', 'pointwise', 'winograd' or 'im2col' (see the comment above)."""
     C, (K, _, kh, kw) = x_shape[1], weight_shape
-    fits_winograd = ((kh, kw) == (3, 3) and stride == (1, 1) and dilation == (1, 1)
-                     and groups == 1)
+    fits = {
+        "depthwise": groups == C == K,
+        "pointwise": ((kh, kw) == (1, 1) and stride == (1, 1) and groups == 1
+                      and pads == ((0, 0), (0, 0))),
+        "winograd": ((kh, kw) == (3, 3) and stride == (1, 1) and dilation == (1, 1)
+                     and groups == 1),
+        "im2col": True,
+    }
     if ALGORITHM is not None:
-        return ALGORITHM if ALGORITHM != "winograd" or fits_winograd else "im2col"
-    if fits_winograd and min(C, K) >= 16 and min(out_hw) >= 8:
+        return ALGORITHM if fits[ALGORITHM] else "im2col"
+    if fits["depthwise"]:
+        return "depthwise"
+    if fits["pointwise"]:
+        return "pointwise"
+    if fits["winograd"] and min(C, K) >= 32 and min(out_hw) >= 16:
         return "winograd"
     return "im2col"
 
 
 def _conv2d_forward_cpu(x, weight, bias, cache):
-    cache.algorithm = _cpu_algorithm(x.shape, weight.shape, cache.stride, cache.dilation,
-                                     cache.groups, cache.out_hw)
+    cache.algorithm = _cpu_algorithm(x.shape, weight.shape, cache.stride, cache.pads,
+                                     cache.dilation, cache.groups, cache.out_hw)
     if cache.algorithm == "winograd":
         return _winograd_forward(x, weight, bias, cache)
+    if cache.algorithm == "depthwise":
+        return _depthwise_forward(x, weight, bias, cache)
+    if cache.algorithm == "pointwise":
+        return _pointwise_forward(x, weight, bias, cache)
     conv_cpu = _cpu()
     N, C, H, W = x.shape
     K, Cg, kh, kw = weight.shape
@@ -353,6 +369,71 @@ def _conv2d_forward_cpu(x, weight, bias, cache):
     _pool.give(ykn)
     cache.cols = cols
     return y.reshape(N, K, *cache.out_hw)
+
+
+# ---- depthwise (groups = C = K) and pointwise (1x1) ---------------------------------------
+
+def _geometry(cache):
+    (sh, sw), ((pt, pb), (pl, pr)), (dh, dw) = cache.stride, cache.pads, cache.dilation
+    return sh, sw, pt, pl, pb, pr, dh, dw
+
+
+def _depthwise_forward(x, weight, bias, cache):
+    """Direct loops (``conv_cpu.depthwise_forward``); no workspace kept for the backward."""
+    x = cache.x = np.ascontiguousarray(x)
+    N, C = x.shape[:2]
+    y = np.empty((N, C, *cache.out_hw), dtype=x.dtype)
+    b = bias if bias is not None else np.zeros(C, dtype=x.dtype)
+    _cpu().depthwise_forward(x, np.ascontiguousarray(weight), np.ascontiguousarray(b),
+                             *_geometry(cache), y)
+    return y
+
+
+def _depthwise_backward(dy, cache, needs_input_grad, needs_weight_grad):
+    conv_cpu = _cpu()
+    x, weight = cache.x, np.ascontiguousarray(cache.weight)
+    dy = np.ascontiguousarray(dy)
+    dx = dweight = dbias = None
+    if needs_weight_grad:
+        dweight = np.empty(weight.shape, dtype=x.dtype)
+        dbias = np.empty(x.shape[1], dtype=x.dtype)
+        conv_cpu.depthwise_backward_weight(x, dy, *_geometry(cache), dweight, dbias)
+    if needs_input_grad:
+        dx = np.empty(x.shape, dtype=x.dtype)
+        conv_cpu.depthwise_backward_input(dy, weight, *_geometry(cache), dx)
+    return dx, dweight, (dbias if cache.has_bias else None)
+
+
+def _pointwise_forward(x, weight, bias, cache):
+    """y[n] = W (K, C) @ x[n] (C, H W) for each image n: numpy's batched GEMM writes NCHW."""
+    N, C, H, W = x.shape
+    K = weight.shape[0]
+    y = np.empty((N, K, H * W), dtype=x.dtype)
+    np.matmul(weight.reshape(K, C), x.reshape(N, C, H * W), out=y)
+    if bias is not None:
+        y += bias.reshape(1, K, 1)
+    return y.reshape(N, K, H, W)
+
+
+def _pointwise_backward(dy, cache, needs_input_grad, needs_weight_grad):
+    """dx[n] = W^T @ dy[n]; dW = sum_n dy[n] @ x[n]^T (one GEMM over all pixels of all
+    images when the batch is 1, else per image, summed)."""
+    x, weight = cache.x, cache.weight
+    N, C, H, W = x.shape
+    K = weight.shape[0]
+    dyr = dy.reshape(N, K, H * W)
+    dx = dweight = dbias = None
+    if needs_weight_grad:
+        xr = x.reshape(N, C, H * W)
+        per_image = np.matmul(dyr, xr.transpose(0, 2, 1))  # (N, K, C)
+        dweight = per_image.sum(axis=0).reshape(weight.shape).astype(x.dtype, copy=False)
+        if cache.has_bias:
+            dbias = dyr.sum(axis=(0, 2), dtype=np.float64).astype(x.dtype)
+    if needs_input_grad:
+        dx = np.empty((N, C, H * W), dtype=x.dtype)
+        np.matmul(weight.reshape(K, C).T, dyr, out=dx)
+        dx = dx.reshape(x.shape)
+    return dx, dweight, dbias
 
 
 # ---- Winograd F(4x4, 3x3) -------------------------------------------------------------------
@@ -508,6 +589,10 @@ def _check_dy(dy, shape, dtype, device):
 def _conv2d_backward_cpu(dy, cache, needs_input_grad, needs_weight_grad):
     if cache.algorithm == "winograd":
         return _winograd_backward(dy, cache, needs_input_grad, needs_weight_grad)
+    if cache.algorithm == "depthwise":
+        return _depthwise_backward(dy, cache, needs_input_grad, needs_weight_grad)
+    if cache.algorithm == "pointwise":
+        return _pointwise_backward(dy, cache, needs_input_grad, needs_weight_grad)
     conv_cpu = _cpu()
     x, weight = cache.x, cache.weight
     N, C, H, W = x.shape
