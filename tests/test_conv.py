@@ -1162,6 +1162,7 @@ def test_pointwise_matches_twin(N, C, K_, H, W, dtype, layout, bias, seed):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=(1, 0)),
                                 dict(padding="same", dilation=(2, 1)), dict(stride=(1, 2))])
+@pytest.mark.filterwarnings("ignore:Using padding=.same.")
 def test_depthwise_matches_torch(rng, dtype, kw):
     torch = import_torch()
     x = rng.standard_normal((2, 6, 9, 8)).astype(dtype)
