@@ -1086,9 +1086,11 @@ def test_winograd_transforms_are_adjoint_and_parallel_matches_serial(rng):
     ((32, 16, 32, 32), (32, 16, 3, 3), dict(padding=1), "im2col"),  # C = 16: thin GEMMs
     ((32, 3, 32, 32), (16, 3, 3, 3), dict(padding=1), "im2col"),
     ((32, 64, 8, 8), (64, 64, 3, 3), dict(padding=1), "im2col"),  # 2x2 tiles a plane
-    ((8, 64, 56, 56), (64, 1, 3, 3), dict(padding=1, groups=64), "depthwise"),
-    ((8, 64, 56, 56), (64, 1, 3, 3), dict(stride=2, padding=1, groups=64), "depthwise"),
-    ((8, 64, 56, 56), (128, 1, 3, 3), dict(padding=1, groups=64), "im2col"),  # 2 per group
+    ((8, 64, 56, 56), (64, 1, 3, 3), dict(padding=1, groups=64), "direct"),
+    ((8, 64, 56, 56), (64, 1, 3, 3), dict(stride=2, padding=1, groups=64), "direct"),
+    ((8, 64, 56, 56), (128, 1, 3, 3), dict(padding=1, groups=64), "direct"),  # multiplier 2
+    ((8, 64, 56, 56), (64, 2, 3, 3), dict(padding=1, groups=32), "im2col"),
+    ((32, 1, 8, 8), (16, 1, 3, 3), dict(padding=1), "im2col"),  # C = 1: not depthwise
     ((8, 64, 56, 56), (256, 64, 1, 1), {}, "pointwise"),
     ((8, 64, 56, 56), (256, 64, 1, 1), dict(stride=2), "im2col"),
     ((8, 64, 56, 56), (256, 64, 1, 1), dict(padding=1), "im2col"),
@@ -1103,27 +1105,20 @@ def test_cpu_algorithm_by_shape(x_shape, w_shape, kw, algorithm):
     assert cache.algorithm == algorithm
 
 
-# ---- depthwise (groups = C = K) and pointwise (1x1) paths -------------------------------------
+# ---- direct (depthwise) and pointwise (1x1) paths ---------------------------------------------
 
-@st.composite
-def depthwise_cases(draw):
-    """groups = C = K with any kernel, stride, padding and dilation."""
-    case = draw(conv_cases())
-    C = draw(st.integers(1, 4))
-    case.update(C=C, K=C, groups=C)
-    return case
-
-
-@given(case=depthwise_cases())
-@example(case=_case(C=3, K=3, groups=3, H=6, W=7, padding=1))
-@example(case=_case(C=2, K=2, groups=2, H=7, W=7, stride=(2, 2), padding=(1, 2),
+@given(case=conv_cases())
+@example(case=_case(C=3, K=3, groups=3, H=6, W=7, padding=1))  # depthwise
+@example(case=_case(C=2, K=4, groups=2, H=7, W=7, stride=(2, 2), padding=(1, 2),
                     dilation=(2, 1), kh=3, kw=2, bias=False, dtype=np.float32))
-def test_depthwise_matches_twin(case):
+@example(case=_case(C=4, K=2, groups=2, H=5, W=6, padding="same", layout="transposed"))
+def test_direct_matches_twin(case):
+    """The direct loops for any groups (the dispatcher runs them for depthwise layers)."""
     x, w, b, rng = _make_inputs(case)
     args = (case["stride"], case["padding"], case["dilation"], case["groups"])
-    with _algorithm("depthwise"):
+    with _algorithm("direct"):
         y, cache = K.conv2d_forward(x, w, b, *args)
-    assert cache.algorithm == "depthwise"
+    assert cache.algorithm == "direct"
     _assert_close(y, R.conv2d(x, w, b, *args), w[0].size + 1, case["dtype"], "y")
     dy = rng.uniform(-1, 1, y.shape).astype(case["dtype"])
     dx, dw, db = K.conv2d_backward(dy, cache)
@@ -1144,9 +1139,8 @@ def test_pointwise_matches_twin(N, C, K_, H, W, dtype, layout, bias, seed):
     case = _case(N=N, C=C, K=K_, H=H, W=W, kh=1, kw=1, dtype=dtype, layout=layout, bias=bias,
                  seed=seed)
     x, w, b, rng = _make_inputs(case)
-    with _algorithm("pointwise"):  # C = K = 1 would be depthwise
-        y, cache = K.conv2d_forward(x, w, b)
-    assert cache.algorithm == "pointwise"
+    y, cache = K.conv2d_forward(x, w, b)
+    assert cache.algorithm == "pointwise"  # chosen by shape
     _assert_close(y, R.conv2d(x, w, b), C + 1, dtype, "y")
     dy = rng.uniform(-1, 1, y.shape).astype(dtype)
     dx, dw, db = K.conv2d_backward(dy, cache)
@@ -1164,6 +1158,7 @@ def test_pointwise_matches_twin(N, C, K_, H, W, dtype, layout, bias, seed):
                                 dict(padding="same", dilation=(2, 1)), dict(stride=(1, 2))])
 @pytest.mark.filterwarnings("ignore:Using padding=.same.")
 def test_depthwise_matches_torch(rng, dtype, kw):
+    """Depthwise layers run the direct loops (chosen by shape)."""
     torch = import_torch()
     x = rng.standard_normal((2, 6, 9, 8)).astype(dtype)
     w = rng.standard_normal((6, 1, 3, 2)).astype(dtype)
@@ -1196,28 +1191,28 @@ def test_pointwise_matches_torch(rng, dtype):
         np.testing.assert_allclose(a.grad, g, **tol)
 
 
-def test_gradcheck_depthwise_and_pointwise(rng):
+def test_gradcheck_direct_and_pointwise(rng):
     x = rng.standard_normal((2, 3, 6, 5))
     b = rng.standard_normal(3)
-    with _algorithm("depthwise"):
+    with _algorithm("direct"):
         nk.gradcheck(lambda x, w, b: FC.conv2d(x, w, b, stride=(2, 1), padding=1,
                                                dilation=(1, 2), groups=3),
                      [x, rng.standard_normal((3, 1, 3, 2)), b])
     nk.gradcheck(lambda x, w, b: FC.conv2d(x, w, b), [x, rng.standard_normal((3, 3, 1, 1)), b])
 
 
-def test_depthwise_parallel_builds_match_serial(rng):
-    x = rng.standard_normal((2, 3, 9, 8))
-    w = rng.standard_normal((3, 1, 3, 3))
+def test_direct_parallel_builds_match_serial(rng):
+    x = rng.standard_normal((2, 4, 9, 8))
+    w = rng.standard_normal((6, 2, 3, 3))  # groups 2
     geometry = (2, 1, 1, 2, 0, 1, 1, 2)  # sh, sw, pt, pl, pb, pr, dh, dw
-    y = np.empty((2, 3, 4, 7))
+    y = np.empty((2, 6, 4, 7))
     outs = []
     for build in ("serial", "parallel"):
-        getattr(conv_cpu.depthwise_forward, build)(x, w, np.ones(3), *geometry, y)
+        getattr(conv_cpu.direct_forward, build)(x, w, np.ones(6), *geometry, y)
         dy = y.copy()
-        dx, dw, db = np.empty_like(x), np.empty_like(w), np.empty(3)
-        getattr(conv_cpu.depthwise_backward_input, build)(dy, w, *geometry, dx)
-        getattr(conv_cpu.depthwise_backward_weight, build)(x, dy, *geometry, dw, db)
+        dx, dw, db = np.empty_like(x), np.empty_like(w), np.empty(6)
+        getattr(conv_cpu.direct_backward_input, build)(dy, w, *geometry, dx)
+        getattr(conv_cpu.direct_backward_weight, build)(x, dy, *geometry, dw, db)
         outs.append((y.copy(), dx, dw, db))
     for a, b in zip(*outs, strict=True):
         np.testing.assert_array_equal(a, b)

@@ -41,7 +41,7 @@ from ._dispatch import serial_or_parallel
 
 __all__ = ["im2col", "col2im", "bias_transpose", "transpose_sum", "max_pool",
            "max_pool_backward", "avg_pool", "avg_pool_backward", "avg_divisor",
-           "depthwise_forward", "depthwise_backward_input", "depthwise_backward_weight"]
+           "direct_forward", "direct_backward_input", "direct_backward_weight"]
 
 
 def _valid_range(n_out, size, stride, offset):
@@ -277,76 +277,88 @@ avg_pool = _by_size(_avg_pool, 0)
 avg_pool_backward = _by_size(_avg_pool_backward, -1)  # dx
 
 
-# ---- depthwise convolution (groups = C = K): direct loops ---------------------------------
-# One filter per channel: im2col would run C GEMMs of a single row. These loops work on one
-# zero-padded (n, c) plane at a time (P, (H + pt + pb) x (W + pl + pr)), each output row a
-# unit-stride (stride 1) or strided run that LLVM vectorises; the weight gradient keeps a
+# ---- direct convolution (depthwise layers) ------------------------------------------------
+# For any groups; ``nnkit.kernels.conv`` runs them for depthwise layers (one input channel a
+# group), where im2col's GEMMs would have one row. They work on zero-padded planes
+# (P, (H + pt + pb) x (W + pl + pr)): each output row is a sum of Cg kh kw scaled input rows,
+# a unit-stride (stride 1) or strided run that LLVM vectorises. The weight gradient keeps a
 # vector of partial sums per tap (a scalar reduction would stay unvectorised without
 # fastmath) and adds it up in float64 at the end.
 
 
 @numba.njit(cache=True, inline="always")
-def _pad_plane(x, n, c, pt, pl, P):
-    """P = x[n, c] placed at (pt, pl) in zeros."""
+def _pad_planes(x, n, c0, c1, pt, pl, P):
+    """P[c - c0] = x[n, c] placed at (pt, pl) in zeros, for c in [c0, c1)."""
     H, W = x.shape[2], x.shape[3]
-    P[:, :] = 0
-    for h in range(H):
-        row = P[pt + h]
-        src = x[n, c, h]
-        for w in range(W):
-            row[np.uint64(pl + w)] = src[np.uint64(w)]
+    for c in range(c0, c1):
+        plane = P[c - c0]
+        plane[:, :] = 0
+        for h in range(H):
+            row = plane[pt + h]
+            src = x[n, c, h]
+            for w in range(W):
+                row[np.uint64(pl + w)] = src[np.uint64(w)]
 
 
-def _depthwise_forward(x, w, bias, sh, sw, pt, pl, pb, pr, dh, dw, y):
-    """y[n, c, a, b] = bias[c] + sum_{i, j} w[c, 0, i, j] xpad[n, c, a sh + i dh, b sw + j dw]."""
+def _direct_forward(x, w, bias, sh, sw, pt, pl, pb, pr, dh, dw, y):
+    """y[n, k, a, b] = bias[k] + sum_{c, i, j} w[k, c, i, j]
+    xpad[n, g0 + c, a sh + i dh, b sw + j dw], g0 the first channel of k's group; one
+    (image, group) per thread, its planes padded once for all the group's outputs."""
     N, C, H, W = x.shape
-    kh, kw = w.shape[2], w.shape[3]
+    K, Cg, kh, kw = w.shape
+    G = C // Cg
+    Kg = K // G
     Ho, Wo = y.shape[2], y.shape[3]
-    for nc in numba.prange(N * C):
-        n = nc // C
-        c = nc % C
-        P = np.empty((H + pt + pb, W + pl + pr), dtype=x.dtype)
-        _pad_plane(x, n, c, pt, pl, P)
-        for a in range(Ho):
-            out = y[n, c, a]
-            for b in range(Wo):
-                out[np.uint64(b)] = bias[c]
-            for i in range(kh):
-                row = P[a * sh + i * dh]
-                for j in range(kw):
-                    f = w[c, 0, i, j]
-                    o = j * dw
-                    if sw == 1:
-                        for b in range(Wo):
-                            out[np.uint64(b)] += f * row[np.uint64(o + b)]
-                    else:
-                        for b in range(Wo):
-                            out[np.uint64(b)] += f * row[np.uint64(o + b * sw)]
+    for ng in numba.prange(N * G):
+        n = ng // G
+        g = ng % G
+        P = np.empty((Cg, H + pt + pb, W + pl + pr), dtype=x.dtype)
+        _pad_planes(x, n, g * Cg, (g + 1) * Cg, pt, pl, P)
+        for k in range(g * Kg, (g + 1) * Kg):
+            for a in range(Ho):
+                out = y[n, k, a]
+                for b in range(Wo):
+                    out[np.uint64(b)] = bias[k]
+                for c in range(Cg):
+                    for i in range(kh):
+                        row = P[c, a * sh + i * dh]
+                        for j in range(kw):
+                            f = w[k, c, i, j]
+                            o = j * dw
+                            if sw == 1:
+                                for b in range(Wo):
+                                    out[np.uint64(b)] += f * row[np.uint64(o + b)]
+                            else:
+                                for b in range(Wo):
+                                    out[np.uint64(b)] += f * row[np.uint64(o + b * sw)]
 
 
-def _depthwise_backward_input(dy, w, sh, sw, pt, pl, pb, pr, dh, dw, dx):
-    """dx = the adjoint of ``_depthwise_forward`` in x: each dy[n, c, a, b] w[c, 0, i, j]
-    added at xpad position (a sh + i dh, b sw + j dw), the padding cropped."""
+def _direct_backward_input(dy, w, sh, sw, pt, pl, pb, pr, dh, dw, dx):
+    """dx = the adjoint of ``_direct_forward`` in x: dy[n, k, a, b] w[k, c, i, j] added at
+    xpad[n, g0 + c, a sh + i dh, b sw + j dw], the padding cropped; one (n, c) per thread."""
     N, C, H, W = dx.shape
-    kh, kw = w.shape[2], w.shape[3]
+    K, Cg, kh, kw = w.shape
+    Kg = K // (C // Cg)
     Ho, Wo = dy.shape[2], dy.shape[3]
     for nc in numba.prange(N * C):
         n = nc // C
         c = nc % C
+        g = c // Cg
         P = np.zeros((H + pt + pb, W + pl + pr), dtype=dx.dtype)
-        for a in range(Ho):
-            g = dy[n, c, a]
-            for i in range(kh):
-                row = P[a * sh + i * dh]
-                for j in range(kw):
-                    f = w[c, 0, i, j]
-                    o = j * dw
-                    if sw == 1:
-                        for b in range(Wo):
-                            row[np.uint64(o + b)] += f * g[np.uint64(b)]
-                    else:
-                        for b in range(Wo):
-                            row[np.uint64(o + b * sw)] += f * g[np.uint64(b)]
+        for k in range(g * Kg, (g + 1) * Kg):
+            for a in range(Ho):
+                gy = dy[n, k, a]
+                for i in range(kh):
+                    row = P[a * sh + i * dh]
+                    for j in range(kw):
+                        f = w[k, c - g * Cg, i, j]
+                        o = j * dw
+                        if sw == 1:
+                            for b in range(Wo):
+                                row[np.uint64(o + b)] += f * gy[np.uint64(b)]
+                        else:
+                            for b in range(Wo):
+                                row[np.uint64(o + b * sw)] += f * gy[np.uint64(b)]
         for h in range(H):
             src = P[pt + h]
             dst = dx[n, c, h]
@@ -354,45 +366,50 @@ def _depthwise_backward_input(dy, w, sh, sw, pt, pl, pb, pr, dh, dw, dx):
                 dst[np.uint64(v)] = src[np.uint64(pl + v)]
 
 
-def _depthwise_backward_weight(x, dy, sh, sw, pt, pl, pb, pr, dh, dw, dw_out, dbias):
-    """dw_out[c, 0, i, j] = sum_{n, a, b} dy[n, c, a, b] xpad[n, c, a sh + i dh, b sw + j dw]
-    and dbias[c] = sum_{n, a, b} dy[n, c, a, b]; one channel per thread."""
+def _direct_backward_weight(x, dy, sh, sw, pt, pl, pb, pr, dh, dw, dw_out, dbias):
+    """dw_out[k, c, i, j] = sum_{n, a, b} dy[n, k, a, b] xpad[n, g0 + c, a sh + i dh,
+    b sw + j dw] and dbias[k] = sum_{n, a, b} dy[n, k, a, b]; one output channel per thread."""
     N, C, H, W = x.shape
-    kh, kw = dw_out.shape[2], dw_out.shape[3]
+    K, Cg, kh, kw = dw_out.shape
+    Kg = K // (C // Cg)
     Ho, Wo = dy.shape[2], dy.shape[3]
-    for c in numba.prange(C):
-        P = np.empty((H + pt + pb, W + pl + pr), dtype=x.dtype)
-        acc = np.zeros((kh, kw, Wo), dtype=x.dtype)
+    for k in numba.prange(K):
+        g0 = (k // Kg) * Cg
+        P = np.empty((Cg, H + pt + pb, W + pl + pr), dtype=x.dtype)
+        acc = np.zeros((Cg, kh, kw, Wo), dtype=x.dtype)
         accb = np.zeros(Wo, dtype=x.dtype)
         for n in range(N):
-            _pad_plane(x, n, c, pt, pl, P)
+            _pad_planes(x, n, g0, g0 + Cg, pt, pl, P)
             for a in range(Ho):
-                g = dy[n, c, a]
+                gy = dy[n, k, a]
                 for b in range(Wo):
-                    accb[np.uint64(b)] += g[np.uint64(b)]
-                for i in range(kh):
-                    row = P[a * sh + i * dh]
-                    for j in range(kw):
-                        s = acc[i, j]
-                        o = j * dw
-                        if sw == 1:
-                            for b in range(Wo):
-                                s[np.uint64(b)] += g[np.uint64(b)] * row[np.uint64(o + b)]
-                        else:
-                            for b in range(Wo):
-                                s[np.uint64(b)] += g[np.uint64(b)] * row[np.uint64(o + b * sw)]
-        for i in range(kh):
-            for j in range(kw):
-                t = 0.0
-                for b in range(Wo):
-                    t += acc[i, j, b]
-                dw_out[c, 0, i, j] = t
+                    accb[np.uint64(b)] += gy[np.uint64(b)]
+                for c in range(Cg):
+                    for i in range(kh):
+                        row = P[c, a * sh + i * dh]
+                        for j in range(kw):
+                            s = acc[c, i, j]
+                            o = j * dw
+                            if sw == 1:
+                                for b in range(Wo):
+                                    s[np.uint64(b)] += gy[np.uint64(b)] * row[np.uint64(o + b)]
+                            else:
+                                for b in range(Wo):
+                                    s[np.uint64(b)] += (gy[np.uint64(b)]
+                                                        * row[np.uint64(o + b * sw)])
+        for c in range(Cg):
+            for i in range(kh):
+                for j in range(kw):
+                    t = 0.0
+                    for b in range(Wo):
+                        t += acc[c, i, j, b]
+                    dw_out[k, c, i, j] = t
         t = 0.0
         for b in range(Wo):
             t += accb[b]
-        dbias[c] = t
+        dbias[k] = t
 
 
-depthwise_forward = _by_size(_depthwise_forward, 0)  # x
-depthwise_backward_input = _by_size(_depthwise_backward_input, -1)  # dx
-depthwise_backward_weight = _by_size(_depthwise_backward_weight, 0)  # x
+direct_forward = _by_size(_direct_forward, -1)  # y
+direct_backward_input = _by_size(_direct_backward_input, -1)  # dx
+direct_backward_weight = _by_size(_direct_backward_weight, 0)  # x

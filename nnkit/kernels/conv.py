@@ -307,23 +307,24 @@ def _im2col(cache, out):
 
 
 # The CPU algorithm for a shape (measured: benchmarks/RESULTS.md, "Convolution algorithms by
-# shape"). Depthwise layers (groups = C = K) run direct loops: im2col would make C GEMMs of
-# one row each. 1x1 stride-1 unpadded layers are already a GEMM per image, W (K, C) @ x[n]
-# (C, H W), with no im2col copy and the output in NCHW (no transpose). Winograd F(4x4, 3x3)
-# for 3x3 stride-1 undilated ungrouped layers with at least 32 input and output channels and
-# outputs of at least 16x16: a quarter of the multiplies, but its tile transforms (dozens of
-# operations per input and output element, over runs of tiles as long as a tile row) pay
-# off only when C and K are wide and the maps large. Everything else (the 3-channel first
-# layer, thin or small layers, strides, dilations, other groups) runs im2col + one GEMM.
+# shape"). Direct loops for depthwise layers (groups = C > 1, one input channel a group):
+# im2col would make C GEMMs of one row each (5-6x slower). The same loops lost to im2col on
+# thin ungrouped layers (C = 1 or 3: 1.5-2x slower; 7x7 stride 2: 10x), so they stop there.
+# 1x1 stride-1 unpadded layers are already a GEMM per image, W (K, C) @
+# x[n] (C, H W): no im2col copy, the output in NCHW. Winograd F(4x4, 3x3) for 3x3 stride-1
+# undilated ungrouped layers with at least 32 input and output channels and outputs of at
+# least 16x16: a quarter of the multiplies, but its tile transforms (dozens of operations
+# per input and output element, over runs of tiles as long as a tile row) pay off only when
+# C and K are wide and the maps large. Everything else runs im2col + one GEMM.
 # ``ALGORITHM`` forces a path where it applies (the tests run every path).
 ALGORITHM = None
 
 
 def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw):
-    """'depthwise', 'pointwise', 'winograd' or 'im2col' (see the comment above)."""
+    """'direct', 'pointwise', 'winograd' or 'im2col' (see the comment above)."""
     C, (K, _, kh, kw) = x_shape[1], weight_shape
     fits = {
-        "depthwise": groups == C == K,
+        "direct": True,
         "pointwise": ((kh, kw) == (1, 1) and stride == (1, 1) and groups == 1
                       and pads == ((0, 0), (0, 0))),
         "winograd": ((kh, kw) == (3, 3) and stride == (1, 1) and dilation == (1, 1)
@@ -332,8 +333,8 @@ def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw
     }
     if ALGORITHM is not None:
         return ALGORITHM if fits[ALGORITHM] else "im2col"
-    if fits["depthwise"]:
-        return "depthwise"
+    if groups == C > 1:
+        return "direct"
     if fits["pointwise"]:
         return "pointwise"
     if fits["winograd"] and min(C, K) >= 32 and min(out_hw) >= 16:
@@ -346,8 +347,8 @@ def _conv2d_forward_cpu(x, weight, bias, cache):
                                      cache.dilation, cache.groups, cache.out_hw)
     if cache.algorithm == "winograd":
         return _winograd_forward(x, weight, bias, cache)
-    if cache.algorithm == "depthwise":
-        return _depthwise_forward(x, weight, bias, cache)
+    if cache.algorithm == "direct":
+        return _direct_forward(x, weight, bias, cache)
     if cache.algorithm == "pointwise":
         return _pointwise_forward(x, weight, bias, cache)
     conv_cpu = _cpu()
@@ -371,36 +372,36 @@ def _conv2d_forward_cpu(x, weight, bias, cache):
     return y.reshape(N, K, *cache.out_hw)
 
 
-# ---- depthwise (groups = C = K) and pointwise (1x1) ---------------------------------------
+# ---- direct (thin groups, depthwise) and pointwise (1x1) -----------------------------------
 
 def _geometry(cache):
     (sh, sw), ((pt, pb), (pl, pr)), (dh, dw) = cache.stride, cache.pads, cache.dilation
     return sh, sw, pt, pl, pb, pr, dh, dw
 
 
-def _depthwise_forward(x, weight, bias, cache):
-    """Direct loops (``conv_cpu.depthwise_forward``); no workspace kept for the backward."""
+def _direct_forward(x, weight, bias, cache):
+    """Direct loops (``conv_cpu.direct_forward``); no workspace kept for the backward."""
     x = cache.x = np.ascontiguousarray(x)
-    N, C = x.shape[:2]
-    y = np.empty((N, C, *cache.out_hw), dtype=x.dtype)
-    b = bias if bias is not None else np.zeros(C, dtype=x.dtype)
-    _cpu().depthwise_forward(x, np.ascontiguousarray(weight), np.ascontiguousarray(b),
-                             *_geometry(cache), y)
+    N, K = x.shape[0], weight.shape[0]
+    y = np.empty((N, K, *cache.out_hw), dtype=x.dtype)
+    b = bias if bias is not None else np.zeros(K, dtype=x.dtype)
+    _cpu().direct_forward(x, np.ascontiguousarray(weight), np.ascontiguousarray(b),
+                          *_geometry(cache), y)
     return y
 
 
-def _depthwise_backward(dy, cache, needs_input_grad, needs_weight_grad):
+def _direct_backward(dy, cache, needs_input_grad, needs_weight_grad):
     conv_cpu = _cpu()
     x, weight = cache.x, np.ascontiguousarray(cache.weight)
     dy = np.ascontiguousarray(dy)
     dx = dweight = dbias = None
     if needs_weight_grad:
         dweight = np.empty(weight.shape, dtype=x.dtype)
-        dbias = np.empty(x.shape[1], dtype=x.dtype)
-        conv_cpu.depthwise_backward_weight(x, dy, *_geometry(cache), dweight, dbias)
+        dbias = np.empty(weight.shape[0], dtype=x.dtype)
+        conv_cpu.direct_backward_weight(x, dy, *_geometry(cache), dweight, dbias)
     if needs_input_grad:
         dx = np.empty(x.shape, dtype=x.dtype)
-        conv_cpu.depthwise_backward_input(dy, weight, *_geometry(cache), dx)
+        conv_cpu.direct_backward_input(dy, weight, *_geometry(cache), dx)
     return dx, dweight, (dbias if cache.has_bias else None)
 
 
@@ -589,8 +590,8 @@ def _check_dy(dy, shape, dtype, device):
 def _conv2d_backward_cpu(dy, cache, needs_input_grad, needs_weight_grad):
     if cache.algorithm == "winograd":
         return _winograd_backward(dy, cache, needs_input_grad, needs_weight_grad)
-    if cache.algorithm == "depthwise":
-        return _depthwise_backward(dy, cache, needs_input_grad, needs_weight_grad)
+    if cache.algorithm == "direct":
+        return _direct_backward(dy, cache, needs_input_grad, needs_weight_grad)
     if cache.algorithm == "pointwise":
         return _pointwise_backward(dy, cache, needs_input_grad, needs_weight_grad)
     conv_cpu = _cpu()
