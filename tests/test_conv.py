@@ -1083,21 +1083,22 @@ def test_winograd_transforms_are_adjoint_and_parallel_matches_serial(rng):
 @pytest.mark.parametrize("x_shape, w_shape, kw, algorithm", [
     ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "winograd"),
     ((2, 32, 16, 16), (32, 32, 3, 3), dict(padding=1), "winograd"),
-    ((32, 16, 32, 32), (32, 16, 3, 3), dict(padding=1), "im2col"),  # C = 16: thin GEMMs
-    ((32, 3, 32, 32), (16, 3, 3, 3), dict(padding=1), "im2col"),
-    ((32, 64, 8, 8), (64, 64, 3, 3), dict(padding=1), "im2col"),  # 2x2 tiles a plane
+    ((32, 16, 32, 32), (32, 16, 3, 3), dict(padding=1), "image"),  # C = 16: thin GEMMs
+    ((32, 3, 32, 32), (16, 3, 3, 3), dict(padding=1), "image"),
+    ((8, 3, 224, 224), (64, 3, 7, 7), dict(stride=2, padding=3), "image"),
+    ((32, 64, 8, 8), (64, 64, 3, 3), dict(padding=1), "im2col"),  # 64 outputs a plane
+    ((32, 1, 8, 8), (16, 1, 3, 3), dict(padding=1), "im2col"),  # C = 1: not depthwise
+    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1, stride=2), "image"),
+    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=2, dilation=2), "image"),
+    ((8, 64, 56, 56), (64, 32, 3, 3), dict(padding=1, groups=2), "im2col"),
+    ((8, 64, 56, 56), (64, 64, 5, 5), dict(padding=2), "image"),
     ((8, 64, 56, 56), (64, 1, 3, 3), dict(padding=1, groups=64), "direct"),
     ((8, 64, 56, 56), (64, 1, 3, 3), dict(stride=2, padding=1, groups=64), "direct"),
     ((8, 64, 56, 56), (128, 1, 3, 3), dict(padding=1, groups=64), "direct"),  # multiplier 2
     ((8, 64, 56, 56), (64, 2, 3, 3), dict(padding=1, groups=32), "im2col"),
-    ((32, 1, 8, 8), (16, 1, 3, 3), dict(padding=1), "im2col"),  # C = 1: not depthwise
     ((8, 64, 56, 56), (256, 64, 1, 1), {}, "pointwise"),
-    ((8, 64, 56, 56), (256, 64, 1, 1), dict(stride=2), "im2col"),
-    ((8, 64, 56, 56), (256, 64, 1, 1), dict(padding=1), "im2col"),
-    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1, stride=2), "im2col"),
-    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=2, dilation=2), "im2col"),
-    ((8, 64, 56, 56), (64, 32, 3, 3), dict(padding=1, groups=2), "im2col"),
-    ((8, 64, 56, 56), (64, 64, 5, 5), dict(padding=2), "im2col"),
+    ((8, 64, 56, 56), (256, 64, 1, 1), dict(stride=2), "image"),
+    ((8, 64, 56, 56), (256, 64, 1, 1), dict(padding=1), "image"),
 ])
 def test_cpu_algorithm_by_shape(x_shape, w_shape, kw, algorithm):
     x = np.zeros(x_shape, np.float32)
@@ -1216,3 +1217,57 @@ def test_direct_parallel_builds_match_serial(rng):
         outs.append((y.copy(), dx, dw, db))
     for a, b in zip(*outs, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+# ---- im2col + GEMM image by image ------------------------------------------------------------
+
+@given(case=conv_cases())
+@example(case=_case(N=2, C=3, K=2, H=6, W=5, stride=(2, 1), padding=(1, 2), dilation=(1, 2)))
+def test_image_path_matches_twin(case):
+    """Per-image im2col + GEMM (groups 1; other groups fall back to the batch-wide path)."""
+    x, w, b, rng = _make_inputs(case)
+    args = (case["stride"], case["padding"], case["dilation"], case["groups"])
+    with _algorithm("image"):
+        y, cache = K.conv2d_forward(x, w, b, *args)
+    assert cache.algorithm == ("image" if case["groups"] == 1 else "im2col")
+    _assert_close(y, R.conv2d(x, w, b, *args), w[0].size + 1, case["dtype"], "y")
+    dy = rng.uniform(-1, 1, y.shape).astype(case["dtype"])
+    dx, dw, db = K.conv2d_backward(dy, cache)
+    rdx, rdw, rdb = R.conv2d_backward(dy, x, w, *args)
+    _assert_close(dx, rdx, w.size, case["dtype"], "dx")
+    _assert_close(dw, rdw, dy[:, 0].size, case["dtype"], "dweight")
+    if b is None:
+        assert db is None
+    else:
+        _assert_close(db, rdb, dy[:, 0].size, case["dtype"], "dbias")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=(2, 1), padding=(0, 2),
+                                dilation=(2, 1)), dict(padding="same", dilation=2)])
+@pytest.mark.filterwarnings("ignore:Using padding=.same.")
+def test_image_path_matches_torch(rng, dtype, kw):
+    torch = import_torch()
+    x = rng.standard_normal((3, 4, 9, 8)).astype(dtype)
+    w = rng.standard_normal((5, 4, 3, 2)).astype(dtype)
+    b = rng.standard_normal(5).astype(dtype)
+    ty, tg, dy = _torch_grads(torch, lambda x, w, b: torch.nn.functional.conv2d(x, w, b, **kw),
+                              [x, w, b])
+    args = [nk.tensor(a, requires_grad=True) for a in (x, w, b)]
+    with _algorithm("image"):
+        y = FC.conv2d(*args, **kw)
+    y.backward(dy)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(y.numpy(), ty, **tol)
+    for a, g in zip(args, tg, strict=True):
+        np.testing.assert_allclose(a.grad, g, **tol)
+
+
+def test_gradcheck_image_path(rng):
+    x = rng.standard_normal((2, 3, 6, 5))
+    with _algorithm("image"):
+        nk.gradcheck(lambda x, w, b: FC.conv2d(x, w, b, stride=(2, 1), padding=1,
+                                               dilation=(1, 2)),
+                     [x, rng.standard_normal((4, 3, 2, 3)), rng.standard_normal(4)])
+        nk.gradcheck(lambda x, w: FC.conv1d(x, w, stride=2, padding=2),
+                     [rng.standard_normal((2, 3, 9)), rng.standard_normal((2, 3, 4))])

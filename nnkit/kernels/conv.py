@@ -306,22 +306,25 @@ def _im2col(cache, out):
     return out
 
 
-# The CPU algorithm for a shape (measured: benchmarks/RESULTS.md, "Convolution algorithms by
-# shape"). Direct loops for depthwise layers (groups = C > 1, one input channel a group):
-# im2col would make C GEMMs of one row each (5-6x slower). The same loops lost to im2col on
-# thin ungrouped layers (C = 1 or 3: 1.5-2x slower; 7x7 stride 2: 10x), so they stop there.
-# 1x1 stride-1 unpadded layers are already a GEMM per image, W (K, C) @
-# x[n] (C, H W): no im2col copy, the output in NCHW. Winograd F(4x4, 3x3) for 3x3 stride-1
-# undilated ungrouped layers with at least 32 input and output channels and outputs of at
-# least 16x16: a quarter of the multiplies, but its tile transforms (dozens of operations
-# per input and output element, over runs of tiles as long as a tile row) pay off only when
-# C and K are wide and the maps large. Everything else runs im2col + one GEMM.
+# The CPU algorithm for a shape (single-thread CPU times, forced paths interleaved:
+# benchmarks/RESULTS.md, "Convolution algorithms by shape"). Direct loops for depthwise layers
+# (groups = C > 1): im2col would make C GEMMs of one row each (5-6x slower); they lost to
+# im2col on thin ungrouped layers (C = 1 or 3: 1.5-2x slower; 7x7 stride 2: 10x). 1x1
+# stride-1 unpadded layers are a GEMM per image, W (K, C) @ x[n] (C, H W), with no copy.
+# Winograd F(4x4, 3x3) for 3x3 stride-1 undilated ungrouped layers with C, K >= 32 and
+# outputs of at least 16x16: a quarter of the multiplies, but its tile transforms (dozens of
+# operations per input and output element) pay off only on wide layers and large maps
+# (1.4x faster than per-image im2col at (8, 64, 56, 56) -> 64, 1.5x slower at C = 16).
+# Other ungrouped layers with at least 256 outputs a plane: im2col + GEMM image by image
+# (cols kept in cache, output written in NCHW: 1.1-1.5x faster than batch-wide cols); the
+# rest (small maps, where a call per image costs more than it saves, and other groups):
+# im2col over the whole batch and one GEMM per group.
 # ``ALGORITHM`` forces a path where it applies (the tests run every path).
 ALGORITHM = None
 
 
 def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw):
-    """'direct', 'pointwise', 'winograd' or 'im2col' (see the comment above)."""
+    """'direct', 'pointwise', 'winograd', 'image' or 'im2col' (see the comment above)."""
     C, (K, _, kh, kw) = x_shape[1], weight_shape
     fits = {
         "direct": True,
@@ -329,6 +332,7 @@ def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw
                       and pads == ((0, 0), (0, 0))),
         "winograd": ((kh, kw) == (3, 3) and stride == (1, 1) and dilation == (1, 1)
                      and groups == 1),
+        "image": groups == 1,
         "im2col": True,
     }
     if ALGORITHM is not None:
@@ -339,6 +343,8 @@ def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw
         return "pointwise"
     if fits["winograd"] and min(C, K) >= 32 and min(out_hw) >= 16:
         return "winograd"
+    if fits["image"] and out_hw[0] * out_hw[1] >= 256:
+        return "image"
     return "im2col"
 
 
@@ -351,6 +357,8 @@ def _conv2d_forward_cpu(x, weight, bias, cache):
         return _direct_forward(x, weight, bias, cache)
     if cache.algorithm == "pointwise":
         return _pointwise_forward(x, weight, bias, cache)
+    if cache.algorithm == "image":
+        return _image_forward(x, weight, bias, cache)
     conv_cpu = _cpu()
     N, C, H, W = x.shape
     K, Cg, kh, kw = weight.shape
@@ -435,6 +443,68 @@ def _pointwise_backward(dy, cache, needs_input_grad, needs_weight_grad):
         np.matmul(weight.reshape(K, C).T, dyr, out=dx)
         dx = dx.reshape(x.shape)
     return dx, dweight, dbias
+
+
+# ---- im2col + GEMM image by image (groups = 1) ---------------------------------------------
+# The cols of one image (C kh kw, Ho Wo) stay in the L2 cache between im2col and the GEMM,
+# and the GEMM writes the image's output in NCHW: no batch-wide cols (tens of MiB written
+# and read back) and no output transpose. The backward recomputes each image's cols for
+# dW += dY[n] cols^T and runs col2im on W^T dY[n] into dx[n] likewise; dy is read in place.
+
+
+def _image_cols(cache, n, out):
+    conv_cpu = _cpu()
+    (sh, sw), ((pt, _), (pl, _)), (dh, dw) = cache.stride, cache.pads, cache.dilation
+    kh, kw = cache.weight.shape[2:]
+    conv_cpu.im2col.serial(cache.x[n:n + 1], kh, kw, sh, sw, pt, pl, dh, dw, *cache.out_hw,
+                           out)
+    return out
+
+
+def _image_forward(x, weight, bias, cache):
+    x = cache.x = np.ascontiguousarray(x)
+    N = x.shape[0]
+    K = weight.shape[0]
+    R, P = weight[0].size, cache.out_hw[0] * cache.out_hw[1]
+    w = weight.reshape(K, R)
+    cols = _pool.take(R * P, x.dtype).reshape(R, P)
+    y = np.empty((N, K, P), dtype=x.dtype)
+    for n in range(N):
+        np.matmul(w, _image_cols(cache, n, cols), out=y[n])
+    _pool.give(cols)
+    if bias is not None:
+        y += bias.reshape(1, K, 1)
+    return y.reshape(N, K, *cache.out_hw)
+
+
+def _image_backward(dy, cache, needs_input_grad, needs_weight_grad):
+    conv_cpu = _cpu()
+    x, weight = cache.x, cache.weight
+    N, K = x.shape[0], weight.shape[0]
+    R, P = weight[0].size, cache.out_hw[0] * cache.out_hw[1]
+    w = weight.reshape(K, R)
+    dyr = np.ascontiguousarray(dy).reshape(N, K, P)
+    cols = _pool.take(R * P, x.dtype).reshape(R, P)
+    dw = part = dx = dbias = None
+    if needs_weight_grad:
+        dw = np.zeros((K, R), dtype=x.dtype)
+        part = np.empty((K, R), dtype=x.dtype)
+        if cache.has_bias:
+            dbias = dyr.sum(axis=(0, 2), dtype=np.float64).astype(x.dtype)
+    if needs_input_grad:
+        dx = np.empty(x.shape, dtype=x.dtype)
+        (sh, sw), ((pt, _), (pl, _)), (dh, dwl) = cache.stride, cache.pads, cache.dilation
+        kh, kw = weight.shape[2:]
+    for n in range(N):
+        if needs_weight_grad:
+            np.matmul(dyr[n], _image_cols(cache, n, cols).T, out=part)
+            dw += part
+        if needs_input_grad:
+            np.matmul(w.T, dyr[n], out=cols)
+            conv_cpu.col2im.serial(cols, kh, kw, sh, sw, pt, pl, dh, dwl, *cache.out_hw,
+                                   dx[n:n + 1])
+    _pool.give(cols)
+    return dx, (None if dw is None else dw.reshape(weight.shape)), dbias
 
 
 # ---- Winograd F(4x4, 3x3) -------------------------------------------------------------------
@@ -594,6 +664,8 @@ def _conv2d_backward_cpu(dy, cache, needs_input_grad, needs_weight_grad):
         return _direct_backward(dy, cache, needs_input_grad, needs_weight_grad)
     if cache.algorithm == "pointwise":
         return _pointwise_backward(dy, cache, needs_input_grad, needs_weight_grad)
+    if cache.algorithm == "image":
+        return _image_backward(dy, cache, needs_input_grad, needs_weight_grad)
     conv_cpu = _cpu()
     x, weight = cache.x, cache.weight
     N, C, H, W = x.shape
