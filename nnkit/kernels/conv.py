@@ -8,21 +8,26 @@ the notes, as torch computes it: a cross-correlation) is::
     y[n, k, a, b] = bias[k] + sum_{c in group(k), i, j}
                     w[k, c, i, j] xpad[n, c, a s_h + i d_h, b s_w + j d_w]
 
-Algorithm (CPU): im2col + one GEMM per group, chosen by measurement. ``im2col`` (Numba)
-lays the input out as cols (C kh kw, N Ho Wo); then
+Algorithms (CPU), one per shape, chosen by ``_cpu_algorithm`` (its comment says why):
+
+- ``winograd``: F(4x4, 3x3) for wide 3x3 stride-1 layers: tile transforms in Numba
+  (``nnkit._ext.winograd_cpu``) around a batched GEMM with a quarter of the multiplies; the
+  backward runs the transforms' adjoints (dx through B, dW through G) around two more.
+  float32 error up to ~100 eps of max|y| (against ~4 for im2col); see "Winograd" below.
+- ``direct``: depthwise layers, Numba loops over padded planes (``conv_cpu.direct_*``).
+- ``pointwise``: 1x1 stride 1 unpadded, y[n] = W @ x[n], numpy's batched GEMM.
+- ``image``: im2col + GEMM image by image (cols (C kh kw, Ho Wo) cache-resident, the GEMM
+  writing NCHW directly); the backward recomputes each image's cols.
+- ``im2col``: the batch at once, cols (C kh kw, N Ho Wo), then
 
     forward:  Y (K, N Ho Wo) = W (K, C kh kw) @ cols                 (numpy SGEMM/DGEMM)
     backward: dW = dY @ cols^T,   dcols = W^T @ dY,   dx = col2im(dcols)
 
-Putting the batch in the GEMM's column dimension makes every layer one large GEMM (instead
-of N small ones). cols is kept from the forward for the backward and then overwritten by
-dcols (a backward called twice recomputes it); the buffers come from a small pool (at most
-4 kept), because a fresh array of tens of megabytes costs milliseconds of page faults.
+  one GEMM per group. cols is kept from the forward for the backward and then overwritten by
+  dcols (a backward called twice recomputes it); the buffers come from a small pool (at most
+  4 kept), because a fresh array of tens of megabytes costs milliseconds of page faults.
 
-Why im2col: a direct Numba loop (prange over (n, k), vectorised over output columns) was
-faster on thin layers and slower on wide ones, within the machine's noise either way, and
-needs three hand-written loops (forward, dx, dweight) where im2col needs one GEMM each,
-which OpenBLAS also threads. Around the GEMMs:
+Around the GEMMs:
 
 - The Numba kernels run their serial builds (``SERIAL_AROUND_BLAS``): a parallel kernel's
   OpenMP workers keep spinning after it returns and take the second core from the OpenBLAS
@@ -31,13 +36,11 @@ which OpenBLAS also threads. Around the GEMMs:
 - im2col is an indexed loop over flat arrays with unsigned indices, the padding handled by
   the valid column range of each row, so LLVM vectorises the copy (Numba's negative-index
   wraparound check blocked it): about twice as fast as slice copies, bit-identical output.
-- Other GEMM orientations (cols^T @ W^T), one GEMM per image and column blocking were
-  measured and were no faster.
 
-Figures: benchmarks/RESULTS.md, "Convolution" (against torch) and "Figures moved from
-docstrings" (the choices above).
+Figures: benchmarks/RESULTS.md, "Convolution algorithms by shape" (issue 24), "Convolution"
+(against torch) and "Figures moved from docstrings".
 
-GPU arrays (CuPy) run the same algorithm: ``im2col`` and ``col2im`` are Numba CUDA kernels
+GPU arrays (CuPy) run the batch-wide im2col: ``im2col`` and ``col2im`` are Numba CUDA kernels
 (``nnkit._ext.conv_cuda``), the GEMMs cuBLAS through CuPy, one batched product over the
 groups; the direct kernels (one thread per output) it replaced reached a few percent of
 cuDNN (benchmarks/RESULTS.md, "On an NVIDIA H100").
@@ -514,10 +517,11 @@ def _image_backward(dy, cache, needs_input_grad, needs_weight_grad):
 # Backward, the exact adjoints of these linear maps: dM = A dY A^T (36, K, T), then
 #     dU = dM @ V^T (36, K, C) and dW = G^T dU G;   dV = U^T @ dM and dx = B dV B^T added
 # over the overlapping input windows: two batched GEMMs of a quarter of im2col's multiplies.
-# float32 error (measured against float64, random normal data, the three benchmark shapes):
-# a few times 1e-6 of max|y| in y, dx and dW, against about 1e-7 for im2col; the test
-# ``test_winograd_float32_error_bound`` holds it under 2^-14 max|y| (rounding of the
-# transforms' constants 1/6, 1/12, 1/24 and of intermediate values up to ~100x the inputs).
+# float32 error against the float64 result (random normal data, the three benchmark shapes
+# and (2, 256, 16, 16) -> 64): max|error| / max|exact| 2.2e-6 to 1.1e-5 in y, 1.6e-6 to 3.7e-6
+# in dx, 3.2e-6 to 1.2e-5 in dW (about 20-100 eps), against 1.1e-7 to 5.4e-7 for im2col: the
+# transforms' constants (1/24 .. 8) scale intermediate values by up to ~100. The bound
+# tested (``test_winograd_float32_error_bound``): 2^-13 (1024 eps) of max|exact|.
 
 
 def _wino():
