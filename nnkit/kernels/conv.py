@@ -518,8 +518,8 @@ def _image_backward(dy, cache, needs_input_grad, needs_weight_grad):
 #     dU = dM @ V^T (36, K, C) and dW = G^T dU G;   dV = U^T @ dM and dx = B dV B^T added
 # over the overlapping input windows: two batched GEMMs of a quarter of im2col's multiplies.
 # float32 error against the float64 result (random normal data, the three benchmark shapes
-# and (2, 256, 16, 16) -> 64): max|error| / max|exact| 2.2e-6 to 1.1e-5 in y, 1.6e-6 to 3.7e-6
-# in dx, 3.2e-6 to 1.2e-5 in dW (about 20-100 eps), against 1.1e-7 to 5.4e-7 for im2col: the
+# and (2, 256, 16, 16) -> 64): max|error| / max|exact| 2.6e-6 to 9.6e-6 in y, 1.6e-6 to 3.9e-6
+# in dx, 3.2e-6 to 1.2e-5 in dW (about 15-100 eps), against 1.1e-7 to 5.4e-7 for im2col: the
 # transforms' constants (1/24 .. 8) scale intermediate values by up to ~100. The bound
 # tested (``test_winograd_float32_error_bound``): 2^-13 (1024 eps) of max|exact|.
 
@@ -535,13 +535,17 @@ def _tiles(cache):
     return TH, TW, cache.x.shape[0] * TH * (TW + 1)
 
 
-def _winograd_weight(weight):
-    """U[e1 6 + e2, k, c] = (G w[k, c] G^T)[e1, e2], computed in float64."""
+def _kron_g(dtype):
+    """G (x) G (36, 9): (G w G^T)[e1, e2] = sum_{i, j} G[e1, i] G[e2, j] w[i, j] as a matrix."""
     G = _wino().G
+    return np.kron(G, G).astype(dtype)
+
+
+def _winograd_weight(weight):
+    """U[e1 6 + e2, k, c] = (G w[k, c] G^T)[e1, e2]: one GEMM (36, 9) @ (9, K C)."""
     K, C = weight.shape[:2]
-    t = np.tensordot(G, weight.astype(np.float64), axes=(1, 2))  # (6, K, C, 3)
-    u = np.tensordot(t, G, axes=(3, 1))  # (6, K, C, 6)
-    return np.ascontiguousarray(u.transpose(0, 3, 1, 2).reshape(36, K, C), dtype=weight.dtype)
+    w = np.ascontiguousarray(weight).reshape(K * C, 9)
+    return np.matmul(_kron_g(weight.dtype), w.T).reshape(36, K, C)
 
 
 def _winograd_input(cache):
@@ -580,10 +584,8 @@ def _winograd_backward(dy, cache, needs_input_grad, needs_weight_grad):
     if needs_weight_grad:
         V = cache.cols if cache.cols is not None else _winograd_input(cache)
         dU = np.matmul(dM, V.transpose(0, 2, 1))  # (36, K, C)
-        G = wc.G
-        t = np.tensordot(dU.reshape(6, 6, K, C).astype(np.float64), G, axes=(1, 0))
-        dweight = np.tensordot(G, t, axes=(0, 0)).transpose(1, 2, 0, 3).astype(x.dtype)
-        dweight = np.ascontiguousarray(dweight)  # (K, C, 3, 3)
+        # dW[k, c] = G^T dU[., k, c] G: (K C, 36) @ (36, 9)
+        dweight = np.matmul(dU.reshape(36, K * C).T, _kron_g(x.dtype)).reshape(weight.shape)
         if cache.has_bias:
             dbias = dy.sum(axis=(0, 2, 3), dtype=np.float64).astype(x.dtype)
         cache.cols = V
