@@ -1271,3 +1271,33 @@ def test_gradcheck_image_path(rng):
                      [x, rng.standard_normal((4, 3, 2, 3)), rng.standard_normal(4)])
         nk.gradcheck(lambda x, w: FC.conv1d(x, w, stride=2, padding=2),
                      [rng.standard_normal((2, 3, 9)), rng.standard_normal((2, 3, 4))])
+
+
+@pytest.mark.parametrize("algorithm", ["image", "winograd"])
+def test_runs_of_images_on_threads_match_one_run(rng, algorithm):
+    """The per-image and Winograd paths split the batch over numba's threads (one Python
+    thread each, numpy's BLAS on one thread): the same y and dx as one run of the whole batch
+    (bit for bit: each image is computed alike), dweight up to the order of its sum."""
+    import numba
+
+    x = rng.standard_normal((5, 4, 17, 16))
+    w = rng.standard_normal((6, 4, 3, 3))
+    dy = rng.standard_normal((5, 6, 17, 16))
+    results = []
+    threads = numba.get_num_threads()
+    with _algorithm(algorithm):
+        for n in (1, max(2, threads)):
+            if n > numba.config.NUMBA_NUM_THREADS:
+                pytest.skip("numba has a single thread here")
+            numba.set_num_threads(n)
+            try:
+                y, cache = K.conv2d_forward(x, w, None, 1, 1)
+                assert cache.algorithm == algorithm
+                assert len(K._image_chunks(5)) == n
+                results.append((y, *K.conv2d_backward(dy, cache)[:2]))
+            finally:
+                numba.set_num_threads(threads)
+    (y1, dx1, dw1), (y2, dx2, dw2) = results
+    np.testing.assert_array_equal(y1, y2)
+    np.testing.assert_array_equal(dx1, dx2)
+    np.testing.assert_allclose(dw1, dw2, rtol=1e-12, atol=1e-12 * np.abs(dw1).max())

@@ -37,10 +37,11 @@ import math
 import numba
 import numpy as np
 
-from ._dispatch import serial_or_parallel
+from ._dispatch import nogil_build, serial_or_parallel
 
-__all__ = ["im2col", "col2im", "bias_transpose", "transpose_sum", "max_pool",
-           "max_pool_backward", "avg_pool", "avg_pool_backward", "avg_divisor",
+__all__ = ["im2col", "col2im", "im2col_nogil", "col2im_nogil", "bias_transpose",
+           "transpose_sum", "max_pool", "max_pool_backward", "avg_pool", "avg_pool_backward",
+           "avg_divisor",
            "direct_forward", "direct_backward_input", "direct_backward_weight"]
 
 
@@ -269,6 +270,9 @@ def _by_size(fn, size_arg):
 
 im2col = _by_size(_im2col, -1)  # cols
 col2im = _by_size(_col2im, 0)  # cols
+# serial builds without the GIL: the per-image convolution runs them from Python threads
+im2col_nogil = nogil_build(_im2col)
+col2im_nogil = nogil_build(_col2im)
 bias_transpose = _by_size(_bias_transpose, 0)
 transpose_sum = _by_size(_transpose_sum, 0)
 max_pool = _by_size(_max_pool, 0)

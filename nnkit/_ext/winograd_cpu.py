@@ -299,7 +299,8 @@ def _wino_input_adjoint(dV, L, pt, pl, TH, TW, dx):
                     (n * C + c) * H * W)
 
 
-_builds = {f.__name__.lstrip("_"): serial_or_parallel(f) for f in
+# nogil: ``nnkit.kernels.conv`` runs the serial builds from one Python thread per run of images
+_builds = {f.__name__.lstrip("_"): serial_or_parallel(f, nogil=True) for f in
            (_wino_input, _wino_output, _wino_output_adjoint, _wino_input_adjoint)}
 
 

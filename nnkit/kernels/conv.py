@@ -223,6 +223,7 @@ class ConvCache:
     squeeze: bool = False  # a conv1d cache: drop the height axis of the gradients
     algorithm: str = "im2col"  # the CPU path ``_cpu_algorithm`` chose (the backward's too)
     wino_u: object = None  # Winograd: the transformed weight (36, K, C); cols holds V
+    wino_chunks: object = None  # Winograd: the runs of images [(lo, hi)] each V covers
 
 
 def conv2d_forward(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -453,30 +454,65 @@ def _pointwise_backward(dy, cache, needs_input_grad, needs_weight_grad):
 # and the GEMM writes the image's output in NCHW: no batch-wide cols (tens of MiB written
 # and read back) and no output transpose. The backward recomputes each image's cols for
 # dW += dY[n] cols^T and runs col2im on W^T dY[n] into dx[n] likewise; dy is read in place.
+# The batch is split into one run of images per numba thread, each on a Python thread with
+# numpy's BLAS on one thread and GIL-free im2col/col2im: every core runs its own images
+# from end to end, with no OpenBLAS or OpenMP workers spinning between the steps (2 BLAS
+# threads per image GEMM instead: 3.3x slower at (32, 16, 32, 32) -> 32, wall time, in
+# benchmarks/RESULTS.md).
+
+_threads_lock = threading.Lock()
+_threads = []  # [ThreadPoolExecutor], created on first use
 
 
-def _image_cols(cache, n, out):
-    conv_cpu = _cpu()
+def _image_chunks(N):
+    """[(lo, hi)]: the batch in one contiguous run of images per numba thread."""
+    import numba
+
+    parts = max(1, min(N, numba.get_num_threads()))
+    return [(N * p // parts, N * (p + 1) // parts) for p in range(parts)]
+
+
+def _over_images(fn, chunks):
+    """[fn(lo, hi) for (lo, hi) in chunks (``_image_chunks``)], on the worker threads."""
+    if len(chunks) == 1:
+        return [fn(*chunks[0])]
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .._ext._dispatch import serial_numpy_blas
+
+    with _threads_lock:
+        if not _threads or _threads[0]._max_workers < len(chunks):
+            _threads[:] = [ThreadPoolExecutor(len(chunks), thread_name_prefix="nnkit-conv")]
+        pool = _threads[0]
+    with serial_numpy_blas():
+        futures = [pool.submit(fn, lo, hi) for lo, hi in chunks]
+        return [f.result() for f in futures]
+
+
+def _image_geometry(cache):
     (sh, sw), ((pt, _), (pl, _)), (dh, dw) = cache.stride, cache.pads, cache.dilation
     kh, kw = cache.weight.shape[2:]
-    conv_cpu.im2col.serial(cache.x[n:n + 1], kh, kw, sh, sw, pt, pl, dh, dw, *cache.out_hw,
-                           out)
-    return out
+    return kh, kw, sh, sw, pt, pl, dh, dw, *cache.out_hw
 
 
 def _image_forward(x, weight, bias, cache):
     x = cache.x = np.ascontiguousarray(x)
-    N = x.shape[0]
-    K = weight.shape[0]
+    conv_cpu = _cpu()
+    N, K = x.shape[0], weight.shape[0]
     R, P = weight[0].size, cache.out_hw[0] * cache.out_hw[1]
-    w = weight.reshape(K, R)
-    cols = _pool.take(R * P, x.dtype).reshape(R, P)
+    w = np.ascontiguousarray(weight).reshape(K, R)
+    geometry = _image_geometry(cache)
     y = np.empty((N, K, P), dtype=x.dtype)
-    for n in range(N):
-        np.matmul(w, _image_cols(cache, n, cols), out=y[n])
-    _pool.give(cols)
-    if bias is not None:
-        y += bias.reshape(1, K, 1)
+
+    def run(lo, hi):
+        cols = np.empty((R, P), dtype=x.dtype)
+        for n in range(lo, hi):
+            conv_cpu.im2col_nogil(x[n:n + 1], *geometry, cols)
+            np.matmul(w, cols, out=y[n])
+            if bias is not None:
+                y[n] += bias.reshape(K, 1)
+
+    _over_images(run, _image_chunks(N))
     return y.reshape(N, K, *cache.out_hw)
 
 
@@ -485,29 +521,37 @@ def _image_backward(dy, cache, needs_input_grad, needs_weight_grad):
     x, weight = cache.x, cache.weight
     N, K = x.shape[0], weight.shape[0]
     R, P = weight[0].size, cache.out_hw[0] * cache.out_hw[1]
-    w = weight.reshape(K, R)
+    w = np.ascontiguousarray(weight).reshape(K, R)
     dyr = np.ascontiguousarray(dy).reshape(N, K, P)
-    cols = _pool.take(R * P, x.dtype).reshape(R, P)
-    dw = part = dx = dbias = None
+    geometry = _image_geometry(cache)
+    dx = np.empty(x.shape, dtype=x.dtype) if needs_input_grad else None
+
+    def run(lo, hi):
+        cols = np.empty((R, P), dtype=x.dtype)
+        dw = part = None
+        if needs_weight_grad:
+            dw = np.zeros((K, R), dtype=x.dtype)
+            part = np.empty((K, R), dtype=x.dtype)
+        for n in range(lo, hi):
+            if needs_weight_grad:
+                conv_cpu.im2col_nogil(x[n:n + 1], *geometry, cols)
+                np.matmul(dyr[n], cols.T, out=part)
+                dw += part
+            if needs_input_grad:
+                np.matmul(w.T, dyr[n], out=cols)
+                conv_cpu.col2im_nogil(cols, *geometry, dx[n:n + 1])
+        return dw
+
+    parts = _over_images(run, _image_chunks(N))
+    dweight = dbias = None
     if needs_weight_grad:
-        dw = np.zeros((K, R), dtype=x.dtype)
-        part = np.empty((K, R), dtype=x.dtype)
+        dweight = parts[0]
+        for part in parts[1:]:
+            dweight += part
+        dweight = dweight.reshape(weight.shape)
         if cache.has_bias:
             dbias = dyr.sum(axis=(0, 2), dtype=np.float64).astype(x.dtype)
-    if needs_input_grad:
-        dx = np.empty(x.shape, dtype=x.dtype)
-        (sh, sw), ((pt, _), (pl, _)), (dh, dwl) = cache.stride, cache.pads, cache.dilation
-        kh, kw = weight.shape[2:]
-    for n in range(N):
-        if needs_weight_grad:
-            np.matmul(dyr[n], _image_cols(cache, n, cols).T, out=part)
-            dw += part
-        if needs_input_grad:
-            np.matmul(w.T, dyr[n], out=cols)
-            conv_cpu.col2im.serial(cols, kh, kw, sh, sw, pt, pl, dh, dwl, *cache.out_hw,
-                                   dx[n:n + 1])
-    _pool.give(cols)
-    return dx, (None if dw is None else dw.reshape(weight.shape)), dbias
+    return dx, dweight, dbias
 
 
 # ---- Winograd F(4x4, 3x3) -------------------------------------------------------------------
@@ -529,10 +573,10 @@ def _wino():
 
 
 def _tiles(cache):
-    """(TH, TW, T): tile rows and columns of one image, total tile count with junk tiles."""
+    """(TH, TW, S): tile rows and columns of one image and its tile count with junk tiles."""
     Ho, Wo = cache.out_hw
     TH, TW = -(-Ho // 4), -(-Wo // 4)
-    return TH, TW, cache.x.shape[0] * TH * (TW + 1)
+    return TH, TW, TH * (TW + 1)
 
 
 def _kron_g(dtype):
@@ -548,67 +592,94 @@ def _winograd_weight(weight):
     return np.matmul(_kron_g(weight.dtype), w.T).reshape(36, K, C)
 
 
-def _winograd_input(cache):
+def _winograd_input(cache, lo, hi):
+    """V (36, C, (hi - lo) S) of images [lo, hi) (the serial, GIL-free build)."""
     x = cache.x
-    TH, TW, T = _tiles(cache)
-    V = _pool.take(36 * x.shape[1] * T, x.dtype).reshape(36, x.shape[1], T)
-    _wino().wino_input(x, cache.pads[0][0], cache.pads[1][0], TH, TW, V,
-                       not SERIAL_AROUND_BLAS)
+    TH, TW, S = _tiles(cache)
+    V = _pool.take(36 * x.shape[1] * (hi - lo) * S, x.dtype).reshape(36, x.shape[1], -1)
+    _wino().wino_input(x[lo:hi], cache.pads[0][0], cache.pads[1][0], TH, TW, V)
     return V
 
+
+# Like the per-image im2col path, the batch runs as one run of images per numba thread
+# (``_over_images``): each thread transforms its images, runs its batched GEMM on one BLAS
+# thread and transforms back, so the serial transforms use every core.
 
 def _winograd_forward(x, weight, bias, cache):
     x = cache.x = np.ascontiguousarray(x)
     N, K = x.shape[0], weight.shape[0]
-    TH, TW, T = _tiles(cache)
+    TH, TW, S = _tiles(cache)
     U = cache.wino_u = _winograd_weight(weight)
-    V = _winograd_input(cache)
-    M = _pool.take(36 * K * T, x.dtype).reshape(36, K, T)
-    np.matmul(U, V, out=M)
     y = np.empty((N, K, *cache.out_hw), dtype=x.dtype)
-    b = bias if bias is not None else np.zeros(K, dtype=x.dtype)
-    _wino().wino_output(M, TH, TW, np.ascontiguousarray(b), y, not SERIAL_AROUND_BLAS)
-    _pool.give(M)
-    cache.cols = V
+    b = np.ascontiguousarray(bias if bias is not None else np.zeros(K, dtype=x.dtype))
+    cache.wino_chunks = _image_chunks(N)
+
+    def run(lo, hi):
+        V = _winograd_input(cache, lo, hi)
+        M = _pool.take(36 * K * (hi - lo) * S, x.dtype).reshape(36, K, -1)
+        np.matmul(U, V, out=M)
+        _wino().wino_output(M, TH, TW, b, y[lo:hi])
+        _pool.give(M)
+        return V
+
+    cache.cols = _over_images(run, cache.wino_chunks)
     return y
 
 
 def _winograd_backward(dy, cache, needs_input_grad, needs_weight_grad):
     x, weight = cache.x, cache.weight
     C, K = x.shape[1], weight.shape[0]
-    TH, TW, T = _tiles(cache)
+    TH, TW, S = _tiles(cache)
     wc = _wino()
-    dM = _pool.take(36 * K * T, x.dtype).reshape(36, K, T)
-    wc.wino_output_adjoint(np.ascontiguousarray(dy), TH, TW, dM, not SERIAL_AROUND_BLAS)
+    dy = np.ascontiguousarray(dy)
+    dx = np.empty(x.shape, dtype=x.dtype) if needs_input_grad else None
+    chunks = cache.wino_chunks
+    cols = cache.cols if cache.cols is not None else [None] * len(chunks)
+    cache.cols = None  # overwritten by dV below, or kept (weight gradient only)
+    kept = [None] * len(chunks)
+
+    def run(i):
+        lo, hi = chunks[i]
+        dM = _pool.take(36 * K * (hi - lo) * S, x.dtype).reshape(36, K, -1)
+        wc.wino_output_adjoint(dy[lo:hi], TH, TW, dM)
+        dU = None
+        V = cols[i]
+        if needs_weight_grad:
+            V = V if V is not None else _winograd_input(cache, lo, hi)
+            dU = np.matmul(dM, V.transpose(0, 2, 1))  # (36, K, C)
+        if needs_input_grad:
+            dV = V if V is not None else _pool.take(36 * C * (hi - lo) * S, x.dtype)
+            dV = dV.reshape(36, C, -1)
+            np.matmul(cache.wino_u.transpose(0, 2, 1), dM, out=dV)
+            wc.wino_input_adjoint(dV, cache.pads[0][0], cache.pads[1][0], TH, TW, dx[lo:hi])
+            _pool.give(dV)
+        else:
+            kept[i] = V
+        _pool.give(dM)
+        return dU
+
+    parts = _over_images(lambda lo, hi: run(chunks.index((lo, hi))), chunks)
+    if not needs_input_grad and needs_weight_grad:
+        cache.cols = kept
     dweight = dbias = None
     if needs_weight_grad:
-        V = cache.cols if cache.cols is not None else _winograd_input(cache)
-        dU = np.matmul(dM, V.transpose(0, 2, 1))  # (36, K, C)
+        dU = parts[0]
+        for part in parts[1:]:
+            dU += part
         # dW[k, c] = G^T dU[., k, c] G: (K C, 36) @ (36, 9)
         dweight = np.matmul(dU.reshape(36, K * C).T, _kron_g(x.dtype)).reshape(weight.shape)
         if cache.has_bias:
             dbias = dy.sum(axis=(0, 2, 3), dtype=np.float64).astype(x.dtype)
-        cache.cols = V
-    dx = None
-    if needs_input_grad:
-        dV = cache.cols if cache.cols is not None else _pool.take(36 * C * T, x.dtype)
-        dV = dV.reshape(36, C, T)
-        cache.cols = None  # overwritten below
-        U = cache.wino_u
-        np.matmul(U.transpose(0, 2, 1), dM, out=dV)
-        dx = np.empty(x.shape, dtype=x.dtype)
-        wc.wino_input_adjoint(dV, cache.pads[0][0], cache.pads[1][0], TH, TW, dx,
-                              not SERIAL_AROUND_BLAS)
-        _pool.give(dV)
-    _pool.give(dM)
     return dx, dweight, dbias
 
 
 def release(cache):
-    """Return the forward's cols to the workspace pool (when no backward will run)."""
+    """Return the forward's cols (Winograd: V of each run of images) to the workspace pool
+    (when no backward will run)."""
     if isinstance(cache, ConvCache) and cache.cols is not None:
-        if backend(cache.cols) == "cpu":
-            _pool.give(cache.cols)
+        for cols in (cache.cols if isinstance(cache.cols, list) else [cache.cols]):
+            if cols is not None and backend(cols) == "cpu":
+                _pool.give(cols)
         cache.cols = None
 
 
