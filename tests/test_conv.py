@@ -1273,15 +1273,17 @@ def test_gradcheck_image_path(rng):
                      [rng.standard_normal((2, 3, 9)), rng.standard_normal((2, 3, 4))])
 
 
-@pytest.mark.parametrize("algorithm", ["image", "winograd"])
+@pytest.mark.parametrize("algorithm", ["image", "winograd", "pointwise"])
 def test_runs_of_images_on_threads_match_one_run(rng, algorithm):
-    """The per-image and Winograd paths split the batch over numba's threads (one Python
-    thread each, numpy's BLAS on one thread): the same y and dx as one run of the whole batch
-    (bit for bit: each image is computed alike), dweight up to the order of its sum."""
+    """The pointwise, per-image and Winograd paths split the batch over numba's threads (one
+    Python thread each, numpy's BLAS on one thread): the same y and dx as one run of the
+    whole batch (bit for bit: each image is computed alike), dweight up to the order of its
+    sum."""
     import numba
 
     x = rng.standard_normal((5, 4, 17, 16))
-    w = rng.standard_normal((6, 4, 3, 3))
+    k = 1 if algorithm == "pointwise" else 3
+    w = rng.standard_normal((6, 4, k, k))
     dy = rng.standard_normal((5, 6, 17, 16))
     results = []
     threads = numba.get_num_threads()
@@ -1291,7 +1293,7 @@ def test_runs_of_images_on_threads_match_one_run(rng, algorithm):
                 pytest.skip("numba has a single thread here")
             numba.set_num_threads(n)
             try:
-                y, cache = K.conv2d_forward(x, w, None, 1, 1)
+                y, cache = K.conv2d_forward(x, w, None, 1, k // 2)
                 assert cache.algorithm == algorithm
                 assert len(K._image_chunks(5)) == n
                 results.append((y, *K.conv2d_backward(dy, cache)[:2]))

@@ -27,7 +27,10 @@ Algorithms (CPU), one per shape, chosen by ``_cpu_algorithm`` (its comment says 
   dcols (a backward called twice recomputes it); the buffers come from a small pool (at most
   4 kept), because a fresh array of tens of megabytes costs milliseconds of page faults.
 
-Around the GEMMs:
+Threads: the pointwise, image and Winograd paths split the batch into one run of images
+per numba thread, each run on a Python thread with numpy's BLAS on one thread and the Numba
+kernels' serial GIL-free builds: each core runs its images from end to end, and no OpenBLAS
+or OpenMP workers spin between the steps. The batch-wide im2col path, around the GEMMs:
 
 - The Numba kernels run their serial builds (``SERIAL_AROUND_BLAS``): a parallel kernel's
   OpenMP workers keep spinning after it returns and take the second core from the OpenBLAS
@@ -418,35 +421,51 @@ def _direct_backward(dy, cache, needs_input_grad, needs_weight_grad):
 
 
 def _pointwise_forward(x, weight, bias, cache):
-    """y[n] = W (K, C) @ x[n] (C, H W) for each image n: numpy's batched GEMM writes NCHW."""
+    """y[n] = W (K, C) @ x[n] (C, H W) for each image n: numpy's batched GEMM writes NCHW,
+    one run of images per numba thread (``_over_images``)."""
     N, C, H, W = x.shape
     K = weight.shape[0]
+    w = np.ascontiguousarray(weight).reshape(K, C)
+    xr = x.reshape(N, C, H * W)
     y = np.empty((N, K, H * W), dtype=x.dtype)
-    np.matmul(weight.reshape(K, C), x.reshape(N, C, H * W), out=y)
-    if bias is not None:
-        y += bias.reshape(1, K, 1)
+
+    def run(lo, hi):
+        np.matmul(w, xr[lo:hi], out=y[lo:hi])
+        if bias is not None:
+            y[lo:hi] += bias.reshape(1, K, 1)
+
+    _over_images(run, _image_chunks(N))
     return y.reshape(N, K, H, W)
 
 
 def _pointwise_backward(dy, cache, needs_input_grad, needs_weight_grad):
-    """dx[n] = W^T @ dy[n]; dW = sum_n dy[n] @ x[n]^T (one GEMM over all pixels of all
-    images when the batch is 1, else per image, summed)."""
+    """dx[n] = W^T @ dy[n]; dW = sum_n dy[n] @ x[n]^T (per run of images, then summed)."""
     x, weight = cache.x, cache.weight
     N, C, H, W = x.shape
     K = weight.shape[0]
-    dyr = dy.reshape(N, K, H * W)
-    dx = dweight = dbias = None
+    w = np.ascontiguousarray(weight).reshape(K, C)
+    dyr = np.ascontiguousarray(dy).reshape(N, K, H * W)
+    xr = x.reshape(N, C, H * W)
+    dx = np.empty((N, C, H * W), dtype=x.dtype) if needs_input_grad else None
+
+    def run(lo, hi):
+        part = None
+        if needs_weight_grad:
+            part = np.matmul(dyr[lo:hi], xr[lo:hi].transpose(0, 2, 1)).sum(axis=0)  # (K, C)
+        if needs_input_grad:
+            np.matmul(w.T, dyr[lo:hi], out=dx[lo:hi])
+        return part
+
+    parts = _over_images(run, _image_chunks(N))
+    dweight = dbias = None
     if needs_weight_grad:
-        xr = x.reshape(N, C, H * W)
-        per_image = np.matmul(dyr, xr.transpose(0, 2, 1))  # (N, K, C)
-        dweight = per_image.sum(axis=0).reshape(weight.shape).astype(x.dtype, copy=False)
+        dweight = parts[0]
+        for part in parts[1:]:
+            dweight += part
+        dweight = dweight.reshape(weight.shape).astype(x.dtype, copy=False)
         if cache.has_bias:
             dbias = dyr.sum(axis=(0, 2), dtype=np.float64).astype(x.dtype)
-    if needs_input_grad:
-        dx = np.empty((N, C, H * W), dtype=x.dtype)
-        np.matmul(weight.reshape(K, C).T, dyr, out=dx)
-        dx = dx.reshape(x.shape)
-    return dx, dweight, dbias
+    return (None if dx is None else dx.reshape(x.shape)), dweight, dbias
 
 
 # ---- im2col + GEMM image by image (groups = 1) ---------------------------------------------
