@@ -1082,7 +1082,9 @@ def test_winograd_transforms_are_adjoint_and_parallel_matches_serial(rng):
 
 @pytest.mark.parametrize("x_shape, w_shape, kw, algorithm", [
     ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "winograd"),
-    ((2, 32, 16, 16), (32, 32, 3, 3), dict(padding=1), "winograd"),
+    ((2, 128, 28, 28), (128, 128, 3, 3), dict(padding=1), "winograd"),
+    ((2, 256, 14, 14), (256, 256, 3, 3), dict(padding=1), "image"),
+    ((32, 32, 32, 32), (32, 32, 3, 3), dict(padding=1), "image"),
     ((32, 16, 32, 32), (32, 16, 3, 3), dict(padding=1), "image"),  # C = 16: thin GEMMs
     ((32, 3, 32, 32), (16, 3, 3, 3), dict(padding=1), "image"),
     ((8, 3, 224, 224), (64, 3, 7, 7), dict(stride=2, padding=3), "image"),

@@ -318,10 +318,12 @@ def _im2col(cache, out):
 # (groups = C > 1): im2col would make C GEMMs of one row each (5-6x slower); they lost to
 # im2col on thin ungrouped layers (C = 1 or 3: 1.5-2x slower; 7x7 stride 2: 10x). 1x1
 # stride-1 unpadded layers are a GEMM per image, W (K, C) @ x[n] (C, H W), with no copy.
-# Winograd F(4x4, 3x3) for 3x3 stride-1 undilated ungrouped layers with C, K >= 32 and
-# outputs of at least 16x16: a quarter of the multiplies, but its tile transforms (dozens of
-# operations per input and output element) pay off only on wide layers and large maps
-# (1.4x faster than per-image im2col at (8, 64, 56, 56) -> 64, 1.5x slower at C = 16).
+# Winograd F(4x4, 3x3) for 3x3 stride-1 undilated ungrouped layers with C, K >= 64 and
+# outputs of at least 28x28: a quarter of the multiplies, but its tile transforms (dozens of
+# operations per input and output element) and its 36 GEMMs of a few hundred tiles pay off
+# only on wide layers with large maps: against per-image im2col, forward / forward+backward
+# 1.2x / 1.7x faster at (8, 64, 56, 56) -> 64, 1.0x / 1.3x at (8, 128, 28, 28) -> 128, but
+# 0.65x / 0.87x at (8, 256, 14, 14) -> 256 and 0.5x / 0.75x at (32, 32, 32, 32) -> 32.
 # Other ungrouped layers with at least 256 outputs a plane: im2col + GEMM image by image
 # (cols kept in cache, output written in NCHW: 1.1-1.5x faster than batch-wide cols); the
 # rest (small maps, where a call per image costs more than it saves, and other groups):
@@ -348,7 +350,7 @@ def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw
         return "direct"
     if fits["pointwise"]:
         return "pointwise"
-    if fits["winograd"] and min(C, K) >= 32 and min(out_hw) >= 16:
+    if fits["winograd"] and min(C, K) >= 64 and min(out_hw) >= 28:
         return "winograd"
     if fits["image"] and out_hw[0] * out_hw[1] >= 256:
         return "image"
