@@ -15,6 +15,10 @@ alike (harness.same_allocator(); the environment line says so).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_conv.py \
         [--quick] [--threads N] [--only SUBSTRING-OF-A-CASE-NAME]
+
+``--algorithms`` instead times every CPU path that applies at each of ``ALGORITHM_SHAPES``
+(the shapes ``nnkit.kernels.conv._cpu_algorithm`` was decided on), forced in turn, on one
+thread: ms of CPU time, forward / forward+backward.
 """
 
 from __future__ import annotations
@@ -266,11 +270,82 @@ def run(quick: bool = False, threads: int | None = None, only: str = "") -> list
     return rows
 
 
+# (x shape, weight shape, keyword arguments): the shapes the CPU dispatcher was decided on
+ALGORITHM_SHAPES = [
+    ((32, 3, 32, 32), (16, 3, 3, 3), dict(padding=1)),
+    ((32, 16, 32, 32), (32, 16, 3, 3), dict(padding=1)),
+    ((32, 32, 32, 32), (32, 32, 3, 3), dict(padding=1)),
+    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1)),
+    ((8, 128, 28, 28), (128, 128, 3, 3), dict(padding=1)),
+    ((8, 256, 14, 14), (256, 256, 3, 3), dict(padding=1)),
+    ((32, 32, 16, 16), (32, 32, 3, 3), dict(padding=1)),
+    ((32, 64, 8, 8), (64, 64, 3, 3), dict(padding=1)),
+    ((32, 16, 4, 4), (32, 16, 3, 3), dict(padding=1)),
+    ((32, 1, 8, 8), (16, 1, 3, 3), dict(padding=1)),
+    ((8, 3, 224, 224), (64, 3, 7, 7), dict(stride=2, padding=3)),
+    ((8, 64, 56, 56), (128, 64, 3, 3), dict(stride=2, padding=1)),
+    ((8, 64, 56, 56), (256, 64, 1, 1), {}),
+    ((8, 64, 56, 56), (64, 1, 3, 3), dict(padding=1, groups=64)),
+]
+
+
+def algorithms(repeats: int = 7) -> list[dict]:
+    """Every CPU path that applies to each of ``ALGORITHM_SHAPES``, forced in turn
+    (``nnkit.kernels.conv.ALGORITHM``), interleaved, float32: the minimum CPU time
+    (``time.process_time``, which a busy machine's other processes do not inflate) of
+    forward and forward+backward. Run on one thread (numba and OpenBLAS), so CPU time is
+    the work each path does."""
+    from nnkit.kernels import conv as K
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for xs, ws, kw in ALGORITHM_SHAPES:
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(np.float32)
+        b = np.zeros(ws[0], np.float32)
+        paths = []
+        for name in ("im2col", "image", "pointwise", "winograd", "direct"):
+            K.ALGORITHM = name
+            y, cache = K.conv2d_forward(x, w, b, **kw)
+            if cache.algorithm == name:
+                paths.append(name)
+        K.ALGORITHM = None
+        chosen = K.conv2d_forward(x, w, b, **kw)[1].algorithm
+        dy = rng.standard_normal(y.shape).astype(np.float32)
+        best = {p: [np.inf, np.inf] for p in paths}
+        for _ in range(repeats):
+            for p in paths:
+                K.ALGORITHM = p
+                for m in (0, 1):
+                    start = time.process_time()
+                    y, cache = K.conv2d_forward(x, w, b, **kw)
+                    if m:
+                        K.conv2d_backward(dy, cache)
+                    best[p][m] = min(best[p][m], time.process_time() - start)
+        K.ALGORITHM = None
+        rows.append({"x, weight, kw": f"{xs} {ws} {kw}", "chosen": chosen,
+                     **{p: f"{best[p][0] * 1e3:.2f} / {best[p][1] * 1e3:.2f}" for p in paths}})
+    return rows
+
+
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     same_allocator()  # glibc malloc tuned alike in every process, each contender's worker
     if argv and argv[0] == "--worker":
         _worker(argv[1], int(argv[2]), int(argv[3]), argv[4] if len(argv) > 4 else "")
+        return
+    if argv and argv[0] == "--algorithms":
+        import os
+
+        if os.environ.get("NUMBA_NUM_THREADS") != "1":  # one thread: CPU time = the work
+            env = dict(os.environ, NUMBA_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+            raise SystemExit(subprocess.run([sys.executable, str(HERE), *argv], env=env,
+                                            check=False).returncode)
+        from nnkit.tour import format_table
+
+        print(environment())
+        rows = algorithms()
+        print(format_table(rows, list(dict.fromkeys(k for r in rows for k in r))))
         return
 
     from nnkit.tour import format_table
