@@ -154,29 +154,69 @@ def _transpose_sum(dy, dyt, dbias):
 
 
 def _max_pool(x, kh, kw, sh, sw, ph, pw, dh, dw, y, idx):
-    """y (N, C, Ho, Wo) = window max; idx = h W + w of the routed maximum."""
+    """y (N, C, Ho, Wo) = window max; idx = h W + w of the routed maximum.
+
+    The columns whose windows lie wholly inside the row (all kw taps in bounds) run tap by
+    tap over vectors of outputs (``best``, ``arg``: the same rule, taps in the same
+    row-major order, so the same maximum is routed), which LLVM vectorises; the few edge
+    columns run the scalar loop."""
     N, C, H, W = x.shape
     Ho, Wo = y.shape[2], y.shape[3]
+    # columns b with 0 <= b sw - pw and b sw - pw + (kw - 1) dw < W
+    b0, _ = _valid_range_jit(Wo, W, sw, -pw)
+    _, b1 = _valid_range_jit(Wo, W, sw, -pw + (kw - 1) * dw)
+    b1 = max(b0, b1)
     for nc in numba.prange(N * C):
         n = nc // C
         c = nc % C
+        best = np.empty(max(b1 - b0, 1), dtype=x.dtype)
+        arg = np.empty(max(b1 - b0, 1), dtype=np.int64)
         for a in range(Ho):
+            i0, i1 = _valid_range_jit(kh, H, dh, a * sh - ph)
             for b in range(Wo):
-                best = -math.inf
-                arg = -1
+                if b0 <= b < b1 and i1 > i0:
+                    continue
+                best_s = -math.inf
+                arg_s = -1
                 # only the in-bounds taps (row-major order kept): a window may span 2^31
-                i0, i1 = _valid_range_jit(kh, H, dh, a * sh - ph)
                 j0, j1 = _valid_range_jit(kw, W, dw, b * sw - pw)
                 for i in range(i0, i1):
                     h = a * sh - ph + i * dh
                     for j in range(j0, j1):
                         w = b * sw - pw + j * dw
                         v = x[n, c, h, w]
-                        if arg < 0 or v > best or math.isnan(v):
-                            best = v
-                            arg = h * W + w
-                y[n, c, a, b] = best
-                idx[n, c, a, b] = arg
+                        if arg_s < 0 or v > best_s or math.isnan(v):
+                            best_s = v
+                            arg_s = h * W + w
+                y[n, c, a, b] = best_s
+                idx[n, c, a, b] = arg_s
+            if b1 <= b0 or i1 <= i0:
+                continue
+            first = True
+            for i in range(i0, i1):
+                h = a * sh - ph + i * dh
+                row = x[n, c, h]
+                for j in range(kw):
+                    o = b0 * sw - pw + j * dw  # column of tap j for output b0
+                    if first:
+                        for t in range(b1 - b0):
+                            u = np.uint64(t)
+                            best[u] = row[np.uint64(o + t * sw)]
+                            arg[u] = h * W + o + t * sw
+                        first = False
+                        continue
+                    base = h * W + o
+                    for t in range(b1 - b0):
+                        u = np.uint64(t)
+                        v = row[np.uint64(o + t * sw)]
+                        take = (v > best[u]) | (v != v)  # no short circuit: a select
+                        best[u] = v if take else best[u]
+                        arg[u] = base + t * sw if take else arg[u]
+            yo = y[n, c, a]
+            io = idx[n, c, a]
+            for t in range(b1 - b0):
+                yo[np.uint64(b0 + t)] = best[np.uint64(t)]
+                io[np.uint64(b0 + t)] = arg[np.uint64(t)]
 
 
 def _max_pool_backward(dy, idx, dx):
