@@ -4,6 +4,7 @@ default initialisation, serial == parallel builds, and the validation at the bou
 
 import contextlib
 import math
+import os
 
 import numpy as np
 import pytest
@@ -1305,3 +1306,35 @@ def test_runs_of_images_on_threads_match_one_run(rng, algorithm):
     np.testing.assert_array_equal(y1, y2)
     np.testing.assert_array_equal(dx1, dx2)
     np.testing.assert_allclose(dw1, dw2, rtol=1e-12, atol=1e-12 * np.abs(dw1).max())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_runs_of_images_work_in_a_forked_child(rng):
+    """The worker threads of the per-image paths do not survive fork(): a child gets its own
+    pool (with the parent's it would wait forever)."""
+    x = rng.standard_normal((4, 3, 16, 16))
+    w = rng.standard_normal((2, 3, 3, 3))
+    with _algorithm("image"):
+        want = K.conv2d_forward(x, w, None, 1, 1)[0]  # the parent's pool exists now
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report, then leave without running pytest's teardown
+            ok = 0
+            try:
+                import numba
+
+                numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+                ok = int(np.array_equal(K.conv2d_forward(x, w, None, 1, 1)[0], want))
+            finally:
+                os.write(write, bytes([ok]))
+                os._exit(0)
+        os.close(write)
+        import select
+        import signal
+
+        ready = select.select([read], [], [], 60)[0]  # a child stuck on dead workers: fail
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        status = os.waitpid(pid, 0)[1]
+        assert ready, "the forked child's convolution did not finish in 60 s"
+        assert os.read(read, 1) == b"\x01" and status == 0

@@ -52,6 +52,7 @@ cuDNN (benchmarks/RESULTS.md, "On an NVIDIA H100").
 from __future__ import annotations
 
 import numbers
+import os
 import threading
 from dataclasses import dataclass
 
@@ -482,7 +483,7 @@ def _pointwise_backward(dy, cache, needs_input_grad, needs_weight_grad):
 # benchmarks/RESULTS.md).
 
 _threads_lock = threading.Lock()
-_threads = []  # [ThreadPoolExecutor], created on first use
+_threads = []  # [ThreadPoolExecutor, the pid that created it], created on first use
 
 
 def _image_chunks(N):
@@ -502,8 +503,11 @@ def _over_images(fn, chunks):
     from .._ext._dispatch import serial_numpy_blas
 
     with _threads_lock:
-        if not _threads or _threads[0]._max_workers < len(chunks):
-            _threads[:] = [ThreadPoolExecutor(len(chunks), thread_name_prefix="nnkit-conv")]
+        # a new pool in a forked child too: the parent's worker threads do not exist there
+        if (not _threads or _threads[1] != os.getpid()
+                or _threads[0]._max_workers < len(chunks)):
+            _threads[:] = [ThreadPoolExecutor(len(chunks), thread_name_prefix="nnkit-conv"),
+                           os.getpid()]
         pool = _threads[0]
     with serial_numpy_blas():
         futures = [pool.submit(fn, lo, hi) for lo, hi in chunks]
