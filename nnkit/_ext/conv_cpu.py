@@ -252,22 +252,48 @@ _avg_divisor_jit = numba.njit(cache=True, inline="always")(avg_divisor)
 
 
 def _avg_pool(x, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, y):
-    """y = sum of the window's in-bounds entries / ``avg_divisor``."""
+    """y = sum of the window's in-bounds entries / ``avg_divisor``.
+
+    The columns whose windows lie inside the row sum tap by tap over vectors of outputs (the
+    taps in the same order, so the same sums), which LLVM vectorises; the edge columns run
+    the scalar loop."""
     N, C, H, W = x.shape
     Ho, Wo = y.shape[2], y.shape[3]
+    b0, _ = _valid_range_jit(Wo, W, sw, -pw)
+    _, b1 = _valid_range_jit(Wo, W, sw, -pw + kw - 1)
+    b1 = max(b0, b1)
     for nc in numba.prange(N * C):
         n = nc // C
         c = nc % C
+        acc = np.empty(max(b1 - b0, 1), dtype=np.float64)
         for a in range(Ho):
             h0 = a * sh - ph
+            hlo, hhi = max(h0, 0), min(h0 + kh, H)
             for b in range(Wo):
+                if b0 <= b < b1:
+                    continue
                 w0 = b * sw - pw
                 s = 0.0
-                for h in range(max(h0, 0), min(h0 + kh, H)):
+                for h in range(hlo, hhi):
                     for w in range(max(w0, 0), min(w0 + kw, W)):
                         s += x[n, c, h, w]
                 y[n, c, a, b] = s / _avg_divisor_jit(h0, w0, kh, kw, H, W, ph, pw,
                                                      count_include_pad, divisor)
+            if b1 <= b0:
+                continue
+            for t in range(b1 - b0):
+                acc[np.uint64(t)] = 0.0
+            for h in range(hlo, hhi):
+                row = x[n, c, h]
+                for w in range(kw):
+                    o = b0 * sw - pw + w
+                    for t in range(b1 - b0):
+                        acc[np.uint64(t)] += row[np.uint64(o + t * sw)]
+            out = y[n, c, a]
+            for t in range(b1 - b0):
+                b = b0 + t
+                out[np.uint64(b)] = acc[np.uint64(t)] / _avg_divisor_jit(
+                    h0, b * sw - pw, kh, kw, H, W, ph, pw, count_include_pad, divisor)
 
 
 def _avg_pool_backward(dy, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, dx):
