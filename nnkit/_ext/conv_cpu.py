@@ -297,24 +297,47 @@ def _avg_pool(x, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, y):
 
 
 def _avg_pool_backward(dy, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, dx):
-    """dx[n, c, h, w] = sum over the windows holding (h, w) of dy / ``avg_divisor``."""
+    """dx[n, c, h, w] = sum over the windows holding (h, w) of dy / ``avg_divisor``.
+
+    As in ``_avg_pool``, the columns whose windows lie inside the row add their share tap by
+    tap over vectors of outputs (one tap's columns are distinct, so no two lanes write one
+    element), the edge columns one by one."""
     N, C, H, W = dx.shape
     Ho, Wo = dy.shape[2], dy.shape[3]
+    b0, _ = _valid_range_jit(Wo, W, sw, -pw)
+    _, b1 = _valid_range_jit(Wo, W, sw, -pw + kw - 1)
+    b1 = max(b0, b1)
     for nc in numba.prange(N * C):
         n = nc // C
         c = nc % C
+        g = np.empty(max(b1 - b0, 1), dtype=dx.dtype)
         for h in range(H):
             for w in range(W):
                 dx[n, c, h, w] = 0
         for a in range(Ho):
             h0 = a * sh - ph
+            hlo, hhi = max(h0, 0), min(h0 + kh, H)
             for b in range(Wo):
+                if b0 <= b < b1:
+                    continue
                 w0 = b * sw - pw
-                g = dy[n, c, a, b] / _avg_divisor_jit(h0, w0, kh, kw, H, W, ph, pw,
-                                                      count_include_pad, divisor)
-                for h in range(max(h0, 0), min(h0 + kh, H)):
+                gb = dy[n, c, a, b] / _avg_divisor_jit(h0, w0, kh, kw, H, W, ph, pw,
+                                                       count_include_pad, divisor)
+                for h in range(hlo, hhi):
                     for w in range(max(w0, 0), min(w0 + kw, W)):
-                        dx[n, c, h, w] += g
+                        dx[n, c, h, w] += gb
+            if b1 <= b0:
+                continue
+            for t in range(b1 - b0):
+                b = b0 + t
+                g[np.uint64(t)] = dy[n, c, a, b] / _avg_divisor_jit(
+                    h0, b * sw - pw, kh, kw, H, W, ph, pw, count_include_pad, divisor)
+            for h in range(hlo, hhi):
+                row = dx[n, c, h]
+                for w in range(kw):
+                    o = b0 * sw - pw + w
+                    for t in range(b1 - b0):
+                        row[np.uint64(o + t * sw)] += g[np.uint64(t)]
 
 
 PARALLEL_MIN_ELEMENTS = 1 << 20
