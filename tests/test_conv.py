@@ -999,8 +999,9 @@ def test_winograd_float32_error_bound(rng):
     x = rng.standard_normal((2, 64, 56, 56)).astype(np.float32)
     w = (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32)
     dy = rng.standard_normal((2, 64, 56, 56)).astype(np.float32)
-    y, cache = K.conv2d_forward(x, w, None, 1, 1)
-    assert cache.algorithm == "winograd"  # chosen by shape, not forced
+    with _algorithm("winograd"):
+        y, cache = K.conv2d_forward(x, w, None, 1, 1)
+    assert cache.algorithm == "winograd"
     got = (y, *K.conv2d_backward(dy, cache)[:2])
     with _algorithm("im2col"):
         y64, c64 = K.conv2d_forward(x.astype(np.float64), w.astype(np.float64), None, 1, 1)
@@ -1082,7 +1083,7 @@ def test_winograd_transforms_are_adjoint_and_parallel_matches_serial(rng):
 
 
 @pytest.mark.parametrize("x_shape, w_shape, kw, algorithm", [
-    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "winograd"),
+    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "winograd"),  # on one thread
     ((2, 128, 28, 28), (128, 128, 3, 3), dict(padding=1), "winograd"),
     ((2, 256, 14, 14), (256, 256, 3, 3), dict(padding=1), "im2col"),  # 196 outputs a plane
     ((32, 32, 32, 32), (32, 32, 3, 3), dict(padding=1), "image"),
@@ -1103,10 +1104,15 @@ def test_winograd_transforms_are_adjoint_and_parallel_matches_serial(rng):
     ((8, 64, 56, 56), (256, 64, 1, 1), dict(stride=2), "image"),
     ((8, 64, 56, 56), (256, 64, 1, 1), dict(padding=1), "image"),
 ])
-def test_cpu_algorithm_by_shape(x_shape, w_shape, kw, algorithm):
+def test_cpu_algorithm_by_shape(monkeypatch, x_shape, w_shape, kw, algorithm):
+    """The choice on one thread; on two, Winograd's layers go image by image instead."""
     x = np.zeros(x_shape, np.float32)
-    _, cache = K.conv2d_forward(x, np.zeros(w_shape, np.float32), None, **kw)
-    assert cache.algorithm == algorithm
+    w = np.zeros(w_shape, np.float32)
+    monkeypatch.setattr(K, "_numba_threads", lambda: 1)
+    assert K.conv2d_forward(x, w, None, **kw)[1].algorithm == algorithm
+    monkeypatch.setattr(K, "_numba_threads", lambda: 2)
+    expected = "image" if algorithm == "winograd" else algorithm
+    assert K.conv2d_forward(x, w, None, **kw)[1].algorithm == expected
 
 
 # ---- direct (depthwise) and pointwise (1x1) paths ---------------------------------------------

@@ -10,7 +10,7 @@ the notes, as torch computes it: a cross-correlation) is::
 
 Algorithms (CPU), one per shape, chosen by ``_cpu_algorithm`` (its comment says why):
 
-- ``winograd``: F(4x4, 3x3) for wide 3x3 stride-1 layers: tile transforms in Numba
+- ``winograd``: F(4x4, 3x3) for wide 3x3 stride-1 layers on one thread: tile transforms in Numba
   (``nnkit._ext.winograd_cpu``) around a batched GEMM with a quarter of the multiplies; the
   backward runs the transforms' adjoints (dx through B, dW through G) around two more.
   float32 error up to ~100 eps of max|y| (against ~4 for im2col); see "Winograd" below.
@@ -319,18 +319,27 @@ def _im2col(cache, out):
 # (groups = C > 1): im2col would make C GEMMs of one row each (5-6x slower); they lost to
 # im2col on thin ungrouped layers (C = 1 or 3: 1.5-2x slower; 7x7 stride 2: 10x). 1x1
 # stride-1 unpadded layers are a GEMM per image, W (K, C) @ x[n] (C, H W), with no copy.
-# Winograd F(4x4, 3x3) for 3x3 stride-1 undilated ungrouped layers with C, K >= 64 and
-# outputs of at least 28x28: a quarter of the multiplies, but its tile transforms (dozens of
-# operations per input and output element) and its 36 GEMMs of a few hundred tiles pay off
-# only on wide layers with large maps: against per-image im2col, forward / forward+backward
-# 1.2x / 1.7x faster at (8, 64, 56, 56) -> 64, 1.0x / 1.3x at (8, 128, 28, 28) -> 128, but
-# 0.65x / 0.87x at (8, 256, 14, 14) -> 256 and 0.5x / 0.75x at (32, 32, 32, 32) -> 32.
+# Winograd F(4x4, 3x3) on one thread only, for 3x3 stride-1 undilated ungrouped layers with
+# C, K >= 64 and outputs of at least 28x28: a quarter of the multiplies, but its tile
+# transforms (dozens of operations per input and output element) and its 36 GEMMs of a few
+# hundred tiles pay off only on wide layers with large maps (one thread, CPU time, forward /
+# forward+backward against per-image im2col: 1.2x / 1.5x faster at (8, 64, 56, 56) -> 64,
+# 0.9x / 1.3x at (8, 128, 28, 28) -> 128, 0.4-0.7x at C = 16-32 or on 14x14 maps). On two
+# threads it lost to per-image im2col at every shape tried (wall time, 12.3 / 33.2 against
+# 9.7 / 28.9 ms at (8, 64, 56, 56) -> 64; 0.66-0.85x): both cores stream its V and M (tens
+# of MiB) through memory, while the per-image GEMMs work out of cache.
 # Other ungrouped layers with at least 256 outputs a plane: im2col + GEMM image by image
 # (cols kept in cache, output written in NCHW: 1.1-1.5x faster than batch-wide cols); the
 # rest (small maps, where a call per image costs more than it saves, and other groups):
 # im2col over the whole batch and one GEMM per group.
 # ``ALGORITHM`` forces a path where it applies (the tests run every path).
 ALGORITHM = None
+
+
+def _numba_threads():
+    import numba
+
+    return numba.get_num_threads()
 
 
 def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw):
@@ -351,7 +360,7 @@ def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw
         return "direct"
     if fits["pointwise"]:
         return "pointwise"
-    if fits["winograd"] and min(C, K) >= 64 and min(out_hw) >= 28:
+    if fits["winograd"] and min(C, K) >= 64 and min(out_hw) >= 28 and _numba_threads() == 1:
         return "winograd"
     if fits["image"] and out_hw[0] * out_hw[1] >= 256:
         return "image"
@@ -488,9 +497,7 @@ _threads = []  # [ThreadPoolExecutor, the pid that created it], created on first
 
 def _image_chunks(N):
     """[(lo, hi)]: the batch in one contiguous run of images per numba thread."""
-    import numba
-
-    parts = max(1, min(N, numba.get_num_threads()))
+    parts = max(1, min(N, _numba_threads()))
     return [(N * p // parts, N * (p + 1) // parts) for p in range(parts)]
 
 
