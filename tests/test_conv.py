@@ -2,7 +2,9 @@
 differences, torch (values and gradients, nn.Conv2d after a state_dict copy), torch's
 default initialisation, serial == parallel builds, and the validation at the boundary."""
 
+import contextlib
 import math
+import os
 
 import numpy as np
 import pytest
@@ -973,3 +975,425 @@ if __name__ == "__main__":
     import sys
 
     run_simulator_cases(_SIM_CASES, sys.argv[1])
+
+
+# ---- the CPU algorithms by shape: Winograd F(4x4, 3x3) -----------------------------------------
+
+@contextlib.contextmanager
+def _algorithm(name):
+    """Force the CPU path ``name`` wherever it applies (Winograd: 3x3, stride 1, no
+    dilation, groups 1); the shape-based choice again afterwards."""
+    K.ALGORITHM = name
+    try:
+        yield
+    finally:
+        K.ALGORITHM = None
+
+
+@pytest.fixture
+def winograd():
+    with _algorithm("winograd"):
+        yield
+
+
+@st.composite
+def winograd_cases(draw):
+    """3x3 stride-1 problems of every padding kind, sizes around the 4x4 tile's edges."""
+    kind = draw(st.sampled_from(["int", "pair", "valid", "same"]))
+    padding = {"int": draw(st.integers(0, 2)), "pair": (draw(st.integers(0, 2)),
+               draw(st.integers(0, 2))), "valid": "valid", "same": "same"}[kind]
+    ph, pw = {"valid": (0, 0), "same": (1, 1)}.get(padding, None) or (
+        (padding, padding) if isinstance(padding, int) else padding)
+    H = max(1, 3 - 2 * ph) + draw(st.integers(0, 9))
+    W = max(1, 3 - 2 * pw) + draw(st.integers(0, 9))
+    return _case(N=draw(st.integers(1, 2)), C=draw(st.integers(1, 4)), K=draw(st.integers(1, 4)),
+                 H=H, W=W, padding=padding, dtype=draw(st.sampled_from([np.float32, np.float64])),
+                 layout=draw(st.sampled_from(["c", "strided"])), bias=draw(st.booleans()),
+                 seed=draw(st.integers(0, 2**16)))
+
+
+def _assert_winograd_close(actual, expected, dtype, msg):
+    """Winograd's rounding: |error| <= 1024 eps(dtype) (1 + max|expected|). Its transforms
+    scale intermediate values by up to ~100 (the constants 1/24 .. 8 of B, G and A), so its
+    float32 error is ~10-100x im2col's; measured up to ~100 eps of max|y| (see
+    test_winograd_float32_error_bound)."""
+    actual, expected = np.asarray(actual), np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape and actual.dtype == np.dtype(dtype), msg
+    bound = 1024 * float(np.finfo(dtype).eps) * (1 + np.abs(expected).max())
+    err = np.abs(actual.astype(np.float64) - expected).max()
+    assert err <= bound, f"{msg}: max error {err:.3g} > {bound:.3g}"
+
+
+@given(case=winograd_cases())
+@example(case=_case(N=2, C=2, K=3, H=9, W=5, padding=1))  # partial tiles at both edges
+@example(case=_case(H=1, W=1, padding="same"))  # one output, all taps but the centre padding
+def test_winograd_matches_twin(case):
+    x, w, b, rng = _make_inputs(case)
+    with _algorithm("winograd"):
+        y, cache = K.conv2d_forward(x, w, b, 1, case["padding"])
+    assert cache.algorithm == "winograd"
+    _assert_winograd_close(y, R.conv2d(x, w, b, 1, case["padding"]), case["dtype"], "y")
+    dy = rng.uniform(-1, 1, y.shape).astype(case["dtype"])
+    dx, dw, db = K.conv2d_backward(dy, cache)
+    rdx, rdw, rdb = R.conv2d_backward(dy, x, w, 1, case["padding"])
+    _assert_winograd_close(dx, rdx, case["dtype"], "dx")
+    _assert_winograd_close(dw, rdw, case["dtype"], "dweight")
+    if b is None:
+        assert db is None
+    else:
+        _assert_close(db, rdb, dy[:, 0].size, case["dtype"], "dbias")
+
+
+def test_winograd_float32_error_bound(rng):
+    """float32 Winograd against the float64 result (im2col in float64) on the widest
+    benchmark layer, unit-variance output: max error <= 2^-13 max|exact| (1024 eps) for y,
+    dx and dweight; measured ~7.6e-6, 3.5e-6 and 1.2e-5 (about 60-100 eps), against
+    ~5e-7 (4 eps) for float32 im2col."""
+    x = rng.standard_normal((2, 64, 56, 56)).astype(np.float32)
+    w = (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32)
+    dy = rng.standard_normal((2, 64, 56, 56)).astype(np.float32)
+    with _algorithm("winograd"):
+        y, cache = K.conv2d_forward(x, w, None, 1, 1)
+    assert cache.algorithm == "winograd"
+    got = (y, *K.conv2d_backward(dy, cache)[:2])
+    with _algorithm("im2col"):
+        y64, c64 = K.conv2d_forward(x.astype(np.float64), w.astype(np.float64), None, 1, 1)
+        exact = (y64, *K.conv2d_backward(dy.astype(np.float64), c64)[:2])
+    for name, a, e in zip(("y", "dx", "dweight"), got, exact, strict=True):
+        err = np.abs(a - e).max() / np.abs(e).max()
+        assert err <= 2.0**-13, f"{name}: relative error {err:.3g}"
+        assert err > 2 * float(np.finfo(np.float32).eps), f"{name}: not the float32 path?"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("padding", [1, (0, 2), "same", "valid"])
+def test_winograd_matches_torch(rng, winograd, dtype, padding):
+    torch = import_torch()
+    x = rng.standard_normal((2, 5, 11, 9)).astype(dtype)
+    w = rng.standard_normal((6, 5, 3, 3)).astype(dtype)
+    b = rng.standard_normal(6).astype(dtype)
+    ty, tg, dy = _torch_grads(
+        torch, lambda x, w, b: torch.nn.functional.conv2d(x, w, b, padding=padding), [x, w, b])
+    args = [nk.tensor(a, requires_grad=True) for a in (x, w, b)]
+    y = FC.conv2d(*args, padding=padding)
+    y.backward(dy)
+    eps = float(np.finfo(dtype).eps)
+    for got, want in zip([y.numpy()] + [a.grad for a in args], [ty] + tg, strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1024 * eps * (1 + np.abs(want).max()))
+
+
+def test_gradcheck_winograd(rng, winograd):
+    x = rng.standard_normal((2, 3, 6, 7))
+    w = rng.standard_normal((4, 3, 3, 3))
+    b = rng.standard_normal(4)
+    nk.gradcheck(lambda x, w, b: FC.conv2d(x, w, b, padding=1), [x, w, b])
+    nk.gradcheck(lambda x, w: FC.conv2d(x, w, padding=(0, 2)), [x, w])
+
+
+def test_winograd_second_backward_recomputes_v(rng, winograd):
+    x = nk.tensor(rng.standard_normal((2, 3, 6, 6)), requires_grad=True)
+    w = nk.tensor(rng.standard_normal((4, 3, 3, 3)), requires_grad=True)
+    y = FC.conv2d(x, w, padding=1).sum()
+    y.backward(retain_graph=True)
+    g1 = (x.grad.copy(), w.grad.copy())
+    y.backward()
+    np.testing.assert_allclose(x.grad, 2 * g1[0], rtol=1e-12)
+    np.testing.assert_allclose(w.grad, 2 * g1[1], rtol=1e-12)
+
+
+def test_winograd_transforms_are_adjoint_and_parallel_matches_serial(rng):
+    """<wino_input(x), v> == <x, wino_input_adjoint(v)> and likewise for the output
+    transform (with the junk tiles of v zero): the backward is these adjoints. The
+    parallel builds give bit-identical results."""
+    from nnkit._ext import winograd_cpu as WC
+
+    x = rng.standard_normal((2, 3, 9, 10))
+    TH, TW = 3, 3  # outputs 9x10 with padding 1: 3 tile rows, 3 tile columns
+    T = 2 * TH * (TW + 1)
+    V = np.empty((36, 3, T))
+    WC.wino_input(x, 1, 1, TH, TW, V)
+    v = rng.standard_normal(V.shape)
+    v.reshape(36, 3, 2, TH, TW + 1)[..., TW] = 0
+    back = np.empty_like(x)
+    WC.wino_input_adjoint(v, 1, 1, TH, TW, back)
+    assert math.isclose((V * v).sum(), (x * back).sum(), rel_tol=1e-12)
+    m = rng.standard_normal((36, 3, T))
+    m.reshape(36, 3, 2, TH, TW + 1)[..., TW] = 0
+    y = np.empty((2, 3, 9, 10))
+    WC.wino_output(m, TH, TW, np.zeros(3), y)
+    g = rng.standard_normal(y.shape)
+    dm = np.empty_like(m)
+    WC.wino_output_adjoint(g, TH, TW, dm)
+    assert math.isclose((y * g).sum(), (m * dm).sum(), rel_tol=1e-12)
+    for fn, args, out in ((WC.wino_input, (x, 1, 1, TH, TW), V),
+                          (WC.wino_input_adjoint, (v, 1, 1, TH, TW), back),
+                          (WC.wino_output, (m, TH, TW, np.ones(3)), y),
+                          (WC.wino_output_adjoint, (g, TH, TW), dm)):
+        fn(*args, out)
+        serial = out.copy()
+        fn(*args, out, parallel=True)
+        np.testing.assert_array_equal(out, serial)
+
+
+@pytest.mark.parametrize("x_shape, w_shape, kw, algorithm", [
+    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "winograd"),  # on one thread
+    ((2, 128, 28, 28), (128, 128, 3, 3), dict(padding=1), "winograd"),
+    ((2, 256, 14, 14), (256, 256, 3, 3), dict(padding=1), "im2col"),  # 196 outputs a plane
+    ((32, 32, 32, 32), (32, 32, 3, 3), dict(padding=1), "image"),
+    ((32, 16, 32, 32), (32, 16, 3, 3), dict(padding=1), "image"),  # C = 16: thin GEMMs
+    ((32, 3, 32, 32), (16, 3, 3, 3), dict(padding=1), "image"),
+    ((8, 3, 224, 224), (64, 3, 7, 7), dict(stride=2, padding=3), "image"),
+    ((32, 64, 8, 8), (64, 64, 3, 3), dict(padding=1), "im2col"),  # 64 outputs a plane
+    ((32, 1, 8, 8), (16, 1, 3, 3), dict(padding=1), "im2col"),  # C = 1: not depthwise
+    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1, stride=2), "image"),
+    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=2, dilation=2), "image"),
+    ((8, 64, 56, 56), (64, 32, 3, 3), dict(padding=1, groups=2), "im2col"),
+    ((8, 64, 56, 56), (64, 64, 5, 5), dict(padding=2), "image"),
+    ((8, 64, 56, 56), (64, 1, 3, 3), dict(padding=1, groups=64), "direct"),
+    ((8, 64, 56, 56), (64, 1, 3, 3), dict(stride=2, padding=1, groups=64), "direct"),
+    ((8, 64, 56, 56), (128, 1, 3, 3), dict(padding=1, groups=64), "direct"),  # multiplier 2
+    ((8, 64, 56, 56), (64, 2, 3, 3), dict(padding=1, groups=32), "im2col"),
+    ((8, 64, 56, 56), (256, 64, 1, 1), {}, "pointwise"),
+    ((8, 64, 56, 56), (256, 64, 1, 1), dict(stride=2), "image"),
+    ((8, 64, 56, 56), (256, 64, 1, 1), dict(padding=1), "image"),
+])
+def test_cpu_algorithm_by_shape(monkeypatch, x_shape, w_shape, kw, algorithm):
+    """The choice on one thread; on two, Winograd's layers go image by image instead."""
+    x = np.zeros(x_shape, np.float32)
+    w = np.zeros(w_shape, np.float32)
+    monkeypatch.setattr(K, "_numba_threads", lambda: 1)
+    assert K.conv2d_forward(x, w, None, **kw)[1].algorithm == algorithm
+    monkeypatch.setattr(K, "_numba_threads", lambda: 2)
+    expected = "image" if algorithm == "winograd" else algorithm
+    assert K.conv2d_forward(x, w, None, **kw)[1].algorithm == expected
+
+
+# ---- direct (depthwise) and pointwise (1x1) paths ---------------------------------------------
+
+@given(case=conv_cases())
+@example(case=_case(C=3, K=3, groups=3, H=6, W=7, padding=1))  # depthwise
+@example(case=_case(C=2, K=4, groups=2, H=7, W=7, stride=(2, 2), padding=(1, 2),
+                    dilation=(2, 1), kh=3, kw=2, bias=False, dtype=np.float32))
+@example(case=_case(C=4, K=2, groups=2, H=5, W=6, padding="same", layout="transposed"))
+def test_direct_matches_twin(case):
+    """The direct loops for any groups (the dispatcher runs them for depthwise layers)."""
+    x, w, b, rng = _make_inputs(case)
+    args = (case["stride"], case["padding"], case["dilation"], case["groups"])
+    with _algorithm("direct"):
+        y, cache = K.conv2d_forward(x, w, b, *args)
+    assert cache.algorithm == "direct"
+    _assert_close(y, R.conv2d(x, w, b, *args), w[0].size + 1, case["dtype"], "y")
+    dy = rng.uniform(-1, 1, y.shape).astype(case["dtype"])
+    dx, dw, db = K.conv2d_backward(dy, cache)
+    rdx, rdw, rdb = R.conv2d_backward(dy, x, w, *args)
+    _assert_close(dx, rdx, w.size, case["dtype"], "dx")
+    _assert_close(dw, rdw, dy[:, 0].size, case["dtype"], "dweight")
+    if b is None:
+        assert db is None
+    else:
+        _assert_close(db, rdb, dy[:, 0].size, case["dtype"], "dbias")
+
+
+@given(N=st.integers(1, 3), C=st.integers(1, 5), K_=st.integers(1, 5), H=st.integers(1, 6),
+       W=st.integers(1, 6), dtype=st.sampled_from([np.float32, np.float64]),
+       layout=st.sampled_from(["c", "strided", "transposed"]), bias=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_pointwise_matches_twin(N, C, K_, H, W, dtype, layout, bias, seed):
+    case = _case(N=N, C=C, K=K_, H=H, W=W, kh=1, kw=1, dtype=dtype, layout=layout, bias=bias,
+                 seed=seed)
+    x, w, b, rng = _make_inputs(case)
+    y, cache = K.conv2d_forward(x, w, b)
+    assert cache.algorithm == "pointwise"  # chosen by shape
+    _assert_close(y, R.conv2d(x, w, b), C + 1, dtype, "y")
+    dy = rng.uniform(-1, 1, y.shape).astype(dtype)
+    dx, dw, db = K.conv2d_backward(dy, cache)
+    rdx, rdw, rdb = R.conv2d_backward(dy, x, w)
+    _assert_close(dx, rdx, K_, dtype, "dx")
+    _assert_close(dw, rdw, dy[:, 0].size, dtype, "dweight")
+    if b is None:
+        assert db is None
+    else:
+        _assert_close(db, rdb, dy[:, 0].size, dtype, "dbias")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=(1, 0)),
+                                dict(padding="same", dilation=(2, 1)), dict(stride=(1, 2))])
+@pytest.mark.filterwarnings("ignore:Using padding=.same.")
+def test_depthwise_matches_torch(rng, dtype, kw):
+    """Depthwise layers run the direct loops (chosen by shape)."""
+    torch = import_torch()
+    x = rng.standard_normal((2, 6, 9, 8)).astype(dtype)
+    w = rng.standard_normal((6, 1, 3, 2)).astype(dtype)
+    b = rng.standard_normal(6).astype(dtype)
+    ty, tg, dy = _torch_grads(
+        torch, lambda x, w, b: torch.nn.functional.conv2d(x, w, b, groups=6, **kw), [x, w, b])
+    args = [nk.tensor(a, requires_grad=True) for a in (x, w, b)]
+    y = FC.conv2d(*args, groups=6, **kw)
+    y.backward(dy)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(y.numpy(), ty, **tol)
+    for a, g in zip(args, tg, strict=True):
+        np.testing.assert_allclose(a.grad, g, **tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pointwise_matches_torch(rng, dtype):
+    torch = import_torch()
+    x = rng.standard_normal((3, 5, 7, 6)).astype(dtype)
+    w = rng.standard_normal((4, 5, 1, 1)).astype(dtype)
+    b = rng.standard_normal(4).astype(dtype)
+    ty, tg, dy = _torch_grads(torch, lambda x, w, b: torch.nn.functional.conv2d(x, w, b),
+                              [x, w, b])
+    args = [nk.tensor(a, requires_grad=True) for a in (x, w, b)]
+    y = FC.conv2d(*args)
+    y.backward(dy)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(y.numpy(), ty, **tol)
+    for a, g in zip(args, tg, strict=True):
+        np.testing.assert_allclose(a.grad, g, **tol)
+
+
+def test_gradcheck_direct_and_pointwise(rng):
+    x = rng.standard_normal((2, 3, 6, 5))
+    b = rng.standard_normal(3)
+    with _algorithm("direct"):
+        nk.gradcheck(lambda x, w, b: FC.conv2d(x, w, b, stride=(2, 1), padding=1,
+                                               dilation=(1, 2), groups=3),
+                     [x, rng.standard_normal((3, 1, 3, 2)), b])
+    nk.gradcheck(lambda x, w, b: FC.conv2d(x, w, b), [x, rng.standard_normal((3, 3, 1, 1)), b])
+
+
+def test_direct_parallel_builds_match_serial(rng):
+    x = rng.standard_normal((2, 4, 9, 8))
+    w = rng.standard_normal((6, 2, 3, 3))  # groups 2
+    geometry = (2, 1, 1, 2, 0, 1, 1, 2)  # sh, sw, pt, pl, pb, pr, dh, dw
+    y = np.empty((2, 6, 4, 7))
+    outs = []
+    for build in ("serial", "parallel"):
+        getattr(conv_cpu.direct_forward, build)(x, w, np.ones(6), *geometry, y)
+        dy = y.copy()
+        dx, dw, db = np.empty_like(x), np.empty_like(w), np.empty(6)
+        getattr(conv_cpu.direct_backward_input, build)(dy, w, *geometry, dx)
+        getattr(conv_cpu.direct_backward_weight, build)(x, dy, *geometry, dw, db)
+        outs.append((y.copy(), dx, dw, db))
+    for a, b in zip(*outs, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+# ---- im2col + GEMM image by image ------------------------------------------------------------
+
+@given(case=conv_cases())
+@example(case=_case(N=2, C=3, K=2, H=6, W=5, stride=(2, 1), padding=(1, 2), dilation=(1, 2)))
+def test_image_path_matches_twin(case):
+    """Per-image im2col + GEMM (groups 1; other groups fall back to the batch-wide path)."""
+    x, w, b, rng = _make_inputs(case)
+    args = (case["stride"], case["padding"], case["dilation"], case["groups"])
+    with _algorithm("image"):
+        y, cache = K.conv2d_forward(x, w, b, *args)
+    assert cache.algorithm == ("image" if case["groups"] == 1 else "im2col")
+    _assert_close(y, R.conv2d(x, w, b, *args), w[0].size + 1, case["dtype"], "y")
+    dy = rng.uniform(-1, 1, y.shape).astype(case["dtype"])
+    dx, dw, db = K.conv2d_backward(dy, cache)
+    rdx, rdw, rdb = R.conv2d_backward(dy, x, w, *args)
+    _assert_close(dx, rdx, w.size, case["dtype"], "dx")
+    _assert_close(dw, rdw, dy[:, 0].size, case["dtype"], "dweight")
+    if b is None:
+        assert db is None
+    else:
+        _assert_close(db, rdb, dy[:, 0].size, case["dtype"], "dbias")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=(2, 1), padding=(0, 2),
+                                dilation=(2, 1)), dict(padding="same", dilation=2)])
+@pytest.mark.filterwarnings("ignore:Using padding=.same.")
+def test_image_path_matches_torch(rng, dtype, kw):
+    torch = import_torch()
+    x = rng.standard_normal((3, 4, 9, 8)).astype(dtype)
+    w = rng.standard_normal((5, 4, 3, 2)).astype(dtype)
+    b = rng.standard_normal(5).astype(dtype)
+    ty, tg, dy = _torch_grads(torch, lambda x, w, b: torch.nn.functional.conv2d(x, w, b, **kw),
+                              [x, w, b])
+    args = [nk.tensor(a, requires_grad=True) for a in (x, w, b)]
+    with _algorithm("image"):
+        y = FC.conv2d(*args, **kw)
+    y.backward(dy)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(y.numpy(), ty, **tol)
+    for a, g in zip(args, tg, strict=True):
+        np.testing.assert_allclose(a.grad, g, **tol)
+
+
+def test_gradcheck_image_path(rng):
+    x = rng.standard_normal((2, 3, 6, 5))
+    with _algorithm("image"):
+        nk.gradcheck(lambda x, w, b: FC.conv2d(x, w, b, stride=(2, 1), padding=1,
+                                               dilation=(1, 2)),
+                     [x, rng.standard_normal((4, 3, 2, 3)), rng.standard_normal(4)])
+        nk.gradcheck(lambda x, w: FC.conv1d(x, w, stride=2, padding=2),
+                     [rng.standard_normal((2, 3, 9)), rng.standard_normal((2, 3, 4))])
+
+
+@pytest.mark.parametrize("algorithm", ["image", "winograd", "pointwise"])
+def test_runs_of_images_on_threads_match_one_run(rng, algorithm):
+    """The pointwise, per-image and Winograd paths split the batch over numba's threads (one
+    Python thread each, numpy's BLAS on one thread): the same y and dx as one run of the
+    whole batch (bit for bit: each image is computed alike), dweight up to the order of its
+    sum."""
+    import numba
+
+    x = rng.standard_normal((5, 4, 17, 16))
+    k = 1 if algorithm == "pointwise" else 3
+    w = rng.standard_normal((6, 4, k, k))
+    dy = rng.standard_normal((5, 6, 17, 16))
+    results = []
+    threads = numba.get_num_threads()
+    with _algorithm(algorithm):
+        for n in (1, max(2, threads)):
+            if n > numba.config.NUMBA_NUM_THREADS:
+                pytest.skip("numba has a single thread here")
+            numba.set_num_threads(n)
+            try:
+                y, cache = K.conv2d_forward(x, w, None, 1, k // 2)
+                assert cache.algorithm == algorithm
+                assert len(K._image_chunks(5)) == n
+                results.append((y, *K.conv2d_backward(dy, cache)[:2]))
+            finally:
+                numba.set_num_threads(threads)
+    (y1, dx1, dw1), (y2, dx2, dw2) = results
+    np.testing.assert_array_equal(y1, y2)
+    np.testing.assert_array_equal(dx1, dx2)
+    np.testing.assert_allclose(dw1, dw2, rtol=1e-12, atol=1e-12 * np.abs(dw1).max())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_runs_of_images_work_in_a_forked_child(rng):
+    """The worker threads of the per-image paths do not survive fork(): a child gets its own
+    pool (with the parent's it would wait forever)."""
+    x = rng.standard_normal((4, 3, 16, 16))
+    w = rng.standard_normal((2, 3, 3, 3))
+    with _algorithm("image"):
+        want = K.conv2d_forward(x, w, None, 1, 1)[0]  # the parent's pool exists now
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report, then leave without running pytest's teardown
+            ok = 0
+            try:
+                import numba
+
+                numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+                ok = int(np.array_equal(K.conv2d_forward(x, w, None, 1, 1)[0], want))
+            finally:
+                os.write(write, bytes([ok]))
+                os._exit(0)
+        os.close(write)
+        import select
+        import signal
+
+        ready = select.select([read], [], [], 60)[0]  # a child stuck on dead workers: fail
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        status = os.waitpid(pid, 0)[1]
+        assert ready, "the forked child's convolution did not finish in 60 s"
+        assert os.read(read, 1) == b"\x01" and status == 0

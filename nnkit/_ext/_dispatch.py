@@ -19,7 +19,8 @@ import types
 
 import numba
 
-__all__ = ["PARALLEL_MIN_ELEMENTS", "one_blas_thread", "serial_or_parallel", "serial_step_blas"]
+__all__ = ["PARALLEL_MIN_ELEMENTS", "nogil_build", "one_blas_thread", "serial_numpy_blas",
+           "serial_or_parallel", "serial_step_blas"]
 
 PARALLEL_MIN_ELEMENTS = 1 << 16
 
@@ -46,6 +47,12 @@ def serial_or_parallel(fn, **jit_options):
     launcher.__qualname__ = launcher.__name__
     launcher.__doc__ = fn.__doc__
     return launcher
+
+
+def nogil_build(fn, **jit_options):
+    """A serial build of ``fn`` that releases the GIL (for kernels run from several Python
+    threads at once), cached under its own name like ``serial_or_parallel``'s builds."""
+    return numba.njit(cache=True, nogil=True, **jit_options)(_clone(fn, "_nogil"))
 
 
 def _clone(fn, suffix: str):
@@ -118,3 +125,26 @@ def one_blas_thread(lib):
 def serial_step_blas():
     """A context in which numba's (SciPy's) BLAS runs on one thread."""
     return one_blas_thread(_scipy_blas())
+
+
+@functools.cache
+def _numpy_blas():
+    """threadpoolctl's controller of numpy's own BLAS (numpy.libs next to the package), or
+    None."""
+    try:
+        import numpy
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    root = os.path.dirname(os.path.dirname(numpy.__file__))
+    for lib in ThreadpoolController().lib_controllers:
+        if lib.user_api == "blas" and os.path.abspath(lib.filepath).startswith(
+                os.path.join(root, "numpy")):
+            return lib
+    return None
+
+
+def serial_numpy_blas():
+    """A context in which numpy's BLAS runs on one thread (for GEMMs issued from several
+    Python threads at once)."""
+    return one_blas_thread(_numpy_blas())

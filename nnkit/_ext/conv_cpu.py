@@ -37,10 +37,12 @@ import math
 import numba
 import numpy as np
 
-from ._dispatch import serial_or_parallel
+from ._dispatch import nogil_build, serial_or_parallel
 
-__all__ = ["im2col", "col2im", "bias_transpose", "transpose_sum", "max_pool",
-           "max_pool_backward", "avg_pool", "avg_pool_backward", "avg_divisor"]
+__all__ = ["im2col", "col2im", "im2col_nogil", "col2im_nogil", "bias_transpose",
+           "transpose_sum", "max_pool", "max_pool_backward", "avg_pool", "avg_pool_backward",
+           "avg_divisor",
+           "direct_forward", "direct_backward_input", "direct_backward_weight"]
 
 
 def _valid_range(n_out, size, stride, offset):
@@ -152,29 +154,69 @@ def _transpose_sum(dy, dyt, dbias):
 
 
 def _max_pool(x, kh, kw, sh, sw, ph, pw, dh, dw, y, idx):
-    """y (N, C, Ho, Wo) = window max; idx = h W + w of the routed maximum."""
+    """y (N, C, Ho, Wo) = window max; idx = h W + w of the routed maximum.
+
+    The columns whose windows lie wholly inside the row (all kw taps in bounds) run tap by
+    tap over vectors of outputs (``best``, ``arg``: the same rule, taps in the same
+    row-major order, so the same maximum is routed), which LLVM vectorises; the few edge
+    columns run the scalar loop."""
     N, C, H, W = x.shape
     Ho, Wo = y.shape[2], y.shape[3]
+    # columns b with 0 <= b sw - pw and b sw - pw + (kw - 1) dw < W
+    b0, _ = _valid_range_jit(Wo, W, sw, -pw)
+    _, b1 = _valid_range_jit(Wo, W, sw, -pw + (kw - 1) * dw)
+    b1 = max(b0, b1)
     for nc in numba.prange(N * C):
         n = nc // C
         c = nc % C
+        best = np.empty(max(b1 - b0, 1), dtype=x.dtype)
+        arg = np.empty(max(b1 - b0, 1), dtype=np.int64)
         for a in range(Ho):
+            i0, i1 = _valid_range_jit(kh, H, dh, a * sh - ph)
             for b in range(Wo):
-                best = -math.inf
-                arg = -1
+                if b0 <= b < b1 and i1 > i0:
+                    continue
+                best_s = -math.inf
+                arg_s = -1
                 # only the in-bounds taps (row-major order kept): a window may span 2^31
-                i0, i1 = _valid_range_jit(kh, H, dh, a * sh - ph)
                 j0, j1 = _valid_range_jit(kw, W, dw, b * sw - pw)
                 for i in range(i0, i1):
                     h = a * sh - ph + i * dh
                     for j in range(j0, j1):
                         w = b * sw - pw + j * dw
                         v = x[n, c, h, w]
-                        if arg < 0 or v > best or math.isnan(v):
-                            best = v
-                            arg = h * W + w
-                y[n, c, a, b] = best
-                idx[n, c, a, b] = arg
+                        if arg_s < 0 or v > best_s or math.isnan(v):
+                            best_s = v
+                            arg_s = h * W + w
+                y[n, c, a, b] = best_s
+                idx[n, c, a, b] = arg_s
+            if b1 <= b0 or i1 <= i0:
+                continue
+            first = True
+            for i in range(i0, i1):
+                h = a * sh - ph + i * dh
+                row = x[n, c, h]
+                for j in range(kw):
+                    o = b0 * sw - pw + j * dw  # column of tap j for output b0
+                    if first:
+                        for t in range(b1 - b0):
+                            u = np.uint64(t)
+                            best[u] = row[np.uint64(o + t * sw)]
+                            arg[u] = h * W + o + t * sw
+                        first = False
+                        continue
+                    base = h * W + o
+                    for t in range(b1 - b0):
+                        u = np.uint64(t)
+                        v = row[np.uint64(o + t * sw)]
+                        take = (v > best[u]) | (v != v)  # no short circuit: a select
+                        best[u] = v if take else best[u]
+                        arg[u] = base + t * sw if take else arg[u]
+            yo = y[n, c, a]
+            io = idx[n, c, a]
+            for t in range(b1 - b0):
+                yo[np.uint64(b0 + t)] = best[np.uint64(t)]
+                io[np.uint64(b0 + t)] = arg[np.uint64(t)]
 
 
 def _max_pool_backward(dy, idx, dx):
@@ -210,43 +252,92 @@ _avg_divisor_jit = numba.njit(cache=True, inline="always")(avg_divisor)
 
 
 def _avg_pool(x, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, y):
-    """y = sum of the window's in-bounds entries / ``avg_divisor``."""
+    """y = sum of the window's in-bounds entries / ``avg_divisor``.
+
+    The columns whose windows lie inside the row sum tap by tap over vectors of outputs (the
+    taps in the same order, so the same sums), which LLVM vectorises; the edge columns run
+    the scalar loop."""
     N, C, H, W = x.shape
     Ho, Wo = y.shape[2], y.shape[3]
+    b0, _ = _valid_range_jit(Wo, W, sw, -pw)
+    _, b1 = _valid_range_jit(Wo, W, sw, -pw + kw - 1)
+    b1 = max(b0, b1)
     for nc in numba.prange(N * C):
         n = nc // C
         c = nc % C
+        acc = np.empty(max(b1 - b0, 1), dtype=np.float64)
         for a in range(Ho):
             h0 = a * sh - ph
+            hlo, hhi = max(h0, 0), min(h0 + kh, H)
             for b in range(Wo):
+                if b0 <= b < b1:
+                    continue
                 w0 = b * sw - pw
                 s = 0.0
-                for h in range(max(h0, 0), min(h0 + kh, H)):
+                for h in range(hlo, hhi):
                     for w in range(max(w0, 0), min(w0 + kw, W)):
                         s += x[n, c, h, w]
                 y[n, c, a, b] = s / _avg_divisor_jit(h0, w0, kh, kw, H, W, ph, pw,
                                                      count_include_pad, divisor)
+            if b1 <= b0:
+                continue
+            for t in range(b1 - b0):
+                acc[np.uint64(t)] = 0.0
+            for h in range(hlo, hhi):
+                row = x[n, c, h]
+                for w in range(kw):
+                    o = b0 * sw - pw + w
+                    for t in range(b1 - b0):
+                        acc[np.uint64(t)] += row[np.uint64(o + t * sw)]
+            out = y[n, c, a]
+            for t in range(b1 - b0):
+                b = b0 + t
+                out[np.uint64(b)] = acc[np.uint64(t)] / _avg_divisor_jit(
+                    h0, b * sw - pw, kh, kw, H, W, ph, pw, count_include_pad, divisor)
 
 
 def _avg_pool_backward(dy, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, dx):
-    """dx[n, c, h, w] = sum over the windows holding (h, w) of dy / ``avg_divisor``."""
+    """dx[n, c, h, w] = sum over the windows holding (h, w) of dy / ``avg_divisor``.
+
+    As in ``_avg_pool``, the columns whose windows lie inside the row add their share tap by
+    tap over vectors of outputs (one tap's columns are distinct, so no two lanes write one
+    element), the edge columns one by one."""
     N, C, H, W = dx.shape
     Ho, Wo = dy.shape[2], dy.shape[3]
+    b0, _ = _valid_range_jit(Wo, W, sw, -pw)
+    _, b1 = _valid_range_jit(Wo, W, sw, -pw + kw - 1)
+    b1 = max(b0, b1)
     for nc in numba.prange(N * C):
         n = nc // C
         c = nc % C
+        g = np.empty(max(b1 - b0, 1), dtype=dx.dtype)
         for h in range(H):
             for w in range(W):
                 dx[n, c, h, w] = 0
         for a in range(Ho):
             h0 = a * sh - ph
+            hlo, hhi = max(h0, 0), min(h0 + kh, H)
             for b in range(Wo):
+                if b0 <= b < b1:
+                    continue
                 w0 = b * sw - pw
-                g = dy[n, c, a, b] / _avg_divisor_jit(h0, w0, kh, kw, H, W, ph, pw,
-                                                      count_include_pad, divisor)
-                for h in range(max(h0, 0), min(h0 + kh, H)):
+                gb = dy[n, c, a, b] / _avg_divisor_jit(h0, w0, kh, kw, H, W, ph, pw,
+                                                       count_include_pad, divisor)
+                for h in range(hlo, hhi):
                     for w in range(max(w0, 0), min(w0 + kw, W)):
-                        dx[n, c, h, w] += g
+                        dx[n, c, h, w] += gb
+            if b1 <= b0:
+                continue
+            for t in range(b1 - b0):
+                b = b0 + t
+                g[np.uint64(t)] = dy[n, c, a, b] / _avg_divisor_jit(
+                    h0, b * sw - pw, kh, kw, H, W, ph, pw, count_include_pad, divisor)
+            for h in range(hlo, hhi):
+                row = dx[n, c, h]
+                for w in range(kw):
+                    o = b0 * sw - pw + w
+                    for t in range(b1 - b0):
+                        row[np.uint64(o + t * sw)] += g[np.uint64(t)]
 
 
 PARALLEL_MIN_ELEMENTS = 1 << 20
@@ -268,9 +359,150 @@ def _by_size(fn, size_arg):
 
 im2col = _by_size(_im2col, -1)  # cols
 col2im = _by_size(_col2im, 0)  # cols
+# serial builds without the GIL: the per-image convolution runs them from Python threads
+im2col_nogil = nogil_build(_im2col)
+col2im_nogil = nogil_build(_col2im)
 bias_transpose = _by_size(_bias_transpose, 0)
 transpose_sum = _by_size(_transpose_sum, 0)
 max_pool = _by_size(_max_pool, 0)
 max_pool_backward = _by_size(_max_pool_backward, -1)  # dx
 avg_pool = _by_size(_avg_pool, 0)
 avg_pool_backward = _by_size(_avg_pool_backward, -1)  # dx
+
+
+# ---- direct convolution (depthwise layers) ------------------------------------------------
+# For any groups; ``nnkit.kernels.conv`` runs them for depthwise layers (one input channel a
+# group), where im2col's GEMMs would have one row. They work on zero-padded planes
+# (P, (H + pt + pb) x (W + pl + pr)): each output row is a sum of Cg kh kw scaled input rows,
+# a unit-stride (stride 1) or strided run that LLVM vectorises. The weight gradient keeps a
+# vector of partial sums per tap (a scalar reduction would stay unvectorised without
+# fastmath) and adds it up in float64 at the end.
+
+
+@numba.njit(cache=True, inline="always")
+def _pad_planes(x, n, c0, c1, pt, pl, P):
+    """P[c - c0] = x[n, c] placed at (pt, pl) in zeros, for c in [c0, c1)."""
+    H, W = x.shape[2], x.shape[3]
+    for c in range(c0, c1):
+        plane = P[c - c0]
+        plane[:, :] = 0
+        for h in range(H):
+            row = plane[pt + h]
+            src = x[n, c, h]
+            for w in range(W):
+                row[np.uint64(pl + w)] = src[np.uint64(w)]
+
+
+def _direct_forward(x, w, bias, sh, sw, pt, pl, pb, pr, dh, dw, y):
+    """y[n, k, a, b] = bias[k] + sum_{c, i, j} w[k, c, i, j]
+    xpad[n, g0 + c, a sh + i dh, b sw + j dw], g0 the first channel of k's group; one
+    (image, group) per thread, its planes padded once for all the group's outputs."""
+    N, C, H, W = x.shape
+    K, Cg, kh, kw = w.shape
+    G = C // Cg
+    Kg = K // G
+    Ho, Wo = y.shape[2], y.shape[3]
+    for ng in numba.prange(N * G):
+        n = ng // G
+        g = ng % G
+        P = np.empty((Cg, H + pt + pb, W + pl + pr), dtype=x.dtype)
+        _pad_planes(x, n, g * Cg, (g + 1) * Cg, pt, pl, P)
+        for k in range(g * Kg, (g + 1) * Kg):
+            for a in range(Ho):
+                out = y[n, k, a]
+                for b in range(Wo):
+                    out[np.uint64(b)] = bias[k]
+                for c in range(Cg):
+                    for i in range(kh):
+                        row = P[c, a * sh + i * dh]
+                        for j in range(kw):
+                            f = w[k, c, i, j]
+                            o = j * dw
+                            if sw == 1:
+                                for b in range(Wo):
+                                    out[np.uint64(b)] += f * row[np.uint64(o + b)]
+                            else:
+                                for b in range(Wo):
+                                    out[np.uint64(b)] += f * row[np.uint64(o + b * sw)]
+
+
+def _direct_backward_input(dy, w, sh, sw, pt, pl, pb, pr, dh, dw, dx):
+    """dx = the adjoint of ``_direct_forward`` in x: dy[n, k, a, b] w[k, c, i, j] added at
+    xpad[n, g0 + c, a sh + i dh, b sw + j dw], the padding cropped; one (n, c) per thread."""
+    N, C, H, W = dx.shape
+    K, Cg, kh, kw = w.shape
+    Kg = K // (C // Cg)
+    Ho, Wo = dy.shape[2], dy.shape[3]
+    for nc in numba.prange(N * C):
+        n = nc // C
+        c = nc % C
+        g = c // Cg
+        P = np.zeros((H + pt + pb, W + pl + pr), dtype=dx.dtype)
+        for k in range(g * Kg, (g + 1) * Kg):
+            for a in range(Ho):
+                gy = dy[n, k, a]
+                for i in range(kh):
+                    row = P[a * sh + i * dh]
+                    for j in range(kw):
+                        f = w[k, c - g * Cg, i, j]
+                        o = j * dw
+                        if sw == 1:
+                            for b in range(Wo):
+                                row[np.uint64(o + b)] += f * gy[np.uint64(b)]
+                        else:
+                            for b in range(Wo):
+                                row[np.uint64(o + b * sw)] += f * gy[np.uint64(b)]
+        for h in range(H):
+            src = P[pt + h]
+            dst = dx[n, c, h]
+            for v in range(W):
+                dst[np.uint64(v)] = src[np.uint64(pl + v)]
+
+
+def _direct_backward_weight(x, dy, sh, sw, pt, pl, pb, pr, dh, dw, dw_out, dbias):
+    """dw_out[k, c, i, j] = sum_{n, a, b} dy[n, k, a, b] xpad[n, g0 + c, a sh + i dh,
+    b sw + j dw] and dbias[k] = sum_{n, a, b} dy[n, k, a, b]; one output channel per thread."""
+    N, C, H, W = x.shape
+    K, Cg, kh, kw = dw_out.shape
+    Kg = K // (C // Cg)
+    Ho, Wo = dy.shape[2], dy.shape[3]
+    for k in numba.prange(K):
+        g0 = (k // Kg) * Cg
+        P = np.empty((Cg, H + pt + pb, W + pl + pr), dtype=x.dtype)
+        acc = np.zeros((Cg, kh, kw, Wo), dtype=x.dtype)
+        accb = np.zeros(Wo, dtype=x.dtype)
+        for n in range(N):
+            _pad_planes(x, n, g0, g0 + Cg, pt, pl, P)
+            for a in range(Ho):
+                gy = dy[n, k, a]
+                for b in range(Wo):
+                    accb[np.uint64(b)] += gy[np.uint64(b)]
+                for c in range(Cg):
+                    for i in range(kh):
+                        row = P[c, a * sh + i * dh]
+                        for j in range(kw):
+                            s = acc[c, i, j]
+                            o = j * dw
+                            if sw == 1:
+                                for b in range(Wo):
+                                    s[np.uint64(b)] += gy[np.uint64(b)] * row[np.uint64(o + b)]
+                            else:
+                                for b in range(Wo):
+                                    s[np.uint64(b)] += (gy[np.uint64(b)]
+                                                        * row[np.uint64(o + b * sw)])
+        for c in range(Cg):
+            for i in range(kh):
+                for j in range(kw):
+                    t = 0.0
+                    for b in range(Wo):
+                        t += acc[c, i, j, b]
+                    dw_out[k, c, i, j] = t
+        t = 0.0
+        for b in range(Wo):
+            t += accb[b]
+        dbias[k] = t
+
+
+direct_forward = _by_size(_direct_forward, -1)  # y
+direct_backward_input = _by_size(_direct_backward_input, -1)  # dx
+direct_backward_weight = _by_size(_direct_backward_weight, 0)  # x
