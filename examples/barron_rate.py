@@ -46,16 +46,7 @@ def _plot(res, path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for d, mse in res.mse.items():
-        ax.loglog(res.widths, mse, "o-", label=f"d = {d}: slope {res.slopes[d]:.2f}")
-    first = max(mse[0] for mse in res.mse.values())
-    ax.loglog(res.widths, first * res.widths[0] / res.widths, "k--", label="1/m")
-    ax.set_xticks(res.widths, [str(m) for m in res.widths])
-    ax.set_xticks([], minor=True)
-    ax.set_xlabel("hidden units m")
-    ax.set_ylabel("held-out mean squared error")
-    ax.set_title("Barron's rate (Theorem 2.7)")
-    ax.legend(fontsize=8)
+    res.plot(ax)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -87,17 +87,14 @@ def _case(**kw):
     return base
 
 
-@given(case=conv_cases())
-@example(case=_case())  # kernel == input size: a 1x1 output
-@example(case=_case(kh=1, kw=1, H=4, W=5, C=3, K=2, N=1))  # 1x1 kernel, batch 1
-@example(case=_case(kh=2, kw=2, padding="same", dilation=(2, 1), layout="transposed"))
-@example(case=_case(C=4, K=4, groups=4, kh=2, kw=3, H=5, W=4, stride=(2, 2), padding=(1, 2)))
-def test_conv2d_matches_twin(case):
+def _check_twin(case, algorithm=None):
+    """conv2d forward and backward on ``case``'s inputs against the twin; ``algorithm``
+    forces that CPU path. Returns the forward's cache."""
     x, w, b, rng = _make_inputs(case)
     args = (case["stride"], case["padding"], case["dilation"], case["groups"])
-    y, cache = K.conv2d_forward(x, w, b, *args)
-    terms = w[0].size + 1
-    _assert_close(y, R.conv2d(x, w, b, *args), terms, case["dtype"], "y")
+    with _algorithm(algorithm) if algorithm else contextlib.nullcontext():
+        y, cache = K.conv2d_forward(x, w, b, *args)
+    _assert_close(y, R.conv2d(x, w, b, *args), w[0].size + 1, case["dtype"], "y")
     dy = rng.uniform(-1, 1, y.shape).astype(case["dtype"])
     dx, dw, db = K.conv2d_backward(dy, cache)
     rdx, rdw, rdb = R.conv2d_backward(dy, x, w, *args)
@@ -107,6 +104,16 @@ def test_conv2d_matches_twin(case):
         assert db is None
     else:
         _assert_close(db, rdb, dy[:, 0].size, case["dtype"], "dbias")
+    return cache
+
+
+@given(case=conv_cases())
+@example(case=_case())  # kernel == input size: a 1x1 output
+@example(case=_case(kh=1, kw=1, H=4, W=5, C=3, K=2, N=1))  # 1x1 kernel, batch 1
+@example(case=_case(kh=2, kw=2, padding="same", dilation=(2, 1), layout="transposed"))
+@example(case=_case(C=4, K=4, groups=4, kh=2, kw=3, H=5, W=4, stride=(2, 2), padding=(1, 2)))
+def test_conv2d_matches_twin(case):
+    _check_twin(case)
 
 
 @given(N=st.integers(1, 2), Cg=st.integers(1, 2), Kg=st.integers(1, 2), groups=st.integers(1, 2),
@@ -1177,21 +1184,7 @@ def test_cpu_algorithm_by_shape(monkeypatch, x_shape, w_shape, kw, algorithm):
 @example(case=_case(C=4, K=2, groups=2, H=5, W=6, padding="same", layout="transposed"))
 def test_direct_matches_twin(case):
     """The direct loops for any groups (the dispatcher runs them for depthwise layers)."""
-    x, w, b, rng = _make_inputs(case)
-    args = (case["stride"], case["padding"], case["dilation"], case["groups"])
-    with _algorithm("direct"):
-        y, cache = K.conv2d_forward(x, w, b, *args)
-    assert cache.algorithm == "direct"
-    _assert_close(y, R.conv2d(x, w, b, *args), w[0].size + 1, case["dtype"], "y")
-    dy = rng.uniform(-1, 1, y.shape).astype(case["dtype"])
-    dx, dw, db = K.conv2d_backward(dy, cache)
-    rdx, rdw, rdb = R.conv2d_backward(dy, x, w, *args)
-    _assert_close(dx, rdx, w.size, case["dtype"], "dx")
-    _assert_close(dw, rdw, dy[:, 0].size, case["dtype"], "dweight")
-    if b is None:
-        assert db is None
-    else:
-        _assert_close(db, rdb, dy[:, 0].size, case["dtype"], "dbias")
+    assert _check_twin(case, "direct").algorithm == "direct"
 
 
 @given(N=st.integers(1, 3), C=st.integers(1, 5), K_=st.integers(1, 5), H=st.integers(1, 6),
@@ -1201,19 +1194,7 @@ def test_direct_matches_twin(case):
 def test_pointwise_matches_twin(N, C, K_, H, W, dtype, layout, bias, seed):
     case = _case(N=N, C=C, K=K_, H=H, W=W, kh=1, kw=1, dtype=dtype, layout=layout, bias=bias,
                  seed=seed)
-    x, w, b, rng = _make_inputs(case)
-    y, cache = K.conv2d_forward(x, w, b)
-    assert cache.algorithm == "pointwise"  # chosen by shape
-    _assert_close(y, R.conv2d(x, w, b), C + 1, dtype, "y")
-    dy = rng.uniform(-1, 1, y.shape).astype(dtype)
-    dx, dw, db = K.conv2d_backward(dy, cache)
-    rdx, rdw, rdb = R.conv2d_backward(dy, x, w)
-    _assert_close(dx, rdx, K_, dtype, "dx")
-    _assert_close(dw, rdw, dy[:, 0].size, dtype, "dweight")
-    if b is None:
-        assert db is None
-    else:
-        _assert_close(db, rdb, dy[:, 0].size, dtype, "dbias")
+    assert _check_twin(case).algorithm == "pointwise"  # chosen by shape
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

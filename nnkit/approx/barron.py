@@ -157,6 +157,19 @@ class BarronResult:
     slopes: dict = field(default_factory=dict)
     variance: dict = field(default_factory=dict)
 
+    def plot(self, ax, title="Barron's rate (Theorem 2.7)"):
+        """Draw MSE against m per d on log-log axes, beside the 1/m line (a matplotlib Axes)."""
+        for d, mse in self.mse.items():
+            ax.loglog(self.widths, mse, "o-", label=f"d = {d}: slope {self.slopes[d]:.2f}")
+        first = max(mse[0] for mse in self.mse.values())
+        ax.loglog(self.widths, first * self.widths[0] / self.widths, "k--", label="1/m")
+        ax.set_xticks(self.widths, [str(m) for m in self.widths])
+        ax.set_xticks([], minor=True)
+        ax.set_xlabel("hidden units m")
+        ax.set_ylabel("held-out mean squared error")
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+
 
 def barron_experiment(dims=(2, 8, 32), widths=(2, 4, 8, 16, 32), steps: int = 1500,
                       batch_size: int = 1024, lr: float = 1e-2, n_ridges: int = 64,

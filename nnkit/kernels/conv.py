@@ -369,17 +369,27 @@ def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw
     return "im2col"
 
 
+def _summed(parts):
+    """The images' weight-gradient parts added into the first (one per run of images)."""
+    total = parts[0]
+    for part in parts[1:]:
+        total += part
+    return total
+
+
+def _cpu_paths():
+    """algorithm -> (forward, backward) of the CPU paths other than the batch-wide im2col."""
+    return {"winograd": (_winograd_forward, _winograd_backward),
+            "direct": (_direct_forward, _direct_backward),
+            "pointwise": (_pointwise_forward, _pointwise_backward),
+            "image": (_image_forward, _image_backward)}
+
+
 def _conv2d_forward_cpu(x, weight, bias, cache):
     cache.algorithm = _cpu_algorithm(x.shape, weight.shape, cache.stride, cache.pads,
                                      cache.dilation, cache.groups, cache.out_hw)
-    if cache.algorithm == "winograd":
-        return _winograd_forward(x, weight, bias, cache)
-    if cache.algorithm == "direct":
-        return _direct_forward(x, weight, bias, cache)
-    if cache.algorithm == "pointwise":
-        return _pointwise_forward(x, weight, bias, cache)
-    if cache.algorithm == "image":
-        return _image_forward(x, weight, bias, cache)
+    if cache.algorithm != "im2col":
+        return _cpu_paths()[cache.algorithm][0](x, weight, bias, cache)
     conv_cpu = _cpu()
     N, C, H, W = x.shape
     K, Cg, kh, kw = weight.shape
@@ -473,10 +483,7 @@ def _pointwise_backward(dy, cache, needs_input_grad, needs_weight_grad):
     parts = _over_images(run, _image_chunks(N))
     dweight = dbias = None
     if needs_weight_grad:
-        dweight = parts[0]
-        for part in parts[1:]:
-            dweight += part
-        dweight = dweight.reshape(weight.shape).astype(x.dtype, copy=False)
+        dweight = _summed(parts).reshape(weight.shape).astype(x.dtype, copy=False)
         if cache.has_bias:
             dbias = dyr.sum(axis=(0, 2), dtype=np.float64).astype(x.dtype)
     return (None if dx is None else dx.reshape(x.shape)), dweight, dbias
@@ -579,10 +586,7 @@ def _image_backward(dy, cache, needs_input_grad, needs_weight_grad):
     parts = _over_images(run, _image_chunks(N))
     dweight = dbias = None
     if needs_weight_grad:
-        dweight = parts[0]
-        for part in parts[1:]:
-            dweight += part
-        dweight = dweight.reshape(weight.shape)
+        dweight = _summed(parts).reshape(weight.shape)
         if cache.has_bias:
             dbias = dyr.sum(axis=(0, 2), dtype=np.float64).astype(x.dtype)
     return dx, dweight, dbias
@@ -753,14 +757,8 @@ def conv2d_backward(dy, cache, needs_input_grad=True, needs_weight_grad=True):
 
 
 def _conv2d_backward_cpu(dy, cache, needs_input_grad, needs_weight_grad):
-    if cache.algorithm == "winograd":
-        return _winograd_backward(dy, cache, needs_input_grad, needs_weight_grad)
-    if cache.algorithm == "direct":
-        return _direct_backward(dy, cache, needs_input_grad, needs_weight_grad)
-    if cache.algorithm == "pointwise":
-        return _pointwise_backward(dy, cache, needs_input_grad, needs_weight_grad)
-    if cache.algorithm == "image":
-        return _image_backward(dy, cache, needs_input_grad, needs_weight_grad)
+    if cache.algorithm != "im2col":
+        return _cpu_paths()[cache.algorithm][1](dy, cache, needs_input_grad, needs_weight_grad)
     conv_cpu = _cpu()
     x, weight = cache.x, cache.weight
     N, C, H, W = x.shape

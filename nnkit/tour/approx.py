@@ -84,16 +84,7 @@ def _barron_rows(ctx) -> list[dict]:
     plt = pyplot() if ctx.plots else None
     if plt is not None:
         fig, ax = plt.subplots(figsize=(5, 3.5))
-        for d, mse in res.mse.items():
-            ax.loglog(res.widths, mse, "o-", label=f"d = {d}")
-        first = max(mse[0] for mse in res.mse.values())
-        ax.loglog(res.widths, first * res.widths[0] / res.widths, "k--", label="1/m")
-        ax.set_xticks(res.widths, [str(m) for m in res.widths])
-        ax.set_xticks([], minor=True)
-        ax.set_xlabel("hidden units m")
-        ax.set_ylabel("held-out MSE")
-        ax.set_title("Barron's rate, trained tanh networks")
-        ax.legend()
+        res.plot(ax, title="Barron's rate, trained tanh networks")
         fig.tight_layout()
         fig.savefig(ctx.out_dir / "approx_barron.png", dpi=110)
         plt.close(fig)

@@ -36,9 +36,15 @@ def train_adding_problem(cell, T, steps, hidden=32, batch=64, lr=1e-2, seed=0, e
     included.
     """
     manual_seed(seed)
-    model = _Regressor(cell, hidden)
+    return _fit_fresh_batches(_Regressor(cell, hidden), adding_problem, T, steps, batch, lr,
+                              seed, every)
+
+
+def _fit_fresh_batches(model, task, T, steps, batch, lr, seed, every):
+    """Adam with gradient clipping (norm 1) on fresh batches ``task(batch, T, random_state)``;
+    the MSE on 512 held-out sequences every ``every`` steps, first and last included."""
     opt = optim.Adam(model.parameters(), lr=lr)
-    X_test, y_test = adding_problem(512, T, random_state=seed + 1)
+    X_test, y_test = task(512, T, random_state=seed + 1)
     rng = np.random.default_rng(seed)
     curve = []
     for step in range(steps + 1):
@@ -47,7 +53,7 @@ def train_adding_problem(cell, T, steps, hidden=32, batch=64, lr=1e-2, seed=0, e
                 curve.append(float(F.mse_loss(model(X_test), y_test).item()))
         if step == steps:
             break
-        X, y = adding_problem(batch, T, random_state=rng)
+        X, y = task(batch, T, random_state=rng)
         loss = F.mse_loss(model(X), y)
         opt.zero_grad()
         loss.backward()
@@ -98,20 +104,4 @@ def train_lru_readout(nonlinear: bool, T: int = 32, steps: int = 600, batch: int
     every ``every`` steps, first and last included. ``sizes`` go to :func:`lru_readout_model`.
     """
     model = lru_readout_model(nonlinear, seed=seed, **sizes)
-    opt = optim.Adam(model.parameters(), lr=lr)
-    X_test, y_test = delayed_product(512, T, random_state=seed + 1)
-    rng = np.random.default_rng(seed)
-    curve = []
-    for step in range(steps + 1):
-        if step % every == 0 or step == steps:
-            with no_grad():
-                curve.append(float(F.mse_loss(model(X_test), y_test).item()))
-        if step == steps:
-            break
-        X, y = delayed_product(batch, T, random_state=rng)
-        loss = F.mse_loss(model(X), y)
-        opt.zero_grad()
-        loss.backward()
-        optim.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-    return curve
+    return _fit_fresh_batches(model, delayed_product, T, steps, batch, lr, seed, every)

@@ -5,26 +5,24 @@ The tree scans show the parallel-prefix algorithm and count its depth and work; 
 measures what their level-by-level passes over memory cost against the work-efficient scan.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=$PWD \\
-        python benchmarks/tree_scan_timing.py
+        python benchmarks/bench_tree_scan.py
 """
 
 from __future__ import annotations
 
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
 
-from nnkit.kernels import linear_scan_forward, tree_scan
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import block_times  # noqa: E402
+
+from nnkit.kernels import linear_scan_forward, tree_scan  # noqa: E402
 
 
 def best(fn, n=5):
-    fn()
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(block_times(fn, blocks=n, block=1, warmup=1))
 
 
 def main():
