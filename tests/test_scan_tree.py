@@ -145,3 +145,35 @@ def test_bad_input_messages():
         tree_scan(a, a, np.zeros((1, 3)))
     with pytest.raises(ValueError, match="T must be"):
         tree_scan_counts(-1)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_linear_scan_algorithm_option(algorithm, reverse, dtype):
+    """``linear_scan_forward(..., algorithm=)`` runs the tree scan (both directions, with h0)
+    and equals the sequential kernel; the backward is the same reverse scan."""
+    a, b, h0 = _problem(3, 2, 37, 3, dtype)
+    want, _ = nk.kernels.linear_scan_forward(a, b, h0, reverse)
+    got, cache = nk.kernels.linear_scan_forward(a, b, h0, reverse, algorithm=algorithm)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert cache.h is got
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_functional_linear_scan_tree_gradient(algorithm):
+    """F.linear_scan(algorithm=) is differentiable and its gradients equal the sequential's."""
+    a, b, h0 = _problem(4, 2, 9, 2, np.float64)
+    grads = {}
+    for alg in ("sequential", algorithm):
+        ts = [nk.tensor(x, requires_grad=True) for x in (a, b, h0)]
+        (nk.functional.linear_scan(*ts, algorithm=alg) ** 2).sum().backward()
+        grads[alg] = [t.grad for t in ts]
+    for got, want in zip(grads[algorithm], grads["sequential"], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
+
+
+def test_linear_scan_algorithm_rejected():
+    a, b, _ = _problem(0, 1, 4, 1, np.float32)
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        nk.kernels.linear_scan_forward(a, b, algorithm="tree")

@@ -10,7 +10,7 @@ from ..kernels import scan as K
 __all__ = ["linear_scan", "log_linear_scan"]
 
 
-def linear_scan(a, b, h0=None, reverse=False):
+def linear_scan(a, b, h0=None, reverse=False, algorithm="sequential"):
     """The diagonal linear recurrence h_t = a_t * h_{t-1} + b_t, all steps at once.
 
     Parameters
@@ -20,6 +20,8 @@ def linear_scan(a, b, h0=None, reverse=False):
     reverse : bool
         Run from t = T-1 down to 0, h_t = a_t * h_{t+1} + b_t (h0 the state after the end):
         the same as flipping a and b along T, scanning, and flipping back.
+    algorithm : 'sequential' (default), 'hillis_steele' or 'blelloch' (tree scans of depth
+        O(log T), CPU only; ``nnkit.kernels.tree_scan`` counts their levels and work)
 
     Returns
     -------
@@ -41,7 +43,7 @@ def linear_scan(a, b, h0=None, reverse=False):
     a, b = as_tensor(a, name="a"), as_tensor(b, name="b")
     h0 = None if h0 is None else as_tensor(h0, name="h0")
     return apply_op("linear_scan", K.linear_scan_forward, K.linear_scan_backward, (a, b, h0),
-                    reverse)
+                    reverse, algorithm=algorithm)
 
 
 def log_linear_scan(log_a, log_b, log_h0=None):

@@ -70,6 +70,7 @@ from .._validation import (
     check_array,
     check_bool,
     check_cache,
+    check_choice,
     check_grad,
     check_out,
     check_same_device,
@@ -77,7 +78,9 @@ from .._validation import (
 
 __all__ = ["ScanCache", "LogScanCache", "linear_scan_forward", "linear_scan_backward",
            "log_linear_scan_forward", "log_linear_scan_backward", "CHUNK_MAX_SEQUENCES",
-           "CHUNK_MIN_T"]
+           "CHUNK_MIN_T", "SCAN_ALGORITHMS"]
+
+SCAN_ALGORITHMS = ("sequential", "hillis_steele", "blelloch")
 
 SCAN_DTYPES = FLOATS + COMPLEX
 MIN_BLOCK = 64
@@ -185,7 +188,19 @@ def _scan_chunked(a, b, h0, out, reverse, n_chunks, lanes=None):
 
 # ---- public pair -----------------------------------------------------------------------
 
-def linear_scan_forward(a, b, h0=None, reverse=False, out=None):
+def _tree_into(a, b, h0, reverse, algorithm, out):
+    """out = the tree scan of (a, b) (flipped along T for ``reverse``); CPU arrays only."""
+    from .scan_tree import tree_scan  # scan_tree builds on this module's checks
+
+    if backend(a) != "cpu":
+        raise TypeError(f"algorithm={algorithm!r} runs on the CPU (NumPy arrays); a is a "
+                        f"{type(a).__module__}.{type(a).__name__}: use "
+                        "algorithm='sequential' on the GPU")
+    step = -1 if reverse else 1
+    out[:, ::step] = tree_scan(a[:, ::step], b[:, ::step], h0, algorithm=algorithm)[0]
+
+
+def linear_scan_forward(a, b, h0=None, reverse=False, out=None, algorithm="sequential"):
     """h_t = a_t * h_{t-1} + b_t over (B, T, D) (``reverse``: h_t = a_t * h_{t+1} + b_t).
 
     Parameters
@@ -194,6 +209,9 @@ def linear_scan_forward(a, b, h0=None, reverse=False, out=None):
     h0 : array (B, D) or None (zeros), same dtype
     reverse : bool
     out : array (B, T, D) of a's dtype, optional (C-contiguous; written and returned)
+    algorithm : 'sequential' (default: sequential in T, the work-efficient kernels above),
+        'hillis_steele' or 'blelloch' (the tree scans of ``nnkit.kernels.tree_scan``, depth
+        O(log T); CPU only). The backward is the same reverse scan whichever ran.
 
     Returns
     -------
@@ -203,9 +221,12 @@ def linear_scan_forward(a, b, h0=None, reverse=False, out=None):
     a, b = _check_pair(a, b)
     h0 = _check_h0(h0, a)
     reverse = check_bool(reverse, name="reverse")
+    algorithm = check_choice(algorithm, name="algorithm", choices=SCAN_ALGORITHMS)
     out = array_module(a).empty_like(a) if out is None else check_out(out, a, like_name="a")
     kernels = kernels_for("scan_cpu", "scan_cuda", a, name="a")
-    if backend(a) == "cuda":
+    if algorithm != "sequential":
+        _tree_into(a, b, h0, reverse, algorithm, out)
+    elif backend(a) == "cuda":
         kernels.linear_scan(a, b, h0, out, reverse)
     else:
         B, T, D = a.shape
