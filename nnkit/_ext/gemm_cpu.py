@@ -7,9 +7,10 @@ near the core's FMA peak where OpenBLAS reaches a quarter to two thirds of it
 (benchmarks/RESULTS.md, "Recurrent networks", stop 14). So W is packed once per
 sequence (``pack_panels``) and every step calls ``step_gemm``: a C kernel (gemm_packed.h,
 built by setup.py for AVX-512 / AVX2+FMA / baseline, chosen for this CPU at import) whose
-4-row x 32-column tiles keep their accumulators in registers. It is an external function
-for Numba: no Python and no GIL between steps, safe in ``prange`` threads, and cached Numba
-code finds it by name (registered with LLVM when this module is imported).
+tiles of 4 rows (8 with AVX-512's 32 registers) x 32 columns keep their accumulators in
+registers. It is an external function for Numba: no Python and no GIL between steps, safe
+in ``prange`` threads, and cached Numba code finds it by name (registered with LLVM when
+this module is imported).
 
 Kernels validate nothing: ``a`` (M, K) and ``out`` (M, N) C-contiguous of one float dtype,
 ``bp`` from ``pack_panels`` of a (K, N) matrix of that dtype (any strides: the packing

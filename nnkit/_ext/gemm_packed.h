@@ -52,6 +52,29 @@ typedef double nnkit_v8d __attribute__((vector_size(64), aligned(8)));
 #undef GP_L
 #undef GP_NAME
 
+/* the AVX-512 builds' bodies: 8-row tiles first (see gemm_packed_body.h) */
+#define GP_ROWS8
+#define GP_T float
+#define GP_V nnkit_v16f
+#define GP_L 16
+#define GP_NAME gemm_generic8_f32
+#include "gemm_packed_body.h"
+#undef GP_T
+#undef GP_V
+#undef GP_L
+#undef GP_NAME
+
+#define GP_T double
+#define GP_V nnkit_v8d
+#define GP_L 8
+#define GP_NAME gemm_generic8_f64
+#include "gemm_packed_body.h"
+#undef GP_T
+#undef GP_V
+#undef GP_L
+#undef GP_NAME
+#undef GP_ROWS8
+
 #define GP_VARIANT(NAME, TARGET, T, GENERIC)                                           \
     TARGET static void NAME(const T *a, const T *bp, T *c, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N)      \
     {                                                                                  \
@@ -62,8 +85,8 @@ GP_VARIANT(gemm_base_f32, , float, gemm_generic_f32)
 GP_VARIANT(gemm_base_f64, , double, gemm_generic_f64)
 
 #ifdef NNKIT_X86_64
-GP_VARIANT(gemm_avx512_f32, NNKIT_TARGET_AVX512, float, gemm_generic_f32)
-GP_VARIANT(gemm_avx512_f64, NNKIT_TARGET_AVX512, double, gemm_generic_f64)
+GP_VARIANT(gemm_avx512_f32, NNKIT_TARGET_AVX512, float, gemm_generic8_f32)
+GP_VARIANT(gemm_avx512_f64, NNKIT_TARGET_AVX512, double, gemm_generic8_f64)
 GP_VARIANT(gemm_avx2_f32, NNKIT_TARGET_AVX2, float, gemm_generic_f32)
 GP_VARIANT(gemm_avx2_f64, NNKIT_TARGET_AVX2, double, gemm_generic_f64)
 #endif
