@@ -169,6 +169,29 @@ def test_row_tiles_give_identical_rows(dtype):
         np.testing.assert_array_equal(whole[i:i + 1], row, err_msg=f"row {i}")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("M, K", [(13, 70), (8, 1), (3, 0)])
+def test_step_gemm_ld_on_column_blocks_accumulates(M, K, dtype):
+    """step_gemm_ld on a block of columns of a wider matrix (rows lda apart): against every
+    panel of a packed b, and against a block of rows of one panel, overwriting and then
+    accumulating: summed over blocks, the whole product (as the weight-gradient kernel
+    uses it)."""
+    rng = np.random.default_rng(5)
+    wide = rng.standard_normal((M, 2 * K + 3)).astype(dtype)
+    b = rng.standard_normal((2 * K + 3, 45)).astype(dtype)
+    a64, b64 = wide.astype(np.float64), b.astype(np.float64)
+    out = np.full((M, 45), np.nan, dtype)
+    gemm_cpu.step_gemm_ld(wide[:, K:2 * K], gemm_cpu.pack_panels(b[K:2 * K]), out, False)
+    assert_matches_reference(out, (a64[:, K:2 * K] @ b64[K:2 * K]).astype(dtype), dtype,
+                             factor=8 * max(K, 1))
+    panel = gemm_cpu.pack_panels(b[:, :16])  # one panel (16 columns: float32 or float64)
+    out = np.full((M, 16), np.nan, dtype)
+    for k0, k1 in ((K, 2 * K), (0, K), (2 * K, 2 * K + 3)):
+        gemm_cpu.step_gemm_ld(wide[:, k0:k1], panel[:, k0:k1], out, k0 != K)
+    assert_matches_reference(out, (a64 @ b64[:, :16]).astype(dtype), dtype,
+                             factor=8 * (2 * K + 3))
+
+
 def numba_threads():
     import numba
 
