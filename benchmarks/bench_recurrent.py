@@ -12,6 +12,8 @@ process torch's OpenMP pool and OpenBLAS's spinning workers slow each other down
 bench_mlp.py). Every worker runs with glibc malloc tuned alike (harness.same_allocator()).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_recurrent.py
+
+``--quick``: the first shape, fewer samples; ``--only LSTM`` (or ``LSTM,GRU``): those layers.
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ def _sample(impl, threads, mode, shape, repeats):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run(quick: bool = False) -> list[dict]:
+def run(quick: bool = False, modes=MODES) -> list[dict]:
     import numba
 
     threads = numba.get_num_threads()
@@ -128,7 +130,7 @@ def run(quick: bool = False) -> list[dict]:
     for shape in shapes:
         roof = _sample("numpy", threads, "LSTM", shape, repeats)["fwd"]
         roof_flops = gemm_flops("LSTM", *shape, backward=False) / float(np.median(roof))
-        for mode in MODES:
+        for mode in modes:
             samples = {impl: {"fwd": [], "fwd+bwd": []} for impl in impls}
             for _ in range(rounds):  # interleave the workers
                 for impl in impls:
@@ -158,7 +160,13 @@ def main(argv=None) -> None:
         _worker(argv[1], int(argv[2]), argv[3], shape, int(argv[5]))
         return
 
-    report(run, argv)
+    modes = MODES
+    if "--only" in argv:
+        i = argv.index("--only") + 1
+        modes = tuple(argv[i].split(",")) if i < len(argv) else ()
+        if not modes or not set(modes) <= set(MODES):
+            raise SystemExit(f"--only takes layers from {','.join(MODES)}, got {modes}")
+    report(lambda quick: run(quick, modes), argv)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from nnkit._ext import gemm_cpu, gemm_packed
 @example(M=32, K=128, N=512, dtype=np.float32, seed=0)  # an LSTM step, every tile full
 @example(M=5, K=1, N=33, dtype=np.float64, seed=1)  # one full and one 1-column panel
 @example(M=6, K=600, N=45, dtype=np.float32, seed=2)  # a long k loop, a partial panel
+@example(M=13, K=384, N=70, dtype=np.float32, seed=3)  # 8-row, 4-row and 1-row tiles
 def test_matmul_packed_is_the_matrix_product(M, K, N, dtype, seed):
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((M, K)).astype(dtype)
@@ -150,6 +151,45 @@ def test_backend_matmul_splits_large_products_too(monkeypatch):
     batched = rng.standard_normal((3, 256, 128))
     np.testing.assert_allclose(_backend.matmul(batched, b), batched @ b, rtol=1e-12)
     assert calls == [2]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_tiles_give_identical_rows(dtype):
+    """Each element is the same k-ordered chain of multiply-adds in an 8-row, a 4-row and a
+    1-row tile: 13 rows at once (8 + 4 + 1) equal the rows computed one at a time, bit for
+    bit (the time loops' results do not depend on how a batch is split into tiles)."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((13, 300)).astype(dtype)
+    bp = gemm_cpu.pack_panels(rng.standard_normal((300, 70)).astype(dtype))
+    whole = np.empty((13, 70), dtype)
+    gemm_cpu.step_gemm(a, bp, whole)
+    for i in range(13):
+        row = np.empty((1, 70), dtype)
+        gemm_cpu.step_gemm(a[i:i + 1], bp, row)
+        np.testing.assert_array_equal(whole[i:i + 1], row, err_msg=f"row {i}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("M, K", [(13, 70), (8, 1), (3, 0)])
+def test_step_gemm_ld_on_column_blocks_accumulates(M, K, dtype):
+    """step_gemm_ld on a block of columns of a wider matrix (rows lda apart): against every
+    panel of a packed b, and against a block of rows of one panel, overwriting and then
+    accumulating: summed over blocks, the whole product (as the weight-gradient kernel
+    uses it)."""
+    rng = np.random.default_rng(5)
+    wide = rng.standard_normal((M, 2 * K + 3)).astype(dtype)
+    b = rng.standard_normal((2 * K + 3, 45)).astype(dtype)
+    a64, b64 = wide.astype(np.float64), b.astype(np.float64)
+    out = np.full((M, 45), np.nan, dtype)
+    gemm_cpu.step_gemm_ld(wide[:, K:2 * K], gemm_cpu.pack_panels(b[K:2 * K]), out, False)
+    assert_matches_reference(out, (a64[:, K:2 * K] @ b64[K:2 * K]).astype(dtype), dtype,
+                             factor=8 * max(K, 1))
+    panel = gemm_cpu.pack_panels(b[:, :16])  # one panel (16 columns: float32 or float64)
+    out = np.full((M, 16), np.nan, dtype)
+    for k0, k1 in ((K, 2 * K), (0, K), (2 * K, 2 * K + 3)):
+        gemm_cpu.step_gemm_ld(wide[:, k0:k1], panel[:, k0:k1], out, k0 != K)
+    assert_matches_reference(out, (a64 @ b64[:, :16]).astype(dtype), dtype,
+                             factor=8 * (2 * K + 3))
 
 
 def numba_threads():

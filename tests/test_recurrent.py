@@ -161,8 +161,9 @@ def test_row_blocks_on_threads_give_identical_results(cell, reverse, monkeypatch
 def test_weight_gradients_from_packed_steps_equal_the_products(dtype, monkeypatch):
     """The CPU weight gradients: [x; h_prev]^T (transposed_inputs, both builds, reverse too,
     h_prev at any row offset) times dA given packed (panel tails, one panel, one row),
-    serial and parallel builds == the plain products; a row of ones gives dA's column
-    sums (the bias gradient)."""
+    serial and parallel builds, the sum over steps in one block or in small ones == the
+    plain products, identical to each other; a row of ones gives dA's column sums (the bias
+    gradient)."""
     from nnkit._ext import recurrent_cpu
     from nnkit._ext.gemm_cpu import pack_panels
 
@@ -184,14 +185,21 @@ def test_weight_gradients_from_packed_steps_equal_the_products(dtype, monkeypatc
                 np.testing.assert_array_equal(got, want_at, err_msg=f"{build} {reverse}")
                 assert (at[D] == 7).all() and (at[-1] == 7).all()  # other rows untouched
         at = np.concatenate([want_at, np.ones((1, T * B), dtype)])  # F-ordered, as it comes
-        for flops in (0, 1 << 62):  # the parallel build, then the serial one
+        whole = None
+        for flops, block in ((0, 256), (1 << 62, 256), (0, 2), (1 << 62, 3)):
+            # the parallel build, then the serial one; the sum over T B in one block, then
+            # in blocks of 2 and 3 columns (accumulated into the tile between blocks)
             monkeypatch.setattr(recurrent_cpu, "MIN_PARALLEL_FLOPS", flops)
+            monkeypatch.setattr(recurrent_cpu, "PRODUCT_BLOCK", block)
             dw = recurrent_cpu.packed_weight_grads(at, pack_panels(dA))
             assert dw.shape[1] == D + H + 1 and not dw[GH:].any()  # zero padding rows
             assert_matches_reference(dw[:GH, :-1], (want_at @ dA).T, dtype, factor=4 * T * B,
                                      err_msg=f"product, {T, B, D, H, GH}")
             assert_matches_reference(dw[:GH, -1], dA.astype(np.float64).sum(0).astype(dtype),
                                      dtype, factor=4 * T * B, err_msg="column sums")
+            # the same chain of multiply-adds however the sum is blocked or split
+            whole = dw if whole is None else whole
+            np.testing.assert_array_equal(dw, whole, err_msg=f"blocks of {block}")
 
 
 @pytest.mark.parametrize("dtype, bound", [

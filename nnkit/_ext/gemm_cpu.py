@@ -7,9 +7,10 @@ near the core's FMA peak where OpenBLAS reaches a quarter to two thirds of it
 (benchmarks/RESULTS.md, "Recurrent networks", stop 14). So W is packed once per
 sequence (``pack_panels``) and every step calls ``step_gemm``: a C kernel (gemm_packed.h,
 built by setup.py for AVX-512 / AVX2+FMA / baseline, chosen for this CPU at import) whose
-4-row x 32-column tiles keep their accumulators in registers. It is an external function
-for Numba: no Python and no GIL between steps, safe in ``prange`` threads, and cached Numba
-code finds it by name (registered with LLVM when this module is imported).
+tiles of 4 rows (8 with AVX-512's 32 registers) x 32 columns keep their accumulators in
+registers. It is an external function for Numba: no Python and no GIL between steps, safe
+in ``prange`` threads, and cached Numba code finds it by name (registered with LLVM when
+this module is imported).
 
 Kernels validate nothing: ``a`` (M, K) and ``out`` (M, N) C-contiguous of one float dtype,
 ``bp`` from ``pack_panels`` of a (K, N) matrix of that dtype (any strides: the packing
@@ -27,7 +28,7 @@ from numba.extending import overload
 from . import gemm_packed as _c
 from ._dispatch import serial_step_blas
 
-__all__ = ["pack_panels", "pack_stacked_panels", "step_gemm", "matmul_packed",
+__all__ = ["pack_panels", "pack_stacked_panels", "step_gemm", "step_gemm_ld", "matmul_packed",
            "matmul_rows_parallel", "matmul_inner_parallel", "isa", "PANEL_WIDTH"]
 
 PANEL_WIDTH = dict(_c.PANEL_WIDTH)  # {"float32": 32, "float64": 16}
@@ -38,6 +39,10 @@ _SIGNATURE = types.void(types.voidptr, types.voidptr, types.voidptr, types.intp,
                         types.intp)
 _gemm_f32 = types.ExternalFunction("nnkit_gemm_packed_f32", _SIGNATURE)
 _gemm_f64 = types.ExternalFunction("nnkit_gemm_packed_f64", _SIGNATURE)
+_SIGNATURE_LD = types.void(types.voidptr, types.voidptr, types.voidptr, types.intp, types.intp,
+                           types.intp, types.intp, types.intp)
+_gemm_ld_f32 = types.ExternalFunction("nnkit_gemm_packed_ld_f32", _SIGNATURE_LD)
+_gemm_ld_f64 = types.ExternalFunction("nnkit_gemm_packed_ld_f64", _SIGNATURE_LD)
 _NR_F32, _NR_F64 = PANEL_WIDTH["float32"], PANEL_WIDTH["float64"]
 
 
@@ -106,6 +111,31 @@ def _step_gemm(a, bp, out):
         kernel(a.ctypes, bp.ctypes, out.ctypes, a.shape[0], a.shape[1], out.shape[1])
 
     return impl
+
+
+def step_gemm_ld(a, bp, out, accumulate):
+    """out (M, N) = a (M, K) @ b (K, N), or out += a @ b when ``accumulate``; a may be a block
+    of columns of a wider C-contiguous matrix (rows a.strides[0] apart, elements adjacent),
+    e.g. at[:, k0:k1]; b as ``pack_panels(b)``, or a block of rows of one panel (gp[p:p + 1,
+    k0:k1]: the panels of a block of rows are not K rows apart).
+    Inlined into Numba kernels (the overload below), and callable from Python too."""
+    _matmul_packed_ld(a, bp, out, accumulate)
+
+
+@overload(step_gemm_ld, inline="always")
+def _step_gemm_ld(a, bp, out, accumulate):
+    kernel = _gemm_ld_f32 if a.dtype == types.float32 else _gemm_ld_f64
+
+    def impl(a, bp, out, accumulate):
+        kernel(a.ctypes, bp.ctypes, out.ctypes, a.shape[0], a.shape[1], out.shape[1],
+               a.strides[0] // a.itemsize, 1 if accumulate else 0)
+
+    return impl
+
+
+@numba.njit(cache=True)
+def _matmul_packed_ld(a, bp, out, accumulate):
+    step_gemm_ld(a, bp, out, accumulate)
 
 
 @numba.njit(cache=True)

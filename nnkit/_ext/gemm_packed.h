@@ -6,6 +6,8 @@
  *
  *   nnkit_gemm_packed_f32 / _f64 (a, bp, c, M, K, N): c = a @ b, b packed as described in
  *   gemm_packed_body.h; a, c row-major contiguous. Panel widths: 32 floats, 16 doubles.
+ *   nnkit_gemm_packed_ld_f32 / _f64 (a, bp, c, M, K, N, lda, acc): the same with a's rows
+ *   lda elements apart (a block of columns of a wider matrix), and c += a @ b when acc.
  *
  * One source, compiled for AVX-512, AVX2+FMA and the baseline ISA on x86-64 (GCC, Clang),
  * chosen at run time by the CPU's features (gemm_select_*); elsewhere the baseline only.
@@ -52,18 +54,50 @@ typedef double nnkit_v8d __attribute__((vector_size(64), aligned(8)));
 #undef GP_L
 #undef GP_NAME
 
+/* the AVX-512 builds' bodies: 8-row tiles first (see gemm_packed_body.h) */
+#define GP_ROWS8
+#define GP_T float
+#define GP_V nnkit_v16f
+#define GP_L 16
+#define GP_NAME gemm_generic8_f32
+#include "gemm_packed_body.h"
+#undef GP_T
+#undef GP_V
+#undef GP_L
+#undef GP_NAME
+
+#define GP_T double
+#define GP_V nnkit_v8d
+#define GP_L 8
+#define GP_NAME gemm_generic8_f64
+#include "gemm_packed_body.h"
+#undef GP_T
+#undef GP_V
+#undef GP_L
+#undef GP_NAME
+#undef GP_ROWS8
+
+/* NAME: c = a @ b, a contiguous; NAME##_ld: c (+)= a @ b, a's rows lda apart */
 #define GP_VARIANT(NAME, TARGET, T, GENERIC)                                           \
     TARGET static void NAME(const T *a, const T *bp, T *c, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N)      \
     {                                                                                  \
-        GENERIC(a, bp, c, M, K, N);                                                    \
+        GENERIC(a, bp, c, M, K, N, K, 0);                                              \
+    }                                                                                  \
+    TARGET static void NAME##_ld(const T *a, const T *bp, T *c, ptrdiff_t M, ptrdiff_t K,  \
+                                 ptrdiff_t N, ptrdiff_t lda, ptrdiff_t acc)            \
+    {                                                                                  \
+        if (acc)                                                                       \
+            GENERIC(a, bp, c, M, K, N, lda, 1);                                        \
+        else                                                                           \
+            GENERIC(a, bp, c, M, K, N, lda, 0);                                        \
     }
 
 GP_VARIANT(gemm_base_f32, , float, gemm_generic_f32)
 GP_VARIANT(gemm_base_f64, , double, gemm_generic_f64)
 
 #ifdef NNKIT_X86_64
-GP_VARIANT(gemm_avx512_f32, NNKIT_TARGET_AVX512, float, gemm_generic_f32)
-GP_VARIANT(gemm_avx512_f64, NNKIT_TARGET_AVX512, double, gemm_generic_f64)
+GP_VARIANT(gemm_avx512_f32, NNKIT_TARGET_AVX512, float, gemm_generic8_f32)
+GP_VARIANT(gemm_avx512_f64, NNKIT_TARGET_AVX512, double, gemm_generic8_f64)
 GP_VARIANT(gemm_avx2_f32, NNKIT_TARGET_AVX2, float, gemm_generic_f32)
 GP_VARIANT(gemm_avx2_f64, NNKIT_TARGET_AVX2, double, gemm_generic_f64)
 #endif
@@ -87,23 +121,42 @@ static nnkit_gemm_f64_fn gemm_select_f64(void)
 {
     return (nnkit_gemm_f64_fn)gemm_variant(nnkit_isa_level(), 1);
 }
+/* the strided/accumulating entry points (``_ld``) of this CPU's build */
+static void *gemm_select_ld(int f64)
+{
+#ifdef NNKIT_X86_64
+    int which = nnkit_isa_level();
+    if (which == 2) return f64 ? (void *)gemm_avx512_f64_ld : (void *)gemm_avx512_f32_ld;
+    if (which == 1) return f64 ? (void *)gemm_avx2_f64_ld : (void *)gemm_avx2_f32_ld;
+#endif
+    return f64 ? (void *)gemm_base_f64_ld : (void *)gemm_base_f32_ld;
+}
 static const char *gemm_isa(void) { return nnkit_isa_name(nnkit_isa_level()); }
 
 #else /* no vector extensions: plain loops over the same packed layout */
 
 #define GP_PLAIN(NAME, T, NR)                                                          \
-    static void NAME(const T *a, const T *bp, T *c, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N)             \
+    static void NAME##_ld(const T *a, const T *bp, T *c, ptrdiff_t M, ptrdiff_t K,     \
+                          ptrdiff_t N, ptrdiff_t lda, ptrdiff_t acc)                   \
     {                                                                                  \
         for (ptrdiff_t i = 0; i < M; i++)                                                   \
             for (ptrdiff_t n = 0; n < N; n++) {                                             \
                 const T *col = bp + (n / NR) * K * NR + n % NR;                        \
-                T s = 0;                                                               \
-                for (ptrdiff_t k = 0; k < K; k++) s += a[i * K + k] * col[k * NR];          \
+                T s = acc ? c[i * N + n] : 0;                                          \
+                for (ptrdiff_t k = 0; k < K; k++) s += a[i * lda + k] * col[k * NR];        \
                 c[i * N + n] = s;                                                      \
             }                                                                          \
+    }                                                                                  \
+    static void NAME(const T *a, const T *bp, T *c, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N)             \
+    {                                                                                  \
+        NAME##_ld(a, bp, c, M, K, N, K, 0);                                            \
     }
 GP_PLAIN(gemm_base_f32, float, NNKIT_GEMM_NR_F32)
 GP_PLAIN(gemm_base_f64, double, NNKIT_GEMM_NR_F64)
+static void *gemm_select_ld(int f64)
+{
+    return f64 ? (void *)gemm_base_f64_ld : (void *)gemm_base_f32_ld;
+}
 static nnkit_gemm_f32_fn gemm_select_f32(void) { return gemm_base_f32; }
 static nnkit_gemm_f64_fn gemm_select_f64(void) { return gemm_base_f64; }
 static void *gemm_variant(int which, int f64)

@@ -16,6 +16,7 @@ cdef extern from "gemm_packed.h":
     nnkit_gemm_f64_fn gemm_select_f64() noexcept nogil
     const char *gemm_isa() noexcept nogil
     void *gemm_variant(int which, int f64) noexcept nogil
+    void *gemm_select_ld(int f64) noexcept nogil
     int NNKIT_GEMM_NR_F32
     int NNKIT_GEMM_NR_F64
 
@@ -26,7 +27,9 @@ PANEL_WIDTH = {"float32": NNKIT_GEMM_NR_F32, "float64": NNKIT_GEMM_NR_F64}
 def addresses():
     """{symbol name: address} of the kernels chosen for this CPU."""
     return {"nnkit_gemm_packed_f32": <size_t>gemm_select_f32(),
-            "nnkit_gemm_packed_f64": <size_t>gemm_select_f64()}
+            "nnkit_gemm_packed_f64": <size_t>gemm_select_f64(),
+            "nnkit_gemm_packed_ld_f32": <size_t>gemm_select_ld(0),
+            "nnkit_gemm_packed_ld_f64": <size_t>gemm_select_ld(1)}
 
 
 def variant_addresses():

@@ -2,12 +2,20 @@
  *   GP_T (the element type), GP_V (a GCC vector of GP_L elements, 64 bytes), GP_NAME (the
  *   function name). The panel width is NR = 2 * GP_L columns.
  *
- * c (M, N) = a (M, K) @ b (K, N), every matrix row-major and contiguous; b is given packed:
+ * c (M, N) = a (M, K) @ b (K, N), or c += a @ b with ``acc``; c row-major contiguous, a
+ * row-major with ``lda`` elements from one row to the next (K for a contiguous a); b is
+ * given packed:
  * ceil(N / NR) panels, panel p holding columns [p NR, p NR + NR) of b as K rows of NR
  * values (zero beyond column N). A tile of 4 rows x NR columns of c is 8 vector
  * accumulators that stay in registers over the whole k loop; the panel stays in cache
  * across the row tiles of its column block. (Blocking k by 256, to keep the panel in L1
- * when K is large, measured no faster at the recurrent layers' shapes.) */
+ * when K is large, measured no faster at the recurrent layers' shapes.)
+ *
+ * With GP_ROWS8 defined (the AVX-512 builds: 32 vector registers) rows go 8 at a time
+ * first: 16 accumulators, each panel row loaded once per 16 FMAs instead of 8, and a panel
+ * read half as often per call (the time loops' blocks are 8-16 rows; a panel of K >= 384
+ * rows no longer fits L1 between two 4-row tiles). Every element of c is the same k-ordered
+ * chain of multiply-adds in either tile, so the results are identical. */
 
 /* dst[:width] = the row (lo, hi) of a tile */
 #define GP_STORE(dst, lo, hi, width)                                                     \
@@ -19,8 +27,22 @@
             memcpy(dst, row_, (size_t)(width) * sizeof(GP_T));                           \
     } while (0)
 
+/* (lo, hi) = the row src[:width] of a tile (zeros beyond width) when accumulating, else 0 */
+#define GP_INIT(lo, hi, src, width)                                                      \
+    do {                                                                                 \
+        GP_V row_[2] = {{0}, {0}};                                                       \
+        if (acc) {                                                                       \
+            if ((width) == 2 * GP_L)                                                     \
+                memcpy(row_, src, sizeof row_);                                          \
+            else                                                                         \
+                memcpy(row_, src, (size_t)(width) * sizeof(GP_T));                       \
+        }                                                                                \
+        lo = row_[0];                                                                    \
+        hi = row_[1];                                                                    \
+    } while (0)
+
 static GP_INLINE void GP_NAME(const GP_T *a, const GP_T *bp, GP_T *c, ptrdiff_t M, ptrdiff_t K,
-                              ptrdiff_t N)
+                              ptrdiff_t N, ptrdiff_t lda, int acc)
 {
     enum { L = GP_L, NR = 2 * GP_L };
     ptrdiff_t npanels = (N + NR - 1) / NR;
@@ -28,10 +50,54 @@ static GP_INLINE void GP_NAME(const GP_T *a, const GP_T *bp, GP_T *c, ptrdiff_t 
         const GP_T *panel = bp + p * K * NR;
         ptrdiff_t n0 = p * NR, width = N - n0 < NR ? N - n0 : NR;
         ptrdiff_t i = 0;
+#ifdef GP_ROWS8
+        for (; i + 8 <= M; i += 8) {
+            const GP_T *a0 = a + i * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
+            const GP_T *a4 = a3 + lda, *a5 = a4 + lda, *a6 = a5 + lda, *a7 = a6 + lda;
+            GP_T *c0 = c + i * N + n0;
+            GP_V c00, c01, c10, c11, c20, c21, c30, c31;
+            GP_V c40, c41, c50, c51, c60, c61, c70, c71;
+            GP_INIT(c00, c01, c0, width);
+            GP_INIT(c10, c11, c0 + N, width);
+            GP_INIT(c20, c21, c0 + 2 * N, width);
+            GP_INIT(c30, c31, c0 + 3 * N, width);
+            GP_INIT(c40, c41, c0 + 4 * N, width);
+            GP_INIT(c50, c51, c0 + 5 * N, width);
+            GP_INIT(c60, c61, c0 + 6 * N, width);
+            GP_INIT(c70, c71, c0 + 7 * N, width);
+            for (ptrdiff_t k = 0; k < K; k++) {
+                GP_V b0, b1;
+                memcpy(&b0, panel + k * NR, sizeof b0);
+                memcpy(&b1, panel + k * NR + L, sizeof b1);
+                GP_T x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
+                GP_T x4 = a4[k], x5 = a5[k], x6 = a6[k], x7 = a7[k];
+                c00 += x0 * b0; c01 += x0 * b1;
+                c10 += x1 * b0; c11 += x1 * b1;
+                c20 += x2 * b0; c21 += x2 * b1;
+                c30 += x3 * b0; c31 += x3 * b1;
+                c40 += x4 * b0; c41 += x4 * b1;
+                c50 += x5 * b0; c51 += x5 * b1;
+                c60 += x6 * b0; c61 += x6 * b1;
+                c70 += x7 * b0; c71 += x7 * b1;
+            }
+            GP_STORE(c0, c00, c01, width);
+            GP_STORE(c0 + N, c10, c11, width);
+            GP_STORE(c0 + 2 * N, c20, c21, width);
+            GP_STORE(c0 + 3 * N, c30, c31, width);
+            GP_STORE(c0 + 4 * N, c40, c41, width);
+            GP_STORE(c0 + 5 * N, c50, c51, width);
+            GP_STORE(c0 + 6 * N, c60, c61, width);
+            GP_STORE(c0 + 7 * N, c70, c71, width);
+        }
+#endif
         for (; i + 4 <= M; i += 4) {
-            const GP_T *a0 = a + i * K, *a1 = a0 + K, *a2 = a1 + K, *a3 = a2 + K;
-            GP_V c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0};
-            GP_V c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+            const GP_T *a0 = a + i * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
+            GP_T *c0 = c + i * N + n0;
+            GP_V c00, c01, c10, c11, c20, c21, c30, c31;
+            GP_INIT(c00, c01, c0, width);
+            GP_INIT(c10, c11, c0 + N, width);
+            GP_INIT(c20, c21, c0 + 2 * N, width);
+            GP_INIT(c30, c31, c0 + 3 * N, width);
             for (ptrdiff_t k = 0; k < K; k++) {
                 GP_V b0, b1;
                 memcpy(&b0, panel + k * NR, sizeof b0);
@@ -42,15 +108,15 @@ static GP_INLINE void GP_NAME(const GP_T *a, const GP_T *bp, GP_T *c, ptrdiff_t 
                 c20 += x2 * b0; c21 += x2 * b1;
                 c30 += x3 * b0; c31 += x3 * b1;
             }
-            GP_T *c0 = c + i * N + n0;
             GP_STORE(c0, c00, c01, width);
             GP_STORE(c0 + N, c10, c11, width);
             GP_STORE(c0 + 2 * N, c20, c21, width);
             GP_STORE(c0 + 3 * N, c30, c31, width);
         }
         for (; i < M; i++) {
-            const GP_T *a0 = a + i * K;
-            GP_V c00 = {0}, c01 = {0};
+            const GP_T *a0 = a + i * lda;
+            GP_V c00, c01;
+            GP_INIT(c00, c01, c + i * N + n0, width);
             for (ptrdiff_t k = 0; k < K; k++) {
                 GP_V b0, b1;
                 memcpy(&b0, panel + k * NR, sizeof b0);
@@ -63,3 +129,4 @@ static GP_INLINE void GP_NAME(const GP_T *a, const GP_T *bp, GP_T *c, ptrdiff_t 
 }
 
 #undef GP_STORE
+#undef GP_INIT

@@ -55,7 +55,7 @@ from numba import prange, types
 from numba.extending import overload
 
 from ._dispatch import serial_or_parallel
-from .gemm_cpu import pack_panels, pack_stacked_panels, step_gemm
+from .gemm_cpu import pack_panels, pack_stacked_panels, step_gemm, step_gemm_ld
 from .simd_math import act_sigmoid, act_tanh
 
 __all__ = [
@@ -473,18 +473,28 @@ def _transposed_inputs(x2, y, h0, reverse, at, h_row):
         transpose_block(hi, hi_shift, at, h_row, m, n1)
 
 
-def _packed_products(at, gp, out, dw):
+def _packed_products(at, gp, out, dw, parts, kb):
     """dw[p NR:(p + 1) NR] (NR, M) = (at (M, N) @ panel p of gp (P, N, NR))^T through the
-    scratch out[p] (M, NR); one panel per task (the transpose of a 24 KiB tile in cache,
-    instead of a strided copy of the whole product after)."""
-    nr = gp.shape[2]
-    for p in prange(gp.shape[0]):
-        step_gemm(at, gp[p:p + 1], out[p])
-        tile, block = out[p], dw[p * nr:(p + 1) * nr]
-        for q in range(nr):
-            row = block[q]
-            for m in range(at.shape[0]):
-                row[m] = tile[m, q]
+    scratch out[p] (M, NR); ``parts`` blocks of panels, one per task, each tile then
+    transposed in cache into dw (instead of a strided copy of the whole product after).
+
+    The sum over N runs in blocks of ``kb`` columns of at, each block multiplied into every
+    panel of the task before the next (out[p] += at[:, block] @ gp[p, block]): the block of
+    at (M x kb) is read from cache by all the panels instead of all of at (M x N, 3-13 MiB
+    at the LSTM benchmark's shapes) streaming from memory once per panel."""
+    P, N, nr = gp.shape
+    for w in prange(parts):
+        p0, p1 = chunk_rows(w, parts, P)
+        for k0 in range(0, max(N, 1), kb):  # N = 0: one empty product, zeros
+            k1 = min(N, k0 + kb)
+            for p in range(p0, p1):
+                step_gemm_ld(at[:, k0:k1], gp[p:p + 1, k0:k1], out[p], k0 > 0)
+        for p in range(p0, p1):
+            tile, block = out[p], dw[p * nr:(p + 1) * nr]
+            for q in range(nr):
+                row = block[q]
+                for m in range(at.shape[0]):
+                    row[m] = tile[m, q]
 
 
 transposed_inputs_cpu = serial_or_parallel(_transposed_inputs, error_model="numpy")
@@ -493,6 +503,9 @@ packed_products_cpu = serial_or_parallel(_packed_products, error_model="numpy")
 # A weight-gradient product of fewer flops than this runs on one thread (waking the pool
 # costs tens of microseconds, ~4 Mflop at these kernels' speed).
 MIN_PARALLEL_FLOPS = 1 << 22
+# Columns of at per block of the weight-gradient sum (``_packed_products``): a block of the
+# LSTM's [x; 1; h_prev]^T, 193-385 rows, is 193-385 KiB in float32, well inside L2.
+PRODUCT_BLOCK = 256
 
 
 def packed_weight_grads(at, gp):
@@ -506,8 +519,9 @@ def packed_weight_grads(at, gp):
     dw = np.empty((P * nr, at.shape[0]), dtype=at.dtype)
     parallel = (P > 1 and numba.get_num_threads() > 1
                 and 2 * at.size * P * nr >= MIN_PARALLEL_FLOPS)
+    parts = min(P, numba.get_num_threads()) if parallel else 1
     (packed_products_cpu.parallel if parallel else packed_products_cpu.serial)(
-        at, gp, out, dw)
+        at, gp, out, dw, parts, PRODUCT_BLOCK)
     return dw
 
 
