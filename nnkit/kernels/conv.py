@@ -569,7 +569,7 @@ def _image_forward(x, weight, bias, cache):
 
 
 def _image_backward(dy, cache, needs_input_grad, needs_weight_grad):
-    """The image and packed paths' backward: per image, dW += dy[n] @ cols(x[n])^T and
+    """The image and packed paths' backward: per image, dW^T += cols(x[n]) @ dy[n]^T and
     dx[n] = col2im(W^T @ dy[n]), numpy's GEMMs."""
     conv_cpu = _cpu()
     x, weight = cache.x, cache.weight
@@ -583,13 +583,15 @@ def _image_backward(dy, cache, needs_input_grad, needs_weight_grad):
     def run(lo, hi):
         cols = np.empty((R, P), dtype=x.dtype)
         dw = part = None
-        if needs_weight_grad:
-            dw = np.zeros((K, R), dtype=x.dtype)
-            part = np.empty((K, R), dtype=x.dtype)
+        if needs_weight_grad:  # transposed, dW^T (R, K): OpenBLAS ran cols @ dy[n]^T
+            # 1.2-1.45x faster than dy[n] @ cols^T at (K, R, Ho Wo) = (32, 144, 1024),
+            # (64, 576, 3136), (64, 147, 12544) (one thread; equal at (16, 27, 1024))
+            dw = np.zeros((R, K), dtype=x.dtype)
+            part = np.empty((R, K), dtype=x.dtype)
         for n in range(lo, hi):
             if needs_weight_grad:
                 conv_cpu.im2col_nogil(x[n:n + 1], *geometry, cols)
-                np.matmul(dyr[n], cols.T, out=part)
+                np.matmul(cols, dyr[n].T, out=part)
                 dw += part
             if needs_input_grad:
                 np.matmul(w.T, dyr[n], out=cols)
@@ -603,7 +605,8 @@ def _image_backward(dy, cache, needs_input_grad, needs_weight_grad):
     parts = _over_images(run, _image_chunks(N))
     dweight = dbias = None
     if needs_weight_grad:
-        dweight = _summed([dw for dw, _ in parts]).reshape(weight.shape)
+        dweight = np.ascontiguousarray(_summed([dw for dw, _ in parts]).T).reshape(
+            weight.shape)
         if cache.has_bias:
             dbias = _summed([db for _, db in parts]).astype(x.dtype)
     return dx, dweight, dbias
