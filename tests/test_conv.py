@@ -1179,6 +1179,14 @@ def test_cpu_algorithm_by_shape(monkeypatch, x_shape, w_shape, kw, algorithm):
     assert K.conv2d_forward(x, w, None, **kw)[1].algorithm == expected
 
 
+def test_cpu_algorithm_float64_stays_image_by_image():
+    """The packed path is chosen for float32 only (float64 panels are 16 pixels wide)."""
+    x = np.zeros((4, 16, 32, 32))
+    assert K.conv2d_forward(x, np.zeros((32, 16, 3, 3)), None, padding=1)[1].algorithm == "image"
+    x32, w32 = x.astype(np.float32), np.zeros((32, 16, 3, 3), np.float32)
+    assert K.conv2d_forward(x32, w32, None, padding=1)[1].algorithm == "packed"
+
+
 # ---- direct (depthwise) and pointwise (1x1) paths ---------------------------------------------
 
 @given(case=conv_cases())

@@ -16,7 +16,7 @@ Algorithms (CPU), one per shape, chosen by ``_cpu_algorithm`` (its comment says 
   float32 error up to ~100 eps of max|y| (against ~4 for im2col); see "Winograd" below.
 - ``direct``: depthwise layers, Numba loops over padded planes (``conv_cpu.direct_*``).
 - ``pointwise``: 1x1 stride 1 unpadded, y[n] = W @ x[n], numpy's batched GEMM.
-- ``packed``: layers with up to 64 outputs: an implicit GEMM image by image, each block of
+- ``packed``: float32 layers with up to 64 outputs: an implicit GEMM image by image, each block of
   output pixels' im2col panels gathered straight into the layout of the packed C GEMM
   (``nnkit._ext.conv_packed_cpu`` on ``gemm_packed.h``); the backward is ``image``'s.
 - ``image``: im2col + GEMM image by image (cols (C kh kw, Ho Wo) cache-resident, the GEMM
@@ -341,8 +341,10 @@ def _im2col(cache, out):
 # at (32, 16, 32, 32) -> 32, 9.8 against 12.9 at (8, 64, 56, 56) -> 64, 13.2 against 17.5
 # at 7x7 stride 2 from 3 channels), the backward the same. With K = 128-256 OpenBLAS keeps
 # its lead ('image': 0.9-1.05x either way at (8, 64, 56, 56) -> 128 stride 2 and (8, 128,
-# 28, 28) -> 128). The rest (small maps, where the per-image backward costs more than the
-# batch-wide GEMMs, and other groups): im2col over the whole batch, one GEMM per group.
+# 28, 28) -> 128). float64 stays 'image' (its panels are 16 wide: packed 1.25-1.3x faster
+# at C = 3-16, 0.8x at (8, 64, 56, 56) -> 64, one thread). The rest (small maps, where the
+# per-image backward costs more than the batch-wide GEMMs, and other groups): im2col over the
+# whole batch, one GEMM per group.
 # ``ALGORITHM`` forces a path where it applies (the tests run every path).
 ALGORITHM = None
 
@@ -353,7 +355,8 @@ def _numba_threads():
     return numba.get_num_threads()
 
 
-def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw):
+def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw,
+                   dtype=np.float32):
     """'direct', 'pointwise', 'winograd', 'packed', 'image' or 'im2col' (the comment above)."""
     C, (K, _, kh, kw) = x_shape[1], weight_shape
     fits = {
@@ -375,7 +378,7 @@ def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw
     if fits["winograd"] and min(C, K) >= 64 and min(out_hw) >= 28 and _numba_threads() == 1:
         return "winograd"
     if fits["image"] and out_hw[0] * out_hw[1] >= 256:
-        return "packed" if K <= 64 else "image"
+        return "packed" if K <= 64 and dtype == np.float32 else "image"
     return "im2col"
 
 
@@ -398,7 +401,7 @@ def _cpu_paths():
 
 def _conv2d_forward_cpu(x, weight, bias, cache):
     cache.algorithm = _cpu_algorithm(x.shape, weight.shape, cache.stride, cache.pads,
-                                     cache.dilation, cache.groups, cache.out_hw)
+                                     cache.dilation, cache.groups, cache.out_hw, x.dtype)
     if cache.algorithm != "im2col":
         return _cpu_paths()[cache.algorithm][0](x, weight, bias, cache)
     conv_cpu = _cpu()
