@@ -1,13 +1,13 @@
 """Implicit-GEMM convolution on the packed C GEMM of ``gemm_packed.h`` (CPU, Numba).
 
 An ungrouped convolution of one image is the GEMM y[n] (K, Ho Wo) = W (K, C kh kw) @ cols,
-cols the image's im2col matrix. Here cols is never built: each block of output pixels
-gets its right-hand panels (``gemm_cpu.pack_panels``'s layout: NR = 32 float32 or 16
-float64 pixels a panel, one row per (c, i, j) tap) gathered straight from the unpadded
-input, zeros where a tap falls in the padding, and the block's product runs in the C
-kernel (``gemm_cpu.step_gemm``: 4-row x NR-column register tiles, the panel in L1/L2).
+cols the image's im2col matrix. Here cols is never built: the image is copied once into
+zero-padded planes, and each block of output pixels gets its right-hand panels
+(``gemm_cpu.pack_panels``'s layout: NR = 32 float32 or 16 float64 pixels a panel, one row
+per (c, i, j) tap) gathered from them, then the block's product runs in the C kernel
+(``gemm_cpu.step_gemm``: 4-row x NR-column register tiles, the panel in L1/L2).
 The block's panels stay in cache between the gather and the GEMM, and the GEMM keeps its
-accumulators in registers where OpenBLAS SGEMM at K = 16-128 output rows packs both
+accumulators in registers where OpenBLAS SGEMM at K = 16-64 output rows packs both
 operands again at every call.
 
 Kernels validate nothing: x (N, C, H, W) and y (N, K, Ho Wo) C-contiguous of one float
@@ -25,6 +25,7 @@ from .gemm_cpu import PANEL_WIDTH, step_gemm
 __all__ = ["forward"]
 
 _NR_F32, _NR_F64 = PANEL_WIDTH["float32"], PANEL_WIDTH["float64"]
+
 
 @numba.njit(cache=True, inline="always")
 def _pad_image(xf, base, C, H, W, pt, pl, Hp, Wp, xp):
