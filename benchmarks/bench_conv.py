@@ -304,7 +304,7 @@ def algorithms(repeats: int = 7) -> list[dict]:
         w = (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(np.float32)
         b = np.zeros(ws[0], np.float32)
         paths = []
-        for name in ("im2col", "image", "pointwise", "winograd", "direct"):
+        for name in ("im2col", "image", "packed", "pointwise", "winograd", "direct"):
             K.ALGORITHM = name
             y, cache = K.conv2d_forward(x, w, b, **kw)
             if cache.algorithm == name:

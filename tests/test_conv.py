@@ -1146,16 +1146,17 @@ def test_winograd_transforms_are_adjoint_and_parallel_matches_serial(rng):
     ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "winograd"),  # on one thread
     ((2, 128, 28, 28), (128, 128, 3, 3), dict(padding=1), "winograd"),
     ((2, 256, 14, 14), (256, 256, 3, 3), dict(padding=1), "im2col"),  # 196 outputs a plane
-    ((32, 32, 32, 32), (32, 32, 3, 3), dict(padding=1), "image"),
-    ((32, 16, 32, 32), (32, 16, 3, 3), dict(padding=1), "image"),  # C = 16: thin GEMMs
-    ((32, 3, 32, 32), (16, 3, 3, 3), dict(padding=1), "image"),
-    ((8, 3, 224, 224), (64, 3, 7, 7), dict(stride=2, padding=3), "image"),
+    ((32, 32, 32, 32), (32, 32, 3, 3), dict(padding=1), "packed"),
+    ((32, 16, 32, 32), (32, 16, 3, 3), dict(padding=1), "packed"),  # C = 16: thin GEMMs
+    ((32, 3, 32, 32), (16, 3, 3, 3), dict(padding=1), "packed"),
+    ((8, 3, 224, 224), (64, 3, 7, 7), dict(stride=2, padding=3), "packed"),
     ((32, 64, 8, 8), (64, 64, 3, 3), dict(padding=1), "im2col"),  # 64 outputs a plane
     ((32, 1, 8, 8), (16, 1, 3, 3), dict(padding=1), "im2col"),  # C = 1: not depthwise
-    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1, stride=2), "image"),
-    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=2, dilation=2), "image"),
+    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1, stride=2), "packed"),
+    ((8, 64, 56, 56), (128, 64, 3, 3), dict(padding=1, stride=2), "image"),  # K = 128
+    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=2, dilation=2), "packed"),
     ((8, 64, 56, 56), (64, 32, 3, 3), dict(padding=1, groups=2), "im2col"),
-    ((8, 64, 56, 56), (64, 64, 5, 5), dict(padding=2), "image"),
+    ((8, 64, 56, 56), (64, 64, 5, 5), dict(padding=2), "packed"),
     ((8, 64, 56, 56), (64, 1, 3, 3), dict(padding=1, groups=64), "direct"),
     ((8, 64, 56, 56), (64, 1, 3, 3), dict(stride=2, padding=1, groups=64), "direct"),
     ((8, 64, 56, 56), (128, 1, 3, 3), dict(padding=1, groups=64), "direct"),  # multiplier 2
@@ -1165,14 +1166,25 @@ def test_winograd_transforms_are_adjoint_and_parallel_matches_serial(rng):
     ((8, 64, 56, 56), (256, 64, 1, 1), dict(padding=1), "image"),
 ])
 def test_cpu_algorithm_by_shape(monkeypatch, x_shape, w_shape, kw, algorithm):
-    """The choice on one thread; on two, Winograd's layers go image by image instead."""
+    """The choice on one thread; on two, Winograd's layers go image by image instead
+    (packed with K <= 64 outputs)."""
     x = np.zeros(x_shape, np.float32)
     w = np.zeros(w_shape, np.float32)
     monkeypatch.setattr(K, "_numba_threads", lambda: 1)
     assert K.conv2d_forward(x, w, None, **kw)[1].algorithm == algorithm
     monkeypatch.setattr(K, "_numba_threads", lambda: 2)
-    expected = "image" if algorithm == "winograd" else algorithm
+    expected = algorithm
+    if algorithm == "winograd":
+        expected = "packed" if w_shape[0] <= 64 else "image"
     assert K.conv2d_forward(x, w, None, **kw)[1].algorithm == expected
+
+
+def test_cpu_algorithm_float64_stays_image_by_image():
+    """The packed path is chosen for float32 only (float64 panels are 16 pixels wide)."""
+    x = np.zeros((4, 16, 32, 32))
+    assert K.conv2d_forward(x, np.zeros((32, 16, 3, 3)), None, padding=1)[1].algorithm == "image"
+    x32, w32 = x.astype(np.float32), np.zeros((32, 16, 3, 3), np.float32)
+    assert K.conv2d_forward(x32, w32, None, padding=1)[1].algorithm == "packed"
 
 
 # ---- direct (depthwise) and pointwise (1x1) paths ---------------------------------------------
@@ -1316,12 +1328,12 @@ def test_gradcheck_image_path(rng):
                      [rng.standard_normal((2, 3, 9)), rng.standard_normal((2, 3, 4))])
 
 
-@pytest.mark.parametrize("algorithm", ["image", "winograd", "pointwise"])
+@pytest.mark.parametrize("algorithm", ["image", "packed", "winograd", "pointwise"])
 def test_runs_of_images_on_threads_match_one_run(rng, algorithm):
-    """The pointwise, per-image and Winograd paths split the batch over numba's threads (one
-    Python thread each, numpy's BLAS on one thread): the same y and dx as one run of the
-    whole batch (bit for bit: each image is computed alike), dweight up to the order of its
-    sum."""
+    """The pointwise, per-image (image, packed) and Winograd paths split the batch over
+    numba's threads (one Python thread each, numpy's BLAS on one thread): the same y and dx
+    as one run of the whole batch (bit for bit: each image is computed alike), dweight up
+    to the order of its sum."""
     import numba
 
     x = rng.standard_normal((5, 4, 17, 16))
@@ -1346,6 +1358,56 @@ def test_runs_of_images_on_threads_match_one_run(rng, algorithm):
     np.testing.assert_array_equal(y1, y2)
     np.testing.assert_array_equal(dx1, dx2)
     np.testing.assert_allclose(dw1, dw2, rtol=1e-12, atol=1e-12 * np.abs(dw1).max())
+
+
+# ---- implicit GEMM on the packed C kernel -----------------------------------------------------
+
+@given(case=conv_cases(), block=st.sampled_from([1, 4096, 1 << 20]))
+@example(case=_case(N=2, C=3, K=5, H=9, W=40, padding=(1, 2)), block=1)  # panels straddle rows
+@example(case=_case(N=2, C=2, K=9, H=11, W=13, kh=3, kw=2, stride=(2, 3), padding=(3, 1),
+                    dilation=(1, 2), dtype=np.float32, layout="transposed"), block=1)
+def test_packed_path_matches_twin(case, block):
+    """The packed forward (groups 1; other groups fall back to the batch-wide path), with
+    blocks of one panel, a few panels, or the whole image (one block then writes y[n]
+    directly; more go through the block buffer), float32 and float64 (panels of 32 and 16
+    pixels)."""
+    default, K.PACKED_BLOCK_BYTES = K.PACKED_BLOCK_BYTES, block
+    try:
+        cache = _check_twin(case, "packed")
+    finally:
+        K.PACKED_BLOCK_BYTES = default
+    assert cache.algorithm == ("packed" if case["groups"] == 1 else "im2col")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=(2, 1), padding=(0, 2),
+                                dilation=(2, 1)), dict(padding="same", dilation=2)])
+@pytest.mark.filterwarnings("ignore:Using padding=.same.")
+def test_packed_path_matches_torch(rng, dtype, kw):
+    torch = import_torch()
+    x = rng.standard_normal((3, 4, 19, 18)).astype(dtype)
+    w = rng.standard_normal((5, 4, 3, 2)).astype(dtype)
+    b = rng.standard_normal(5).astype(dtype)
+    ty, tg, dy = _torch_grads(torch, lambda x, w, b: torch.nn.functional.conv2d(x, w, b, **kw),
+                              [x, w, b])
+    args = [nk.tensor(a, requires_grad=True) for a in (x, w, b)]
+    with _algorithm("packed"):
+        y = FC.conv2d(*args, **kw)
+    y.backward(dy)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(y.numpy(), ty, **tol)
+    for a, g in zip(args, tg, strict=True):
+        np.testing.assert_allclose(a.grad, g, **tol)
+
+
+def test_gradcheck_packed_path(rng):
+    with _algorithm("packed"):
+        nk.gradcheck(lambda x, w, b: FC.conv2d(x, w, b, stride=(2, 1), padding=1,
+                                               dilation=(1, 2)),
+                     [rng.standard_normal((2, 3, 6, 5)), rng.standard_normal((4, 3, 2, 3)),
+                      rng.standard_normal(4)])
+        nk.gradcheck(lambda x, w: FC.conv1d(x, w, padding=2),
+                     [rng.standard_normal((2, 3, 9)), rng.standard_normal((2, 3, 4))])
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")

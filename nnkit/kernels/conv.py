@@ -16,6 +16,9 @@ Algorithms (CPU), one per shape, chosen by ``_cpu_algorithm`` (its comment says 
   float32 error up to ~100 eps of max|y| (against ~4 for im2col); see "Winograd" below.
 - ``direct``: depthwise layers, Numba loops over padded planes (``conv_cpu.direct_*``).
 - ``pointwise``: 1x1 stride 1 unpadded, y[n] = W @ x[n], numpy's batched GEMM.
+- ``packed``: float32 layers with up to 64 outputs: an implicit GEMM image by image, each block of
+  output pixels' im2col panels gathered straight into the layout of the packed C GEMM
+  (``nnkit._ext.conv_packed_cpu`` on ``gemm_packed.h``); the backward is ``image``'s.
 - ``image``: im2col + GEMM image by image (cols (C kh kw, Ho Wo) cache-resident, the GEMM
   writing NCHW directly); the backward recomputes each image's cols.
 - ``im2col``: the batch at once, cols (C kh kw, N Ho Wo), then
@@ -27,7 +30,7 @@ Algorithms (CPU), one per shape, chosen by ``_cpu_algorithm`` (its comment says 
   dcols (a backward called twice recomputes it); the buffers come from a small pool (at most
   4 kept), because a fresh array of tens of megabytes costs milliseconds of page faults.
 
-Threads: the pointwise, image and Winograd paths split the batch into one run of images
+Threads: the pointwise, packed, image and Winograd paths split the batch into one run of images
 per numba thread, each run on a Python thread with numpy's BLAS on one thread and the Numba
 kernels' serial GIL-free builds: each core runs its images from end to end, and no OpenBLAS
 or OpenMP workers spin between the steps. The batch-wide im2col path, around the GEMMs:
@@ -330,10 +333,18 @@ def _im2col(cache, out):
 # threads it lost to per-image im2col at every shape tried (wall time, 12.3 / 33.2 against
 # 9.7 / 28.9 ms at (8, 64, 56, 56) -> 64; 0.66-0.85x): both cores stream its V and M (tens
 # of MiB) through memory, while the per-image GEMMs work out of cache.
-# Other ungrouped layers with at least 256 outputs a plane: im2col + GEMM image by image
-# (cols kept in cache, output written in NCHW: 1.1-1.5x faster than batch-wide cols); the
-# rest (small maps, where a call per image costs more than it saves, and other groups):
-# im2col over the whole batch and one GEMM per group.
+# Other ungrouped layers with at least 256 outputs a plane go image by image (cols kept in
+# cache, output written in NCHW: 1.1-1.5x faster than batch-wide cols). With K <= 64
+# outputs, 'packed': the forward's cols never built, its panels gathered into the packed C
+# GEMM (4-row register tiles) where OpenBLAS SGEMM at K = 16-64 rows runs at 100-150 GFLOP/s
+# a core; forward 1.1-2x faster than 'image' on two threads, wall time (2.72 against 5.50 ms
+# at (32, 16, 32, 32) -> 32, 9.8 against 12.9 at (8, 64, 56, 56) -> 64, 13.2 against 17.5
+# at 7x7 stride 2 from 3 channels), the backward the same. With K = 128-256 OpenBLAS keeps
+# its lead ('image': 0.9-1.05x either way at (8, 64, 56, 56) -> 128 stride 2 and (8, 128,
+# 28, 28) -> 128). float64 stays 'image' (its panels are 16 wide: packed 1.25-1.3x faster
+# at C = 3-16, 0.8x at (8, 64, 56, 56) -> 64, one thread). The rest (small maps, where the
+# per-image backward costs more than the batch-wide GEMMs, and other groups): im2col over the
+# whole batch, one GEMM per group.
 # ``ALGORITHM`` forces a path where it applies (the tests run every path).
 ALGORITHM = None
 
@@ -344,8 +355,9 @@ def _numba_threads():
     return numba.get_num_threads()
 
 
-def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw):
-    """'direct', 'pointwise', 'winograd', 'image' or 'im2col' (see the comment above)."""
+def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw,
+                   dtype=np.float32):
+    """'direct', 'pointwise', 'winograd', 'packed', 'image' or 'im2col' (the comment above)."""
     C, (K, _, kh, kw) = x_shape[1], weight_shape
     fits = {
         "direct": True,
@@ -354,6 +366,7 @@ def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw
         "winograd": ((kh, kw) == (3, 3) and stride == (1, 1) and dilation == (1, 1)
                      and groups == 1),
         "image": groups == 1,
+        "packed": groups == 1,
         "im2col": True,
     }
     if ALGORITHM is not None:
@@ -365,7 +378,7 @@ def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw
     if fits["winograd"] and min(C, K) >= 64 and min(out_hw) >= 28 and _numba_threads() == 1:
         return "winograd"
     if fits["image"] and out_hw[0] * out_hw[1] >= 256:
-        return "image"
+        return "packed" if K <= 64 and dtype == np.float32 else "image"
     return "im2col"
 
 
@@ -382,12 +395,13 @@ def _cpu_paths():
     return {"winograd": (_winograd_forward, _winograd_backward),
             "direct": (_direct_forward, _direct_backward),
             "pointwise": (_pointwise_forward, _pointwise_backward),
-            "image": (_image_forward, _image_backward)}
+            "image": (_image_forward, _image_backward),
+            "packed": (_packed_forward, _image_backward)}
 
 
 def _conv2d_forward_cpu(x, weight, bias, cache):
     cache.algorithm = _cpu_algorithm(x.shape, weight.shape, cache.stride, cache.pads,
-                                     cache.dilation, cache.groups, cache.out_hw)
+                                     cache.dilation, cache.groups, cache.out_hw, x.dtype)
     if cache.algorithm != "im2col":
         return _cpu_paths()[cache.algorithm][0](x, weight, bias, cache)
     conv_cpu = _cpu()
@@ -558,6 +572,8 @@ def _image_forward(x, weight, bias, cache):
 
 
 def _image_backward(dy, cache, needs_input_grad, needs_weight_grad):
+    """The image and packed paths' backward: per image, dW^T += cols(x[n]) @ dy[n]^T and
+    dx[n] = col2im(W^T @ dy[n]), numpy's GEMMs."""
     conv_cpu = _cpu()
     x, weight = cache.x, cache.weight
     N, K = x.shape[0], weight.shape[0]
@@ -570,26 +586,69 @@ def _image_backward(dy, cache, needs_input_grad, needs_weight_grad):
     def run(lo, hi):
         cols = np.empty((R, P), dtype=x.dtype)
         dw = part = None
-        if needs_weight_grad:
-            dw = np.zeros((K, R), dtype=x.dtype)
-            part = np.empty((K, R), dtype=x.dtype)
+        if needs_weight_grad:  # transposed, dW^T (R, K): OpenBLAS ran cols @ dy[n]^T
+            # 1.2-1.45x faster than dy[n] @ cols^T at (K, R, Ho Wo) = (32, 144, 1024),
+            # (64, 576, 3136), (64, 147, 12544) (one thread; equal at (16, 27, 1024))
+            dw = np.zeros((R, K), dtype=x.dtype)
+            part = np.empty((R, K), dtype=x.dtype)
         for n in range(lo, hi):
             if needs_weight_grad:
                 conv_cpu.im2col_nogil(x[n:n + 1], *geometry, cols)
-                np.matmul(dyr[n], cols.T, out=part)
+                np.matmul(cols, dyr[n].T, out=part)
                 dw += part
             if needs_input_grad:
                 np.matmul(w.T, dyr[n], out=cols)
                 conv_cpu.col2im_nogil(cols, *geometry, dx[n:n + 1])
-        return dw
+        db = None
+        if needs_weight_grad and cache.has_bias:  # on the runs' threads too: a float64
+            # sum of the whole dy on one thread took ~10% of the backward at (32, 16, 32, 32)
+            db = dyr[lo:hi].sum(axis=2).sum(axis=0, dtype=np.float64)  # pairwise per plane
+        return dw, db
 
     parts = _over_images(run, _image_chunks(N))
     dweight = dbias = None
     if needs_weight_grad:
-        dweight = _summed(parts).reshape(weight.shape)
+        dweight = np.ascontiguousarray(_summed([dw for dw, _ in parts]).T).reshape(
+            weight.shape)
         if cache.has_bias:
-            dbias = dyr.sum(axis=(0, 2), dtype=np.float64).astype(x.dtype)
+            dbias = _summed([db for _, db in parts]).astype(x.dtype)
     return dx, dweight, dbias
+
+
+# ---- implicit GEMM on the packed C kernel ---------------------------------------------------
+# The per-image GEMM y[n] = W @ cols(x[n]) with cols never built: nnkit._ext.conv_packed_cpu
+# gathers each block of output pixels' panels from the zero-padded image straight into the
+# layout of the packed C GEMM (gemm_packed.h, 4-row register tiles) and multiplies them while
+# they sit in L2. One Numba call (GIL released) per run of images. The backward is the
+# per-image path's (``_image_backward``).
+
+
+# Bytes of gathered panels per block of output pixels: a block larger than L2 (1-2 MiB a
+# core) would be written out to L3 by the gather and read back by the GEMM. 1 MiB measured
+# 1.1-1.3x faster than 256 KiB at (8, 64, 56, 56) -> 64 and stride 2 -> 128 (one thread),
+# equal on the 32x32 maps (whose whole image, up to 0.6 MiB, is one block).
+PACKED_BLOCK_BYTES = 1 << 20
+
+
+def _packed():
+    return load_kernels("conv_packed_cpu")
+
+
+def _packed_forward(x, weight, bias, cache):
+    x = cache.x = np.ascontiguousarray(x)
+    N, K = x.shape[0], weight.shape[0]
+    w = np.ascontiguousarray(weight).reshape(K, -1)
+    kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo = _image_geometry(cache)
+    y = np.empty((N, K, Ho * Wo), dtype=x.dtype)
+    b = bias if bias is not None else np.zeros(1, dtype=x.dtype)
+    forward = _packed().forward
+
+    def run(lo, hi):
+        forward(x, w, b, bias is not None, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, lo, hi,
+                PACKED_BLOCK_BYTES, y)
+
+    _over_images(run, _image_chunks(N))
+    return y.reshape(N, K, Ho, Wo)
 
 
 # ---- Winograd F(4x4, 3x3) -------------------------------------------------------------------
