@@ -319,32 +319,17 @@ def _im2col(cache, out):
     return out
 
 
-# The CPU algorithm for a shape (single-thread CPU times, forced paths interleaved:
-# benchmarks/RESULTS.md, "Convolution algorithms by shape"). Direct loops for depthwise layers
-# (groups = C > 1): im2col would make C GEMMs of one row each (5-6x slower); they lost to
-# im2col on thin ungrouped layers (C = 1 or 3: 1.5-2x slower; 7x7 stride 2: 10x). 1x1
-# stride-1 unpadded layers are a GEMM per image, W (K, C) @ x[n] (C, H W), with no copy.
-# Winograd F(4x4, 3x3) on one thread only, for 3x3 stride-1 undilated ungrouped layers with
-# C, K >= 64 and outputs of at least 28x28: a quarter of the multiplies, but its tile
-# transforms (dozens of operations per input and output element) and its 36 GEMMs of a few
-# hundred tiles pay off only on wide layers with large maps (one thread, CPU time, forward /
-# forward+backward against per-image im2col: 1.2x / 1.5x faster at (8, 64, 56, 56) -> 64,
-# 0.9x / 1.3x at (8, 128, 28, 28) -> 128, 0.4-0.7x at C = 16-32 or on 14x14 maps). On two
-# threads it lost to per-image im2col at every shape tried (wall time, 12.3 / 33.2 against
-# 9.7 / 28.9 ms at (8, 64, 56, 56) -> 64; 0.66-0.85x): both cores stream its V and M (tens
-# of MiB) through memory, while the per-image GEMMs work out of cache.
-# Other ungrouped layers with at least 256 outputs a plane go image by image (cols kept in
-# cache, output written in NCHW: 1.1-1.5x faster than batch-wide cols). With K <= 64
-# outputs, 'packed': the forward's cols never built, its panels gathered into the packed C
-# GEMM (4-row register tiles) where OpenBLAS SGEMM at K = 16-64 rows runs at 100-150 GFLOP/s
-# a core; forward 1.1-2x faster than 'image' on two threads, wall time (2.72 against 5.50 ms
-# at (32, 16, 32, 32) -> 32, 9.8 against 12.9 at (8, 64, 56, 56) -> 64, 13.2 against 17.5
-# at 7x7 stride 2 from 3 channels), the backward the same. With K = 128-256 OpenBLAS keeps
-# its lead ('image': 0.9-1.05x either way at (8, 64, 56, 56) -> 128 stride 2 and (8, 128,
-# 28, 28) -> 128). float64 stays 'image' (its panels are 16 wide: packed 1.25-1.3x faster
-# at C = 3-16, 0.8x at (8, 64, 56, 56) -> 64, one thread). The rest (small maps, where the
-# per-image backward costs more than the batch-wide GEMMs, and other groups): im2col over the
-# whole batch, one GEMM per group.
+# The CPU algorithm for a shape, each rule measured (benchmarks/RESULTS.md, "Convolution
+# algorithms by shape" and "implicit GEMM on the packed C kernel"):
+# - depthwise (groups = C > 1): direct loops; im2col would make C one-row GEMMs.
+# - 1x1, stride 1, unpadded: one GEMM per image on x itself ('pointwise'), no copy.
+# - 3x3 stride 1, C, K >= 64, maps >= 28x28, one thread: Winograd F(4x4, 3x3). Its transforms
+#   pay off only on wide layers with large maps, and on two threads both cores stream its
+#   tile arrays through memory while the per-image GEMMs below work out of cache.
+# - other ungrouped layers with >= 256 outputs a plane, image by image (cols in cache, NCHW
+#   written directly): float32 with K <= 64 'packed' (panels gathered straight into the
+#   packed C GEMM, which beats OpenBLAS on so few rows), else 'image' (OpenBLAS).
+# - the rest (small maps, other groups): im2col over the whole batch, one GEMM per group.
 # ``ALGORITHM`` forces a path where it applies (the tests run every path).
 ALGORITHM = None
 
