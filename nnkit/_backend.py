@@ -8,9 +8,7 @@ CuPy and numba.cuda are imported lazily, so a CPU-only install never touches the
 
 from __future__ import annotations
 
-import functools
 import importlib
-import os
 
 import numpy as np
 
@@ -127,22 +125,6 @@ def unbroadcast(grad, shape):
     return grad.reshape(shape)
 
 
-@functools.cache
-def _numpy_blas():
-    """threadpoolctl's controller of the BLAS that NumPy's ``@`` calls, or None."""
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:  # scikit-learn depends on it; without it, no guard
-        return None
-    root = os.path.dirname(os.path.dirname(os.path.abspath(np.__file__)))
-    for lib in ThreadpoolController().lib_controllers:
-        path = os.path.abspath(lib.filepath)
-        if lib.user_api == "blas" and (path.startswith(os.path.join(root, "numpy")) or
-                                       path.startswith(os.path.dirname(np.__file__))):
-            return lib
-    return None
-
-
 # The threaded paths of ``matmul``: at least this many rows (or inner dimension) and flops
 # (waking numba's pool costs ~10-30 us).
 ROWS_PARALLEL_MIN_ROWS = 128
@@ -196,8 +178,8 @@ def matmul(a, b):
             return gemm_cpu.matmul_inner_parallel(a, b, parts)
         if _gemm_flops(a, b) >= SMALL_GEMM_FLOPS:
             return a @ b
-        from ._ext._dispatch import one_blas_thread
+        from ._ext._dispatch import serial_numpy_blas
 
-        with one_blas_thread(_numpy_blas()):
+        with serial_numpy_blas():
             return a @ b
     return a @ b

@@ -1280,36 +1280,24 @@ def test_direct_parallel_builds_match_serial(rng):
 @example(case=_case(N=2, C=3, K=2, H=6, W=5, stride=(2, 1), padding=(1, 2), dilation=(1, 2)))
 def test_image_path_matches_twin(case):
     """Per-image im2col + GEMM (groups 1; other groups fall back to the batch-wide path)."""
-    x, w, b, rng = _make_inputs(case)
-    args = (case["stride"], case["padding"], case["dilation"], case["groups"])
-    with _algorithm("image"):
-        y, cache = K.conv2d_forward(x, w, b, *args)
+    cache = _check_twin(case, "image")
     assert cache.algorithm == ("image" if case["groups"] == 1 else "im2col")
-    _assert_close(y, R.conv2d(x, w, b, *args), w[0].size + 1, case["dtype"], "y")
-    dy = rng.uniform(-1, 1, y.shape).astype(case["dtype"])
-    dx, dw, db = K.conv2d_backward(dy, cache)
-    rdx, rdw, rdb = R.conv2d_backward(dy, x, w, *args)
-    _assert_close(dx, rdx, w.size, case["dtype"], "dx")
-    _assert_close(dw, rdw, dy[:, 0].size, case["dtype"], "dweight")
-    if b is None:
-        assert db is None
-    else:
-        _assert_close(db, rdb, dy[:, 0].size, case["dtype"], "dbias")
 
 
+@pytest.mark.parametrize("algorithm", ["image", "packed"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=(2, 1), padding=(0, 2),
                                 dilation=(2, 1)), dict(padding="same", dilation=2)])
 @pytest.mark.filterwarnings("ignore:Using padding=.same.")
-def test_image_path_matches_torch(rng, dtype, kw):
+def test_image_and_packed_paths_match_torch(rng, algorithm, dtype, kw):
     torch = import_torch()
-    x = rng.standard_normal((3, 4, 9, 8)).astype(dtype)
+    x = rng.standard_normal((3, 4, 19, 18)).astype(dtype)
     w = rng.standard_normal((5, 4, 3, 2)).astype(dtype)
     b = rng.standard_normal(5).astype(dtype)
     ty, tg, dy = _torch_grads(torch, lambda x, w, b: torch.nn.functional.conv2d(x, w, b, **kw),
                               [x, w, b])
     args = [nk.tensor(a, requires_grad=True) for a in (x, w, b)]
-    with _algorithm("image"):
+    with _algorithm(algorithm):
         y = FC.conv2d(*args, **kw)
     y.backward(dy)
     tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
@@ -1377,27 +1365,6 @@ def test_packed_path_matches_twin(case, block):
     finally:
         K.PACKED_BLOCK_BYTES = default
     assert cache.algorithm == ("packed" if case["groups"] == 1 else "im2col")
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=(2, 1), padding=(0, 2),
-                                dilation=(2, 1)), dict(padding="same", dilation=2)])
-@pytest.mark.filterwarnings("ignore:Using padding=.same.")
-def test_packed_path_matches_torch(rng, dtype, kw):
-    torch = import_torch()
-    x = rng.standard_normal((3, 4, 19, 18)).astype(dtype)
-    w = rng.standard_normal((5, 4, 3, 2)).astype(dtype)
-    b = rng.standard_normal(5).astype(dtype)
-    ty, tg, dy = _torch_grads(torch, lambda x, w, b: torch.nn.functional.conv2d(x, w, b, **kw),
-                              [x, w, b])
-    args = [nk.tensor(a, requires_grad=True) for a in (x, w, b)]
-    with _algorithm("packed"):
-        y = FC.conv2d(*args, **kw)
-    y.backward(dy)
-    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(y.numpy(), ty, **tol)
-    for a, g in zip(args, tg, strict=True):
-        np.testing.assert_allclose(a.grad, g, **tol)
 
 
 def test_gradcheck_packed_path(rng):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import os
 import threading
 import types
@@ -76,17 +77,18 @@ def _clone(fn, suffix: str):
 
 
 @functools.cache
-def _scipy_blas():
-    """threadpoolctl's controller of the BLAS that numba's np.dot uses, or None."""
+def _blas_of(package):
+    """threadpoolctl's controller of the BLAS that ``package`` ('numpy' or 'scipy') ships
+    (its ``<package>.libs`` beside it), or None (no threadpoolctl, or no such library)."""
     try:
-        import scipy
+        module = importlib.import_module(package)
         from threadpoolctl import ThreadpoolController
-    except ImportError:
+    except ImportError:  # scikit-learn depends on threadpoolctl; without it, no guard
         return None
-    root = os.path.dirname(os.path.dirname(scipy.__file__))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(module.__file__)))
     for lib in ThreadpoolController().lib_controllers:
         if lib.user_api == "blas" and os.path.abspath(lib.filepath).startswith(
-                os.path.join(root, "scipy")):
+                os.path.join(root, package)):
             return lib
     return None
 
@@ -124,27 +126,10 @@ def one_blas_thread(lib):
 
 def serial_step_blas():
     """A context in which numba's (SciPy's) BLAS runs on one thread."""
-    return one_blas_thread(_scipy_blas())
-
-
-@functools.cache
-def _numpy_blas():
-    """threadpoolctl's controller of numpy's own BLAS (numpy.libs next to the package), or
-    None."""
-    try:
-        import numpy
-        from threadpoolctl import ThreadpoolController
-    except ImportError:
-        return None
-    root = os.path.dirname(os.path.dirname(numpy.__file__))
-    for lib in ThreadpoolController().lib_controllers:
-        if lib.user_api == "blas" and os.path.abspath(lib.filepath).startswith(
-                os.path.join(root, "numpy")):
-            return lib
-    return None
+    return one_blas_thread(_blas_of("scipy"))
 
 
 def serial_numpy_blas():
     """A context in which numpy's BLAS runs on one thread (for GEMMs issued from several
     Python threads at once)."""
-    return one_blas_thread(_numpy_blas())
+    return one_blas_thread(_blas_of("numpy"))
