@@ -286,6 +286,9 @@ ALGORITHM_SHAPES = [
     ((8, 64, 56, 56), (128, 64, 3, 3), dict(stride=2, padding=1)),
     ((8, 64, 56, 56), (256, 64, 1, 1), {}),
     ((8, 64, 56, 56), (64, 1, 3, 3), dict(padding=1, groups=64)),
+    ((8, 256, 56, 56), (64, 256, 1, 1), {}),
+    ((32, 64, 1, 512), (64, 64, 1, 5), dict(padding=(0, 2))),
+    ((32, 16, 4, 4), (32, 16, 3, 3), dict(padding=1)),
 ]
 
 
@@ -304,7 +307,7 @@ def algorithms(repeats: int = 7) -> list[dict]:
         w = (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(np.float32)
         b = np.zeros(ws[0], np.float32)
         paths = []
-        for name in ("im2col", "image", "packed", "pointwise", "winograd", "direct"):
+        for name in ("im2col", "image", "packed", "window", "pointwise", "winograd", "direct"):
             K.ALGORITHM = name
             y, cache = K.conv2d_forward(x, w, b, **kw)
             if cache.algorithm == name:

@@ -351,6 +351,7 @@ def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw
         "winograd": ((kh, kw) == (3, 3) and stride == (1, 1) and dilation == (1, 1)
                      and groups == 1),
         "image": groups == 1,
+        "window": _window_fits((kh, kw), stride, pads, dilation, groups),
         "packed": groups == 1,
         "im2col": True,
     }
@@ -362,6 +363,8 @@ def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw
         return "pointwise"
     if fits["winograd"] and min(C, K) >= 64 and min(out_hw) >= 28 and _numba_threads() == 1:
         return "winograd"
+    if fits["window"]:
+        return "window"
     if fits["image"] and out_hw[0] * out_hw[1] >= 256:
         return "packed" if K <= 64 and dtype == np.float32 else "image"
     return "im2col"
@@ -381,7 +384,8 @@ def _cpu_paths():
             "direct": (_direct_forward, _direct_backward),
             "pointwise": (_pointwise_forward, _pointwise_backward),
             "image": (_image_forward, _image_backward),
-            "packed": (_packed_forward, _image_backward)}
+            "packed": (_packed_forward, _image_backward),
+            "window": (_window_forward, _window_backward)}
 
 
 def _conv2d_forward_cpu(x, weight, bias, cache):
@@ -634,6 +638,99 @@ def _packed_forward(x, weight, bias, cache):
 
     _over_images(run, _image_chunks(N))
     return y.reshape(N, K, Ho, Wo)
+
+
+# ---- the window GEMM (stride 1) -------------------------------------------------------------
+# nnkit._ext.conv_window (C, conv_window.h): with stride 1 the im2col row of each tap, laid
+# out on the padded width, is a contiguous run of the zero-padded image, so the GEMM's
+# right-hand panels are read straight from it (no im2col, no gather). The input gradient is
+# the same kernel on dy with the flipped, transposed weight; the weight gradient reads the
+# rows of cols from the padded image likewise against dy packed once per image. One C call
+# (GIL released) per run of images and pass.
+
+
+def _window():
+    from .._ext import conv_window
+
+    return conv_window
+
+
+def _window_fits(kernel, stride, pads, dilation, groups):
+    """Stride 1, ungrouped, every padding within 0 .. (k - 1) d (so dx is a convolution of
+    dy with a non-negative padding) and a build with the vector kernels."""
+    if stride != (1, 1) or groups != 1:
+        return False
+    if any(p > (k - 1) * d for k, pair, d in zip(kernel, pads, dilation, strict=True)
+           for p in pair):
+        return False
+    try:
+        return _window().AVAILABLE
+    except ImportError:  # a checkout whose extensions are not built
+        return False
+
+
+def _window_pack(w2):
+    """w2 (M, R) -> (ceil(M / 8), R, 8): tile t holds rows [8 t, 8 t + 8), zeros past M."""
+    M, R = w2.shape
+    tiles = -(-M // 8)
+    packed = np.zeros((tiles * 8, R), dtype=w2.dtype)
+    packed[:M] = w2
+    return np.ascontiguousarray(packed.reshape(tiles, 8, R).transpose(0, 2, 1))
+
+
+def _window_geometry(cache):
+    """(C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo), as the C kernels take it."""
+    _, C, H, W = cache.x.shape
+    K, _, kh, kw = cache.weight.shape
+    ((pt, _), (pl, _)), (dh, dw) = cache.pads, cache.dilation
+    return (C, H, W, K, kh, kw, pt, pl, dh, dw, *cache.out_hw)
+
+
+def _window_forward(x, weight, bias, cache):
+    x = cache.x = np.ascontiguousarray(x)
+    K = weight.shape[0]
+    wp = _window_pack(np.ascontiguousarray(weight).reshape(K, -1))
+    y = np.empty((x.shape[0], K, *cache.out_hw), dtype=x.dtype)
+    b = None if bias is None else np.ascontiguousarray(bias)
+    geometry, forward = _window_geometry(cache), _window().forward
+    _over_images(lambda lo, hi: forward(x, wp, b, y, geometry, lo, hi),
+                 _image_chunks(x.shape[0]))
+    return y
+
+
+def _window_backward(dy, cache, needs_input_grad, needs_weight_grad):
+    """dx = conv(dy, flipped W^T) and dW^T = sum_n cols(x[n]) @ dy[n]^T, one C call per run
+    of images (conv_window.backward), the runs' dW^T parts summed."""
+    x, weight = cache.x, cache.weight
+    K, C, kh, kw = weight.shape
+    R = C * kh * kw
+    dyr = np.ascontiguousarray(dy)
+    window = _window()
+    nr = window.NR[x.dtype]
+    geometry = _window_geometry(cache)
+    dx = wfp = None
+    if needs_input_grad:
+        dx = np.empty(x.shape, dtype=x.dtype)
+        flipped = np.ascontiguousarray(weight[:, :, ::-1, ::-1].transpose(1, 0, 2, 3))
+        wfp = _window_pack(flipped.reshape(C, K * kh * kw))
+
+    def run(lo, hi):
+        acc = np.zeros((-(-R // 8) * 8, -(-K // nr) * nr), dtype=x.dtype) \
+            if needs_weight_grad else None
+        window.backward(x, dyr, wfp, dx, acc, geometry, lo, hi)
+        db = None
+        if needs_weight_grad and cache.has_bias:
+            db = dyr[lo:hi].reshape(hi - lo, K, -1).sum(axis=2).sum(axis=0, dtype=np.float64)
+        return acc, db
+
+    parts = _over_images(run, _image_chunks(x.shape[0]))
+    dweight = dbias = None
+    if needs_weight_grad:
+        dwt = _summed([acc for acc, _ in parts])
+        dweight = np.ascontiguousarray(dwt[:R, :K].T).reshape(weight.shape)
+        if cache.has_bias:
+            dbias = _summed([db for _, db in parts]).astype(x.dtype)
+    return dx, dweight, dbias
 
 
 # ---- Winograd F(4x4, 3x3) -------------------------------------------------------------------

@@ -1,0 +1,253 @@
+/* One float type's window convolution (see conv_window.h), included once per type and tile
+ * height with CW_T (the element type), CW_V (a GCC vector of CW_L elements, 64 bytes),
+ * CW_SUF (the name suffix) and, for the AVX-512 builds, CW_ROWS8. NR = 2 CW_L columns. */
+
+#define CW_CAT2(a, b) a##_##b
+#define CW_CAT(a, b) CW_CAT2(a, b)
+#define CW_FN(name) CW_CAT(name, CW_SUF)
+
+/* xp (C, Hp, Wp) = the image x (C, H, W) at (pt, pl) in zeros, then ``slack`` zeros */
+static GP_INLINE void CW_FN(cw_pad)(const CW_T *x, ptrdiff_t C, ptrdiff_t H, ptrdiff_t W,
+                                    ptrdiff_t pt, ptrdiff_t pl, ptrdiff_t Hp, ptrdiff_t Wp,
+                                    ptrdiff_t slack, CW_T *xp)
+{
+    ptrdiff_t rows = H < Hp - pt ? H : Hp - pt, cols = W < Wp - pl ? W : Wp - pl;
+    memset(xp, 0, (size_t)(C * Hp * Wp + slack) * sizeof(CW_T));
+    for (ptrdiff_t c = 0; c < C; c++)
+        for (ptrdiff_t h = 0; h < rows; h++)
+            memcpy(xp + (c * Hp + pt + h) * Wp + pl, x + (c * H + h) * W,
+                   (size_t)cols * sizeof(CW_T));
+}
+
+/* tmp (4, NR) = rows [half, half + 4) of wt (R, 8)^T @ [xq + off[r], + NR) for r < R */
+static GP_INLINE void CW_FN(cw_tile4)(const CW_T *wt, const CW_T *xq, const ptrdiff_t *off,
+                                      ptrdiff_t R, int half, CW_T *tmp)
+{
+    enum { L = CW_L };
+    CW_V c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+    for (ptrdiff_t r = 0; r < R; r++) {
+        const CW_T *s = xq + off[r], *a = wt + r * 8 + half;
+        CW_V b0 = *(const CW_V *)s, b1 = *(const CW_V *)(s + L);
+        c00 += a[0] * b0; c01 += a[0] * b1; c10 += a[1] * b0; c11 += a[1] * b1;
+        c20 += a[2] * b0; c21 += a[2] * b1; c30 += a[3] * b0; c31 += a[3] * b1;
+    }
+    CW_V out[8] = {c00, c01, c10, c11, c20, c21, c30, c31};
+    memcpy(tmp, out, sizeof out);
+}
+
+/* tmp (8, NR) = wt (R, 8)^T @ [xq + off[r], + NR) for r < R: one tile of the wide output,
+ * of which the first ``rows`` are kept. 8 rows in one pass (32 registers), else passes of
+ * 4 rows over the same panel (one when rows <= 4). */
+static GP_INLINE void CW_FN(cw_tile)(const CW_T *wt, const CW_T *xq, const ptrdiff_t *off,
+                                     ptrdiff_t R, ptrdiff_t rows, CW_T *tmp)
+{
+    enum { L = CW_L, NR = 2 * CW_L };
+#ifdef CW_ROWS8
+    if (rows > 4) {
+        CW_V c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0};
+        CW_V c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+        CW_V c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
+        CW_V c60 = {0}, c61 = {0}, c70 = {0}, c71 = {0};
+        for (ptrdiff_t r = 0; r < R; r++) {
+            const CW_T *s = xq + off[r], *a = wt + r * 8;
+            CW_V b0 = *(const CW_V *)s, b1 = *(const CW_V *)(s + L);
+            c00 += a[0] * b0; c01 += a[0] * b1; c10 += a[1] * b0; c11 += a[1] * b1;
+            c20 += a[2] * b0; c21 += a[2] * b1; c30 += a[3] * b0; c31 += a[3] * b1;
+            c40 += a[4] * b0; c41 += a[4] * b1; c50 += a[5] * b0; c51 += a[5] * b1;
+            c60 += a[6] * b0; c61 += a[6] * b1; c70 += a[7] * b0; c71 += a[7] * b1;
+        }
+        CW_V out[16] = {c00, c01, c10, c11, c20, c21, c30, c31,
+                        c40, c41, c50, c51, c60, c61, c70, c71};
+        memcpy(tmp, out, sizeof out);
+        return;
+    }
+#endif
+    for (int half = 0; half < rows; half += 4)
+        CW_FN(cw_tile4)(wt, xq, off, R, half, tmp + half * NR);
+}
+
+/* y (K, Ho Wo) = the stride-1 convolution of one image x (C, H, W) with the packed weight
+ * wp (ceil(K / 8), R, 8) (+ bias when not NULL); xp, off: workspace (cw_xp_size, R). */
+static GP_INLINE void CW_FN(cw_image)(const CW_T *x, const CW_T *wp, const CW_T *bias,
+                                      CW_T *y, const cw_geom *g, CW_T *xp, ptrdiff_t *off)
+{
+    enum { NR = 2 * CW_L };
+    ptrdiff_t Hp = g->Ho + (g->kh - 1) * g->dh, Wp = g->Wo + (g->kw - 1) * g->dw;
+    ptrdiff_t plane = Hp * Wp, R = g->C * g->kh * g->kw, Q = g->Ho * Wp, P = g->Ho * g->Wo;
+    CW_T tmp[8 * NR] __attribute__((aligned(64)));
+    CW_FN(cw_pad)(x, g->C, g->H, g->W, g->pt, g->pl, Hp, Wp, cw_slack(g, NR), xp);
+    for (ptrdiff_t c = 0, r = 0; c < g->C; c++)
+        for (ptrdiff_t i = 0; i < g->kh; i++)
+            for (ptrdiff_t j = 0; j < g->kw; j++)
+                off[r++] = c * plane + i * g->dh * Wp + j * g->dw;
+    for (ptrdiff_t q0 = 0; q0 < Q; q0 += NR) {
+        for (ptrdiff_t k0 = 0; k0 < g->K; k0 += 8) {
+            ptrdiff_t rows = g->K - k0 < 8 ? g->K - k0 : 8;
+            CW_FN(cw_tile)(wp + k0 * R, xp + q0, off, R, rows, tmp);
+            for (ptrdiff_t t = 0; t < NR && q0 + t < Q;) {  /* runs of one output row */
+                ptrdiff_t oh = (q0 + t) / Wp, ow = (q0 + t) % Wp;
+                ptrdiff_t seg = Wp - ow < NR - t ? Wp - ow : NR - t;
+                ptrdiff_t valid = g->Wo - ow < seg ? g->Wo - ow : seg;
+                for (ptrdiff_t m = 0; m < rows; m++) {
+                    CW_T *dst = y + (k0 + m) * P + oh * g->Wo + ow;
+                    const CW_T *src = tmp + m * NR + t;
+                    CW_T b = bias ? bias[k0 + m] : 0;
+                    for (ptrdiff_t u = 0; u < valid; u++) dst[u] = src[u] + b;
+                }
+                t += seg;
+            }
+        }
+    }
+}
+
+/* dyp (Kp, Q, NR) = dy (K, Ho, Wo) laid out on the padded width Wp (zeros in the columns
+ * ow >= Wo and for channels k >= K), NR channels a panel: transposed through a tile of
+ * CW_TB pixels x NR channels in L1 (stores NR apart straight into dyp, one cache line
+ * each, ran the weight gradient of small layers 2x slower) */
+static GP_INLINE void CW_FN(cw_pack_dy)(const CW_T *dy, ptrdiff_t K, ptrdiff_t Ho,
+                                        ptrdiff_t Wo, ptrdiff_t Wp, ptrdiff_t Kp, CW_T *dyp)
+{
+    enum { NR = 2 * CW_L };
+    ptrdiff_t Q = Ho * Wp;
+    CW_T tile[CW_TB * NR] __attribute__((aligned(64)));
+    for (ptrdiff_t p = 0; p < Kp; p++) {
+        ptrdiff_t k0 = p * NR, width = K - k0 < NR ? K - k0 : NR;
+        CW_T *panel = dyp + p * Q * NR;
+        for (ptrdiff_t oh = 0; oh < Ho; oh++) {
+            for (ptrdiff_t ow0 = 0; ow0 < Wo; ow0 += CW_TB) {
+                ptrdiff_t n = Wo - ow0 < CW_TB ? Wo - ow0 : CW_TB;
+                if (width < NR) memset(tile, 0, sizeof tile);
+                for (ptrdiff_t t = 0; t < width; t++) {
+                    const CW_T *src = dy + ((k0 + t) * Ho + oh) * Wo + ow0;
+                    for (ptrdiff_t u = 0; u < n; u++) tile[u * NR + t] = src[u];
+                }
+                memcpy(panel + (oh * Wp + ow0) * NR, tile, (size_t)(n * NR) * sizeof(CW_T));
+            }
+            memset(panel + (oh * Wp + Wo) * NR, 0, (size_t)((Wp - Wo) * NR) * sizeof(CW_T));
+        }
+    }
+}
+
+/* acc rows [r0, r0 + 8) (each Kp NR wide) += sum over q in [qa, qb) of
+ * xp[off[r] + q] dyp[p, q, :] for every panel p: the weight gradient's tile */
+static GP_INLINE void CW_FN(cw_dw_tile)(const CW_T *const *a, const CW_T *dyp, ptrdiff_t Q,
+                                        ptrdiff_t Kp, ptrdiff_t qa, ptrdiff_t qb, CW_T *acc)
+{
+    enum { L = CW_L, NR = 2 * CW_L };
+    ptrdiff_t ld = Kp * NR;
+    for (ptrdiff_t p = 0; p < Kp; p++) {
+        const CW_T *panel = dyp + p * Q * NR;
+#ifdef CW_ROWS8
+        CW_V c[16];
+        for (int m = 0; m < 8; m++) {
+            c[2 * m] = *(const CW_V *)(acc + m * ld + p * NR);
+            c[2 * m + 1] = *(const CW_V *)(acc + m * ld + p * NR + L);
+        }
+        CW_V c00 = c[0], c01 = c[1], c10 = c[2], c11 = c[3], c20 = c[4], c21 = c[5];
+        CW_V c30 = c[6], c31 = c[7], c40 = c[8], c41 = c[9], c50 = c[10], c51 = c[11];
+        CW_V c60 = c[12], c61 = c[13], c70 = c[14], c71 = c[15];
+        for (ptrdiff_t q = qa; q < qb; q++) {
+            CW_V b0 = *(const CW_V *)(panel + q * NR), b1 = *(const CW_V *)(panel + q * NR + L);
+            CW_T x0 = a[0][q], x1 = a[1][q], x2 = a[2][q], x3 = a[3][q];
+            CW_T x4 = a[4][q], x5 = a[5][q], x6 = a[6][q], x7 = a[7][q];
+            c00 += x0 * b0; c01 += x0 * b1; c10 += x1 * b0; c11 += x1 * b1;
+            c20 += x2 * b0; c21 += x2 * b1; c30 += x3 * b0; c31 += x3 * b1;
+            c40 += x4 * b0; c41 += x4 * b1; c50 += x5 * b0; c51 += x5 * b1;
+            c60 += x6 * b0; c61 += x6 * b1; c70 += x7 * b0; c71 += x7 * b1;
+        }
+        CW_V out[16] = {c00, c01, c10, c11, c20, c21, c30, c31,
+                        c40, c41, c50, c51, c60, c61, c70, c71};
+        for (int m = 0; m < 8; m++) {
+            *(CW_V *)(acc + m * ld + p * NR) = out[2 * m];
+            *(CW_V *)(acc + m * ld + p * NR + L) = out[2 * m + 1];
+        }
+#else
+        for (int half = 0; half < 8; half += 4) {
+            const CW_T *const *ah = a + half;
+            CW_T *acch = acc + half * ld + p * NR;
+            CW_V c00 = *(const CW_V *)acch, c01 = *(const CW_V *)(acch + L);
+            CW_V c10 = *(const CW_V *)(acch + ld), c11 = *(const CW_V *)(acch + ld + L);
+            CW_V c20 = *(const CW_V *)(acch + 2 * ld), c21 = *(const CW_V *)(acch + 2 * ld + L);
+            CW_V c30 = *(const CW_V *)(acch + 3 * ld), c31 = *(const CW_V *)(acch + 3 * ld + L);
+            for (ptrdiff_t q = qa; q < qb; q++) {
+                CW_V b0 = *(const CW_V *)(panel + q * NR);
+                CW_V b1 = *(const CW_V *)(panel + q * NR + L);
+                CW_T x0 = ah[0][q], x1 = ah[1][q], x2 = ah[2][q], x3 = ah[3][q];
+                c00 += x0 * b0; c01 += x0 * b1; c10 += x1 * b0; c11 += x1 * b1;
+                c20 += x2 * b0; c21 += x2 * b1; c30 += x3 * b0; c31 += x3 * b1;
+            }
+            *(CW_V *)acch = c00; *(CW_V *)(acch + L) = c01;
+            *(CW_V *)(acch + ld) = c10; *(CW_V *)(acch + ld + L) = c11;
+            *(CW_V *)(acch + 2 * ld) = c20; *(CW_V *)(acch + 2 * ld + L) = c21;
+            *(CW_V *)(acch + 3 * ld) = c30; *(CW_V *)(acch + 3 * ld + L) = c31;
+        }
+#endif
+    }
+}
+
+/* images [lo, hi): y[n] = conv(x[n]) (see cw_image); 0, or -1 when out of memory */
+static GP_INLINE int CW_FN(cw_forward)(const CW_T *x, const CW_T *wp, const CW_T *bias,
+                                       CW_T *y, const cw_geom *g, ptrdiff_t lo, ptrdiff_t hi)
+{
+    CW_T *xp = malloc((size_t)cw_xp_size(g, 2 * CW_L) * sizeof(CW_T));
+    ptrdiff_t *off = malloc((size_t)(g->C * g->kh * g->kw) * sizeof(ptrdiff_t));
+    int status = xp && off ? 0 : -1;
+    for (ptrdiff_t n = lo; n < hi && !status; n++)
+        CW_FN(cw_image)(x + n * g->C * g->H * g->W, wp, bias, y + n * g->K * g->Ho * g->Wo, g,
+                        xp, off);
+    free(xp);
+    free(off);
+    return status;
+}
+
+/* images [lo, hi): acc (ceil(R / 8) 8, Kp NR) += cols(x[n]) @ dy[n]^T on the padded width
+ * when acc is not NULL (the weight gradient, transposed); dx[n] = the stride-1 convolution
+ * of dy[n] with the flipped, transposed weight wfp (packed like cw_image's, C rows) when
+ * dx is not NULL. 0, or -1 when out of memory. */
+static GP_INLINE int CW_FN(cw_backward)(const CW_T *x, const CW_T *dy, const CW_T *wfp,
+                                        CW_T *dx, CW_T *acc, const cw_geom *g, ptrdiff_t lo,
+                                        ptrdiff_t hi)
+{
+    enum { NR = 2 * CW_L };
+    ptrdiff_t Hp = g->Ho + (g->kh - 1) * g->dh, Wp = g->Wo + (g->kw - 1) * g->dw;
+    ptrdiff_t plane = Hp * Wp, R = g->C * g->kh * g->kw, Q = g->Ho * Wp;
+    ptrdiff_t Kp = (g->K + NR - 1) / NR, Rt = (R + 7) / 8 * 8;
+    cw_geom gt = cw_transposed(g);
+    ptrdiff_t xp_size = cw_xp_size(g, NR), xt_size = cw_xp_size(&gt, NR);
+    ptrdiff_t Rmax = R > g->K * g->kh * g->kw ? R : g->K * g->kh * g->kw;
+    CW_T *xp = malloc((size_t)(xp_size > xt_size ? xp_size : xt_size) * sizeof(CW_T));
+    CW_T *dyp = acc ? malloc((size_t)(Kp * Q * NR) * sizeof(CW_T)) : NULL;
+    ptrdiff_t *off = malloc((size_t)Rmax * sizeof(ptrdiff_t));
+    int status = xp && off && (dyp || !acc) ? 0 : -1;
+    for (ptrdiff_t n = lo; n < hi && !status; n++) {
+        const CW_T *dyn = dy + n * g->K * g->Ho * g->Wo;
+        if (acc) {
+            CW_FN(cw_pad)(x + n * g->C * g->H * g->W, g->C, g->H, g->W, g->pt, g->pl, Hp, Wp,
+                          cw_slack(g, NR), xp);
+            CW_FN(cw_pack_dy)(dyn, g->K, g->Ho, g->Wo, Wp, Kp, dyp);
+            for (ptrdiff_t c = 0, r = 0; c < g->C; c++)
+                for (ptrdiff_t i = 0; i < g->kh; i++)
+                    for (ptrdiff_t j = 0; j < g->kw; j++)
+                        off[r++] = c * plane + i * g->dh * Wp + j * g->dw;
+            for (ptrdiff_t qa = 0; qa < Q; qa += CW_QB) {
+                ptrdiff_t qb = qa + CW_QB < Q ? qa + CW_QB : Q;
+                for (ptrdiff_t r0 = 0; r0 < Rt; r0 += 8) {
+                    const CW_T *a[8];
+                    for (int m = 0; m < 8; m++)  /* rows past R repeat the last (not kept) */
+                        a[m] = xp + off[r0 + m < R ? r0 + m : R - 1];
+                    CW_FN(cw_dw_tile)(a, dyp, Q, Kp, qa, qb, acc + r0 * Kp * NR);
+                }
+            }
+        }
+        if (dx)
+            CW_FN(cw_image)(dyn, wfp, NULL, dx + n * g->C * g->H * g->W, &gt, xp, off);
+    }
+    free(xp);
+    free(dyp);
+    free(off);
+    return status;
+}
+
+#undef CW_CAT2
+#undef CW_CAT
+#undef CW_FN
