@@ -36,6 +36,11 @@
 #include <string.h>
 
 #include "isa_targets.h"
+#include "part_threads.h"
+
+#ifdef NNKIT_X86_64
+#include <immintrin.h>
+#endif
 
 typedef struct {
     ptrdiff_t C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo;
@@ -66,14 +71,12 @@ static inline cw_geom cw_transposed(const cw_geom *g)
     return t;
 }
 
-typedef int (*cw_forward_f32_fn)(const float *, const float *, const float *, float *,
-                                 const cw_geom *, ptrdiff_t, ptrdiff_t);
-typedef int (*cw_forward_f64_fn)(const double *, const double *, const double *, double *,
-                                 const cw_geom *, ptrdiff_t, ptrdiff_t);
-typedef int (*cw_backward_f32_fn)(const float *, const float *, const float *, float *,
-                                  float *, const cw_geom *, ptrdiff_t, ptrdiff_t);
-typedef int (*cw_backward_f64_fn)(const double *, const double *, const double *, double *,
-                                  double *, const cw_geom *, ptrdiff_t, ptrdiff_t);
+/* one type's kernels on images [lo, hi), through untyped pointers (cw_kernel's table) */
+typedef int (*cw_forward_fn)(const void *x, const void *wp, const void *bias, void *y,
+                             const cw_geom *g, ptrdiff_t lo, ptrdiff_t hi);
+typedef int (*cw_backward_fn)(const void *x, const void *dy, const void *wfp, void *dx,
+                              void *acc, double *db, const cw_geom *g, ptrdiff_t lo,
+                              ptrdiff_t hi);
 
 #if defined(__GNUC__) && !defined(NNKIT_GEMM_PLAIN)
 #define GP_INLINE inline __attribute__((always_inline))
@@ -81,46 +84,74 @@ typedef int (*cw_backward_f64_fn)(const double *, const double *, const double *
 typedef float cw_v16f __attribute__((vector_size(64), aligned(4)));
 typedef double cw_v8d __attribute__((vector_size(64), aligned(8)));
 
+#define CW_ATTR GP_INLINE
+#define CW_NV 2
 #define CW_T float
 #define CW_V cw_v16f
 #define CW_L 16
 #define CW_SUF f32_4
 #include "conv_window_body.h"
 #undef CW_SUF
-#define CW_ROWS8
-#define CW_SUF f32_8
-#include "conv_window_body.h"
-#undef CW_SUF
-#undef CW_ROWS8
 #undef CW_T
 #undef CW_V
 #undef CW_L
-
 #define CW_T double
 #define CW_V cw_v8d
 #define CW_L 8
 #define CW_SUF f64_4
 #include "conv_window_body.h"
 #undef CW_SUF
-#define CW_ROWS8
-#define CW_SUF f64_8
-#include "conv_window_body.h"
-#undef CW_SUF
-#undef CW_ROWS8
 #undef CW_T
 #undef CW_V
 #undef CW_L
+#undef CW_NV
+#undef CW_ATTR
+
+#ifdef NNKIT_X86_64 /* the AVX-512 bodies: 8-row tiles, masked stores */
+#ifndef CW_NV_AVX512
+#define CW_NV_AVX512 3
+#endif
+#define CW_ATTR GP_INLINE NNKIT_TARGET_AVX512
+#define CW_NV CW_NV_AVX512
+#define CW_ROWS8
+#define CW_T float
+#define CW_V cw_v16f
+#define CW_L 16
+#define CW_SUF f32_8
+#define CW_MASK_STORE(p, mask, v) _mm512_mask_storeu_ps(p, (__mmask16)(mask), (__m512)(v))
+#include "conv_window_body.h"
+#undef CW_MASK_STORE
+#undef CW_SUF
+#undef CW_T
+#undef CW_V
+#undef CW_L
+#define CW_T double
+#define CW_V cw_v8d
+#define CW_L 8
+#define CW_SUF f64_8
+#define CW_MASK_STORE(p, mask, v) _mm512_mask_storeu_pd(p, (__mmask8)(mask), (__m512d)(v))
+#include "conv_window_body.h"
+#undef CW_MASK_STORE
+#undef CW_SUF
+#undef CW_T
+#undef CW_V
+#undef CW_L
+#undef CW_ROWS8
+#undef CW_NV
+#undef CW_ATTR
+#endif
 
 #define CW_VARIANT(NAME, TARGET, T, SUF)                                                \
-    TARGET static int NAME##_fwd(const T *x, const T *wp, const T *bias, T *y,         \
+    TARGET static int NAME##_fwd(const void *x, const void *wp, const void *bias, void *y, \
                                  const cw_geom *g, ptrdiff_t lo, ptrdiff_t hi)          \
     {                                                                                   \
         return cw_forward_##SUF(x, wp, bias, y, g, lo, hi);                             \
     }                                                                                   \
-    TARGET static int NAME##_bwd(const T *x, const T *dy, const T *wfp, T *dx, T *acc, \
-                                 const cw_geom *g, ptrdiff_t lo, ptrdiff_t hi)          \
+    TARGET static int NAME##_bwd(const void *x, const void *dy, const void *wfp, void *dx, \
+                                 void *acc, double *db, const cw_geom *g, ptrdiff_t lo, \
+                                 ptrdiff_t hi)                                          \
     {                                                                                   \
-        return cw_backward_##SUF(x, dy, wfp, dx, acc, g, lo, hi);                       \
+        return cw_backward_##SUF(x, dy, wfp, dx, acc, db, g, lo, hi);                   \
     }
 
 CW_VARIANT(cw_base_f32, , float, f32_4)
@@ -158,14 +189,90 @@ static void *cw_kernel(int which, int k)
     }
 }
 
+/* A run over the batch in ``parts`` runs of images, part p on images
+ * [N p / parts, N (p + 1) / parts) (part_threads.h: the calling thread and the workers);
+ * the backward's part p accumulates into its own acc (acc_size elements further each) and
+ * db (K further each). */
+typedef struct {
+    cw_forward_fn fwd;
+    cw_backward_fn bwd;
+    const void *x, *wp, *bias, *dy, *wfp;
+    void *y, *dx;
+    char *acc;
+    double *db;
+    ptrdiff_t acc_bytes, N, parts;
+    const cw_geom *g;
+    volatile int failed;
+} cw_job;
+
+static void cw_part(void *ctx, ptrdiff_t p)
+{
+    cw_job *job = ctx;
+    ptrdiff_t lo = job->N * p / job->parts, hi = job->N * (p + 1) / job->parts;
+    int status;
+    if (job->fwd)
+        status = job->fwd(job->x, job->wp, job->bias, job->y, job->g, lo, hi);
+    else
+        status = job->bwd(job->x, job->dy, job->wfp, job->dx,
+                          job->acc ? job->acc + p * job->acc_bytes : NULL,
+                          job->db ? job->db + p * job->g->K : NULL, job->g, lo, hi);
+    if (status) job->failed = 1;
+}
+
+/* 0, -1 out of memory, -2 no worker thread could be started */
+static int cw_run(cw_job *job)
+{
+    if (part_threads_run(cw_part, job, job->parts)) return -2;
+    return job->failed ? -1 : 0;
+}
+
+static int cw_forward_run(int which, int f64, const void *x, const void *wp, const void *bias,
+                          void *y, const cw_geom *g, ptrdiff_t N, ptrdiff_t parts)
+{
+    cw_job job = {0};
+    job.fwd = (cw_forward_fn)cw_kernel(which, f64);
+    job.x = x;
+    job.wp = wp;
+    job.bias = bias;
+    job.y = y;
+    job.g = g;
+    job.N = N;
+    job.parts = parts;
+    return cw_run(&job);
+}
+
+static int cw_backward_run(int which, int f64, const void *x, const void *dy, const void *wfp,
+                           void *dx, void *acc, ptrdiff_t acc_bytes, double *db,
+                           const cw_geom *g, ptrdiff_t N, ptrdiff_t parts)
+{
+    cw_job job = {0};
+    job.bwd = (cw_backward_fn)cw_kernel(which, 2 + f64);
+    job.x = x;
+    job.dy = dy;
+    job.wfp = wfp;
+    job.dx = dx;
+    job.acc = acc;
+    job.acc_bytes = acc_bytes;
+    job.db = db;
+    job.g = g;
+    job.N = N;
+    job.parts = parts;
+    return cw_run(&job);
+}
+
 #else /* no vector extensions: the caller keeps its other paths */
 
 static const int cw_available = 0;
-static void *cw_kernel(int which, int k)
+static int cw_forward_run(int which, int f64, const void *x, const void *wp, const void *bias,
+                          void *y, const cw_geom *g, ptrdiff_t N, ptrdiff_t parts)
 {
-    (void)which;
-    (void)k;
-    return NULL;
+    return -3;
+}
+static int cw_backward_run(int which, int f64, const void *x, const void *dy, const void *wfp,
+                           void *dx, void *acc, ptrdiff_t acc_bytes, double *db,
+                           const cw_geom *g, ptrdiff_t N, ptrdiff_t parts)
+{
+    return -3;
 }
 
 #endif

@@ -1,11 +1,12 @@
 # cython: language_level=3
 """Stride-1 convolution kernels of conv_window.h (the "window" GEMM), for
-nnkit.kernels.conv: each call runs a range of images with the GIL released, so the
-caller's threads (one run of images each) run in parallel.
+nnkit.kernels.conv: each call runs the whole batch with the GIL released, split into one
+run of images per thread (C threads, part_threads.h).
 
-Each call checks what the C kernel relies on (dtypes, C-contiguity, sizes) and raises
-ValueError otherwise: the arrays are sized from the geometry here, and the kernel reads and
-writes them with no bounds checks.
+Each call checks what the C kernel relies on (types, dtypes, C-contiguity, sizes, a geometry
+whose sizes and workspaces fit in 64-bit indices) and raises ValueError otherwise: the
+arrays are sized from the geometry here, and the kernel reads and writes them with no
+bounds checks.
 """
 
 cimport numpy as cnp
@@ -17,21 +18,15 @@ cnp.import_array()
 cdef extern from "conv_window.h":
     ctypedef struct cw_geom:
         Py_ssize_t C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo
-    ctypedef int (*cw_forward_f32_fn)(const float *, const float *, const float *, float *,
-                                      const cw_geom *, Py_ssize_t, Py_ssize_t) noexcept nogil
-    ctypedef int (*cw_forward_f64_fn)(const double *, const double *, const double *,
-                                      double *, const cw_geom *, Py_ssize_t,
-                                      Py_ssize_t) noexcept nogil
-    ctypedef int (*cw_backward_f32_fn)(const float *, const float *, const float *, float *,
-                                       float *, const cw_geom *, Py_ssize_t,
-                                       Py_ssize_t) noexcept nogil
-    ctypedef int (*cw_backward_f64_fn)(const double *, const double *, const double *,
-                                       double *, double *, const cw_geom *, Py_ssize_t,
-                                       Py_ssize_t) noexcept nogil
-    void *cw_kernel(int which, int k) noexcept nogil
+    int cw_forward_run(int which, int f64, const void *x, const void *wp, const void *bias,
+                       void *y, const cw_geom *g, Py_ssize_t N, Py_ssize_t parts) noexcept nogil
+    int cw_backward_run(int which, int f64, const void *x, const void *dy, const void *wfp,
+                        void *dx, void *acc, Py_ssize_t acc_bytes, double *db,
+                        const cw_geom *g, Py_ssize_t N, Py_ssize_t parts) noexcept nogil
     int nnkit_isa_level() noexcept nogil
     const char *nnkit_isa_name(int level) noexcept nogil
     const int cw_available
+    const int PART_THREADS_MAX
 
 #: whether this build has the kernels (GCC/Clang vector extensions)
 AVAILABLE = bool(cw_available)
@@ -44,24 +39,50 @@ def isa_names():
     return [nnkit_isa_name(level).decode() for level in range(ISA_LEVEL + 1)]
 
 
-cdef cw_geom _geometry(tuple g) except *:
-    cdef cw_geom out
+# Largest geometry entry, and largest array or workspace (elements): far below 2^63, so the
+# C kernel's index products cannot overflow.
+MAX_EXTENT = 2 ** 31 - 1
+MAX_ELEMENTS = 2 ** 50
+
+
+def _sizes(tuple g):
+    """The geometry checked, as Python ints: (C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo)."""
     if len(g) != 12:
         raise ValueError(f"geometry: expected 12 integers, got {len(g)}")
-    out.C, out.H, out.W, out.K, out.kh, out.kw, out.pt, out.pl, out.dh, out.dw, out.Ho, \
-        out.Wo = g
-    if min(g) < 0 or min(out.C, out.H, out.W, out.K, out.kh, out.kw, out.dh, out.dw,
-                         out.Ho, out.Wo) < 1:
+    if not all(isinstance(v, (int, np.integer)) and 0 <= v <= MAX_EXTENT for v in g):
+        raise ValueError(f"geometry: expected integers in 0 .. {MAX_EXTENT}, got {g}")
+    C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo = (int(v) for v in g)
+    if min(C, H, W, K, kh, kw, dh, dw, Ho, Wo) < 1:
         raise ValueError(f"geometry: expected positive sizes, got {g}")
     # padding below/right: Ho + (kh - 1) dh - H - pt, likewise; all four in 0 .. (k - 1) d
-    if not (out.H + out.pt - (out.kh - 1) * out.dh <= out.Ho <= out.H + out.pt
-            and out.W + out.pl - (out.kw - 1) * out.dw <= out.Wo <= out.W + out.pl
-            and out.pt <= (out.kh - 1) * out.dh and out.pl <= (out.kw - 1) * out.dw):
+    if not (H + pt - (kh - 1) * dh <= Ho <= H + pt and W + pl - (kw - 1) * dw <= Wo <= W + pl
+            and pt <= (kh - 1) * dh and pl <= (kw - 1) * dw):
         raise ValueError(f"geometry: padding outside 0 .. (k - 1) d, got {g}")
+    Hp, Wp = Ho + (kh - 1) * dh, Wo + (kw - 1) * dw
+    padded = max(C * Hp * Wp, K * (H + (kh - 1) * dh) * (W + (kw - 1) * dw)) + 64 + Wp
+    if max(padded, (K + 31) * Ho * Wp, (C + K + 8) * kh * kw * (K + C + 32)) > MAX_ELEMENTS:
+        raise ValueError(f"geometry: workspaces beyond {MAX_ELEMENTS} elements, got {g}")
+    return C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo
+
+
+cdef cw_geom _geometry(tuple g) except *:
+    cdef cw_geom out
+    out.C, out.H, out.W, out.K, out.kh, out.kw, out.pt, out.pl, out.dh, out.dw, out.Ho, \
+        out.Wo = _sizes(g)
     return out
 
 
-cdef void _check(name, a, dtype, Py_ssize_t size) except *:
+def _dtype_of(x):
+    """x's dtype, x a 4-d float32 or float64 ndarray."""
+    if not isinstance(x, np.ndarray) or x.ndim != 4:
+        raise ValueError(f"x: expected a 4-d ndarray, got {type(x).__name__} "
+                         f"{getattr(x, 'shape', '')}")
+    if x.dtype not in NR:
+        raise ValueError(f"x: expected float32 or float64, got {x.dtype}")
+    return x.dtype
+
+
+def _check(name, a, dtype, size):
     if not isinstance(a, np.ndarray) or a.dtype != dtype or not a.flags.c_contiguous:
         raise ValueError(f"{name}: expected a C-contiguous {dtype} ndarray, got "
                          f"{type(a).__name__} {getattr(a, 'dtype', '')}")
@@ -69,94 +90,104 @@ cdef void _check(name, a, dtype, Py_ssize_t size) except *:
         raise ValueError(f"{name}: expected {size} elements, got {a.size}")
 
 
-cdef void _check_range(Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t N) except *:
-    if not 0 <= lo <= hi <= N:
-        raise ValueError(f"images [lo, hi): expected 0 <= lo <= hi <= {N}, got [{lo}, {hi})")
-
-
-cdef int _level(int isa) except -2:
+def _level(isa):
     if not AVAILABLE:
         raise RuntimeError("conv_window: this build has no vector kernels")
-    if isa < 0:
-        return ISA_LEVEL
-    if isa > ISA_LEVEL:
-        raise ValueError(f"isa: this CPU runs levels 0 .. {ISA_LEVEL}, got {isa}")
-    return isa
+    if not isinstance(isa, (int, np.integer)) or isa > ISA_LEVEL:
+        raise ValueError(f"isa: expected an integer <= {ISA_LEVEL} (< 0: this CPU's best), "
+                         f"got {isa!r}")
+    return ISA_LEVEL if isa < 0 else int(isa)
 
 
-def forward(x, wp, bias, y, tuple geometry, Py_ssize_t lo, Py_ssize_t hi, int isa=-1):
-    """y[n] (K, Ho Wo) = the stride-1 convolution of x[n] (C, H, W) for n in [lo, hi).
+def _threads(threads):
+    if not isinstance(threads, (int, np.integer)) or not 1 <= threads <= PART_THREADS_MAX:
+        raise ValueError(f"threads: expected an integer in 1 .. {PART_THREADS_MAX}, got "
+                         f"{threads!r}")
+    return int(threads)
+
+
+cdef void _raise_for(int status, str what) except *:
+    if status == -1:
+        raise MemoryError(f"conv_window.{what}: workspace allocation failed")
+    if status:
+        raise RuntimeError(f"conv_window.{what}: no worker thread could be started")
+
+
+def forward(x, wp, bias, y, tuple geometry, threads=1, isa=-1):
+    """y[n] (K, Ho Wo) = the stride-1 convolution of x[n] (C, H, W), the batch split into
+    ``threads`` runs of images (the calling thread runs the first).
 
     x (N, C, H, W), y (N, K, Ho, Wo), wp (ceil(K / 8), C kh kw, 8) the packed weight, bias
     (K,) or None; geometry (C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo)."""
     cdef cw_geom g = _geometry(geometry)
+    C, H, W, K, kh, kw, _, _, _, _, Ho, Wo = _sizes(geometry)
     cdef int level = _level(isa)
-    dtype = x.dtype
-    if dtype not in NR:
-        raise ValueError(f"x: expected float32 or float64, got {dtype}")
-    N = x.shape[0]
-    _check("x", x, dtype, N * g.C * g.H * g.W)
-    _check("wp", wp, dtype, (g.K + 7) // 8 * 8 * g.C * g.kh * g.kw)
-    _check("y", y, dtype, N * g.K * g.Ho * g.Wo)
+    dtype = _dtype_of(x)
+    cdef Py_ssize_t N = x.shape[0]
+    _check("x", x, dtype, N * C * H * W)
+    _check("wp", wp, dtype, (K + 7) // 8 * 8 * C * kh * kw)
+    _check("y", y, dtype, N * K * Ho * Wo)
     if bias is not None:
-        _check("bias", bias, dtype, g.K)
-    _check_range(lo, hi, N)
+        _check("bias", bias, dtype, K)
+    cdef Py_ssize_t parts = max(1, min(_threads(threads), N))
+    cdef int f64 = dtype == np.float64
     cdef void *px = cnp.PyArray_DATA(x)
     cdef void *pw = cnp.PyArray_DATA(wp)
     cdef void *pb = NULL if bias is None else cnp.PyArray_DATA(bias)
     cdef void *py = cnp.PyArray_DATA(y)
     cdef int status
-    if dtype == np.float32:
-        with nogil:
-            status = (<cw_forward_f32_fn>cw_kernel(level, 0))(
-                <const float *>px, <const float *>pw, <const float *>pb, <float *>py, &g,
-                lo, hi)
-    else:
-        with nogil:
-            status = (<cw_forward_f64_fn>cw_kernel(level, 1))(
-                <const double *>px, <const double *>pw, <const double *>pb, <double *>py,
-                &g, lo, hi)
-    if status:
-        raise MemoryError("conv_window.forward: workspace allocation failed")
+    with nogil:
+        status = cw_forward_run(level, f64, px, pw, pb, py, &g, N, parts)
+    _raise_for(status, "forward")
 
 
-def backward(x, dy, wfp, dx, acc, tuple geometry, Py_ssize_t lo, Py_ssize_t hi,
-             int isa=-1):
-    """For n in [lo, hi): acc += cols(x[n]) @ dy[n]^T (the transposed weight gradient, when
-    acc is not None) and dx[n] = the input gradient (when dx is not None).
+def accumulator_shape(tuple geometry, dtype, threads=1):
+    """The shape of ``backward``'s acc: (threads, ceil(C kh kw / 8) 8, ceil(K / NR) NR), NR
+    = 32 for float32, 16 for float64; acc[p, :C kh kw, :K] is part p's dW^T."""
+    C, K, kh, kw = geometry[0], geometry[3], geometry[4], geometry[5]
+    nr = NR[np.dtype(dtype)]
+    return (threads, -(-C * kh * kw // 8) * 8, -(-K // nr) * nr)
+
+
+def backward(x, dy, wfp, dx, acc, db, tuple geometry, threads=1, isa=-1):
+    """The batch in ``threads`` runs of images, run p adding cols(x[n]) @ dy[n]^T into
+    acc[p] (the transposed weight gradient, when acc is not None) and the sums of dy[n]'s
+    planes into db[p] (float64, when db is not None), and writing the input gradient dx[n]
+    (when dx is not None).
 
     dy (N, K, Ho, Wo); wfp (ceil(C / 8), K kh kw, 8) the packed flipped, transposed weight;
-    acc (ceil(C kh kw / 8) 8, ceil(K / NR) NR), NR = 32 (float32) or 16 (float64)."""
+    acc ``accumulator_shape(geometry, dtype, threads)``, db (threads, K): both zeros, or
+    what to add to."""
     cdef cw_geom g = _geometry(geometry)
+    C, H, W, K, kh, kw, _, _, _, _, Ho, Wo = _sizes(geometry)
     cdef int level = _level(isa)
-    dtype = x.dtype
-    if dtype not in NR:
-        raise ValueError(f"x: expected float32 or float64, got {dtype}")
-    N = x.shape[0]
-    nr = NR[dtype]
-    _check("x", x, dtype, N * g.C * g.H * g.W)
-    _check("dy", dy, dtype, N * g.K * g.Ho * g.Wo)
+    dtype = _dtype_of(x)
+    cdef Py_ssize_t N = x.shape[0]
+    _check("x", x, dtype, N * C * H * W)
+    _check("dy", dy, dtype, N * K * Ho * Wo)
     if dx is not None:
-        _check("dx", dx, dtype, N * g.C * g.H * g.W)
-        _check("wfp", wfp, dtype, (g.C + 7) // 8 * 8 * g.K * g.kh * g.kw)
+        _check("dx", dx, dtype, N * C * H * W)
+        _check("wfp", wfp, dtype, (C + 7) // 8 * 8 * K * kh * kw)
+    threads = _threads(threads)
+    cdef Py_ssize_t acc_size = 0
     if acc is not None:
-        _check("acc", acc, dtype, (g.C * g.kh * g.kw + 7) // 8 * 8 * ((g.K + nr - 1) // nr * nr))
-    _check_range(lo, hi, N)
+        shape = accumulator_shape(geometry, dtype, threads)
+        _check("acc", acc, dtype, shape[0] * shape[1] * shape[2])
+        acc_size = shape[1] * shape[2]
+    if db is not None:
+        _check("db", db, np.dtype(np.float64), threads * K)
+    # the runs: ``threads`` of them with accumulators, fewer when there are fewer images
+    cdef Py_ssize_t parts = max(1, min(threads, N))
+    cdef int f64 = dtype == np.float64
     cdef void *px = cnp.PyArray_DATA(x)
     cdef void *pdy = cnp.PyArray_DATA(dy)
     cdef void *pw = NULL if dx is None else cnp.PyArray_DATA(wfp)
     cdef void *pdx = NULL if dx is None else cnp.PyArray_DATA(dx)
     cdef void *pacc = NULL if acc is None else cnp.PyArray_DATA(acc)
+    cdef double *pdb = NULL if db is None else <double *>cnp.PyArray_DATA(db)
+    cdef Py_ssize_t acc_bytes = acc_size * dtype.itemsize
     cdef int status
-    if dtype == np.float32:
-        with nogil:
-            status = (<cw_backward_f32_fn>cw_kernel(level, 2))(
-                <const float *>px, <const float *>pdy, <const float *>pw, <float *>pdx,
-                <float *>pacc, &g, lo, hi)
-    else:
-        with nogil:
-            status = (<cw_backward_f64_fn>cw_kernel(level, 3))(
-                <const double *>px, <const double *>pdy, <const double *>pw, <double *>pdx,
-                <double *>pacc, &g, lo, hi)
-    if status:
-        raise MemoryError("conv_window.backward: workspace allocation failed")
+    with nogil:
+        status = cw_backward_run(level, f64, px, pdy, pw, pdx, pacc, acc_bytes, pdb, &g, N,
+                                 parts)
+    _raise_for(status, "backward")

@@ -1,99 +1,116 @@
 /* One float type's window convolution (see conv_window.h), included once per type and tile
  * height with CW_T (the element type), CW_V (a GCC vector of CW_L elements, 64 bytes),
- * CW_SUF (the name suffix) and, for the AVX-512 builds, CW_ROWS8. NR = 2 CW_L columns. */
+ * CW_SUF (the name suffix), CW_ATTR (inline, and the target of the AVX-512 builds), CW_NV
+ * (vectors a forward tile row: FW = CW_NV CW_L columns) and, for the AVX-512 builds,
+ * CW_ROWS8 and CW_MASK_STORE. The weight gradient's panels are NR = 2 CW_L wide. */
+
+#define CW_FW (CW_NV * CW_L)
 
 #define CW_CAT2(a, b) a##_##b
 #define CW_CAT(a, b) CW_CAT2(a, b)
 #define CW_FN(name) CW_CAT(name, CW_SUF)
 
-/* xp (C, Hp, Wp) = the image x (C, H, W) at (pt, pl) in zeros, then ``slack`` zeros */
-static GP_INLINE void CW_FN(cw_pad)(const CW_T *x, ptrdiff_t C, ptrdiff_t H, ptrdiff_t W,
-                                    ptrdiff_t pt, ptrdiff_t pl, ptrdiff_t Hp, ptrdiff_t Wp,
-                                    ptrdiff_t slack, CW_T *xp)
+/* xp (C, Hp, Wp) = the image x (C, H, W) at (pt, pl) in zeros, then ``slack`` zeros; only
+ * the border is zeroed (a memset of the whole planes first doubled the bytes written) */
+static CW_ATTR void CW_FN(cw_pad)(const CW_T *x, ptrdiff_t C, ptrdiff_t H, ptrdiff_t W,
+                                  ptrdiff_t pt, ptrdiff_t pl, ptrdiff_t Hp, ptrdiff_t Wp,
+                                  ptrdiff_t slack, CW_T *xp)
 {
-    ptrdiff_t rows = H < Hp - pt ? H : Hp - pt, cols = W < Wp - pl ? W : Wp - pl;
-    memset(xp, 0, (size_t)(C * Hp * Wp + slack) * sizeof(CW_T));
-    for (ptrdiff_t c = 0; c < C; c++)
-        for (ptrdiff_t h = 0; h < rows; h++)
-            memcpy(xp + (c * Hp + pt + h) * Wp + pl, x + (c * H + h) * W,
-                   (size_t)cols * sizeof(CW_T));
-}
-
-/* tmp (4, NR) = rows [half, half + 4) of wt (R, 8)^T @ [xq + off[r], + NR) for r < R */
-static GP_INLINE void CW_FN(cw_tile4)(const CW_T *wt, const CW_T *xq, const ptrdiff_t *off,
-                                      ptrdiff_t R, int half, CW_T *tmp)
-{
-    enum { L = CW_L };
-    CW_V c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
-    for (ptrdiff_t r = 0; r < R; r++) {
-        const CW_T *s = xq + off[r], *a = wt + r * 8 + half;
-        CW_V b0 = *(const CW_V *)s, b1 = *(const CW_V *)(s + L);
-        c00 += a[0] * b0; c01 += a[0] * b1; c10 += a[1] * b0; c11 += a[1] * b1;
-        c20 += a[2] * b0; c21 += a[2] * b1; c30 += a[3] * b0; c31 += a[3] * b1;
+    ptrdiff_t rows = H < Hp - pt ? H : Hp - pt, cols = W < Wp - pl ? W : Wp - pl;  /* >= 1 */
+    size_t t = sizeof(CW_T);
+    for (ptrdiff_t c = 0; c < C; c++) {
+        CW_T *plane = xp + c * Hp * Wp;
+        memset(plane, 0, (size_t)(pt * Wp + pl) * t);  /* the rows above, then the left */
+        for (ptrdiff_t h = 0; h < rows; h++) {
+            CW_T *row = plane + (pt + h) * Wp + pl;
+            memcpy(row, x + (c * H + h) * W, (size_t)cols * t);
+            /* the right border, and the next row's left one (the last: the rows below) */
+            ptrdiff_t gap = h + 1 < rows ? Wp - cols : Wp - pl - cols + (Hp - pt - rows) * Wp;
+            memset(row + cols, 0, (size_t)gap * t);
+        }
     }
-    CW_V out[8] = {c00, c01, c10, c11, c20, c21, c30, c31};
-    memcpy(tmp, out, sizeof out);
+    memset(xp + C * Hp * Wp, 0, (size_t)slack * t);
 }
 
-/* tmp (8, NR) = wt (R, 8)^T @ [xq + off[r], + NR) for r < R: one tile of the wide output,
- * of which the first ``rows`` are kept. 8 rows in one pass (32 registers), else passes of
- * 4 rows over the same panel (one when rows <= 4). */
-static GP_INLINE void CW_FN(cw_tile)(const CW_T *wt, const CW_T *xq, const ptrdiff_t *off,
-                                     ptrdiff_t R, ptrdiff_t rows, CW_T *tmp)
+/* tmp (M, FW) = rows [m0, m0 + M) of wt (R, 8)^T @ [xq + off[r], + FW) for r < R, FW =
+ * CW_NV vectors: M x CW_NV accumulators in registers (the loops unroll fully) */
+#define CW_ROWS(NAME, M)                                                                   \
+    static CW_ATTR void CW_FN(NAME)(const CW_T *wt, const CW_T *xq, const ptrdiff_t *off,  \
+                                    ptrdiff_t R, int m0, CW_T *tmp)                        \
+    {                                                                                      \
+        CW_V c[M][CW_NV];                                                                  \
+        for (int m = 0; m < M; m++)                                                        \
+            for (int v = 0; v < CW_NV; v++) c[m][v] = (CW_V){0};                           \
+        for (ptrdiff_t r = 0; r < R; r++) {                                                \
+            const CW_T *s = xq + off[r], *a = wt + r * 8 + m0;                             \
+            CW_V b[CW_NV];                                                                 \
+            for (int v = 0; v < CW_NV; v++) b[v] = *(const CW_V *)(s + v * CW_L);          \
+            for (int m = 0; m < M; m++)                                                    \
+                for (int v = 0; v < CW_NV; v++) c[m][v] += a[m] * b[v];                    \
+        }                                                                                  \
+        memcpy(tmp, c, sizeof c);                                                          \
+    }
+CW_ROWS(cw_rows4, 4)
+#ifdef CW_ROWS8
+CW_ROWS(cw_rows8, 8)
+#endif
+#undef CW_ROWS
+
+/* tmp (8, FW) = wt (R, 8)^T @ [xq + off[r], + FW) for r < R: one tile of the wide output,
+ * of which the first ``rows`` are kept. 8 rows in one pass (AVX-512's 32 registers), else
+ * passes of 4 rows over the same panel (one when rows <= 4). */
+static CW_ATTR void CW_FN(cw_tile)(const CW_T *wt, const CW_T *xq, const ptrdiff_t *off,
+                                   ptrdiff_t R, ptrdiff_t rows, CW_T *tmp)
 {
-    enum { L = CW_L, NR = 2 * CW_L };
 #ifdef CW_ROWS8
     if (rows > 4) {
-        CW_V c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0};
-        CW_V c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
-        CW_V c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
-        CW_V c60 = {0}, c61 = {0}, c70 = {0}, c71 = {0};
-        for (ptrdiff_t r = 0; r < R; r++) {
-            const CW_T *s = xq + off[r], *a = wt + r * 8;
-            CW_V b0 = *(const CW_V *)s, b1 = *(const CW_V *)(s + L);
-            c00 += a[0] * b0; c01 += a[0] * b1; c10 += a[1] * b0; c11 += a[1] * b1;
-            c20 += a[2] * b0; c21 += a[2] * b1; c30 += a[3] * b0; c31 += a[3] * b1;
-            c40 += a[4] * b0; c41 += a[4] * b1; c50 += a[5] * b0; c51 += a[5] * b1;
-            c60 += a[6] * b0; c61 += a[6] * b1; c70 += a[7] * b0; c71 += a[7] * b1;
-        }
-        CW_V out[16] = {c00, c01, c10, c11, c20, c21, c30, c31,
-                        c40, c41, c50, c51, c60, c61, c70, c71};
-        memcpy(tmp, out, sizeof out);
+        CW_FN(cw_rows8)(wt, xq, off, R, 0, tmp);
         return;
     }
 #endif
-    for (int half = 0; half < rows; half += 4)
-        CW_FN(cw_tile4)(wt, xq, off, R, half, tmp + half * NR);
+    for (int m0 = 0; m0 < rows; m0 += 4)
+        CW_FN(cw_rows4)(wt, xq, off, R, m0, tmp + m0 * CW_FW);
+}
+
+/* dst[:n] = src[:n] + b: masked vector stores (AVX-512), else a loop; src may be read up
+ * to a vector past n */
+static CW_ATTR void CW_FN(cw_store)(CW_T *dst, const CW_T *src, ptrdiff_t n, CW_T b)
+{
+#ifdef CW_MASK_STORE
+    for (ptrdiff_t u = 0; u < n; u += CW_L) {
+        unsigned lanes = n - u < CW_L ? (unsigned)(n - u) : CW_L;
+        CW_MASK_STORE(dst + u, (1u << lanes) - 1, *(const CW_V *)(src + u) + b);
+    }
+#else
+    for (ptrdiff_t u = 0; u < n; u++) dst[u] = src[u] + b;
+#endif
 }
 
 /* y (K, Ho Wo) = the stride-1 convolution of one image x (C, H, W) with the packed weight
  * wp (ceil(K / 8), R, 8) (+ bias when not NULL); xp, off: workspace (cw_xp_size, R). */
-static GP_INLINE void CW_FN(cw_image)(const CW_T *x, const CW_T *wp, const CW_T *bias,
+static CW_ATTR void CW_FN(cw_image)(const CW_T *x, const CW_T *wp, const CW_T *bias,
                                       CW_T *y, const cw_geom *g, CW_T *xp, ptrdiff_t *off)
 {
-    enum { NR = 2 * CW_L };
+    enum { FW = CW_FW };
     ptrdiff_t Hp = g->Ho + (g->kh - 1) * g->dh, Wp = g->Wo + (g->kw - 1) * g->dw;
     ptrdiff_t plane = Hp * Wp, R = g->C * g->kh * g->kw, Q = g->Ho * Wp, P = g->Ho * g->Wo;
-    CW_T tmp[8 * NR] __attribute__((aligned(64)));
-    CW_FN(cw_pad)(x, g->C, g->H, g->W, g->pt, g->pl, Hp, Wp, cw_slack(g, NR), xp);
+    CW_T tmp[8 * FW + CW_L] __attribute__((aligned(64)));  /* + a vector read past a row */
+    CW_FN(cw_pad)(x, g->C, g->H, g->W, g->pt, g->pl, Hp, Wp, cw_slack(g, FW), xp);
     for (ptrdiff_t c = 0, r = 0; c < g->C; c++)
         for (ptrdiff_t i = 0; i < g->kh; i++)
             for (ptrdiff_t j = 0; j < g->kw; j++)
                 off[r++] = c * plane + i * g->dh * Wp + j * g->dw;
-    for (ptrdiff_t q0 = 0; q0 < Q; q0 += NR) {
+    for (ptrdiff_t q0 = 0; q0 < Q; q0 += FW) {
         for (ptrdiff_t k0 = 0; k0 < g->K; k0 += 8) {
             ptrdiff_t rows = g->K - k0 < 8 ? g->K - k0 : 8;
             CW_FN(cw_tile)(wp + k0 * R, xp + q0, off, R, rows, tmp);
-            for (ptrdiff_t t = 0; t < NR && q0 + t < Q;) {  /* runs of one output row */
+            for (ptrdiff_t t = 0; t < FW && q0 + t < Q;) {  /* runs of one output row */
                 ptrdiff_t oh = (q0 + t) / Wp, ow = (q0 + t) % Wp;
-                ptrdiff_t seg = Wp - ow < NR - t ? Wp - ow : NR - t;
+                ptrdiff_t seg = Wp - ow < FW - t ? Wp - ow : FW - t;
                 ptrdiff_t valid = g->Wo - ow < seg ? g->Wo - ow : seg;
-                for (ptrdiff_t m = 0; m < rows; m++) {
-                    CW_T *dst = y + (k0 + m) * P + oh * g->Wo + ow;
-                    const CW_T *src = tmp + m * NR + t;
-                    CW_T b = bias ? bias[k0 + m] : 0;
-                    for (ptrdiff_t u = 0; u < valid; u++) dst[u] = src[u] + b;
-                }
+                for (ptrdiff_t m = 0; m < rows; m++)
+                    CW_FN(cw_store)(y + (k0 + m) * P + oh * g->Wo + ow, tmp + m * FW + t,
+                                    valid, bias ? bias[k0 + m] : 0);
                 t += seg;
             }
         }
@@ -104,7 +121,7 @@ static GP_INLINE void CW_FN(cw_image)(const CW_T *x, const CW_T *wp, const CW_T 
  * ow >= Wo and for channels k >= K), NR channels a panel: transposed through a tile of
  * CW_TB pixels x NR channels in L1 (stores NR apart straight into dyp, one cache line
  * each, ran the weight gradient of small layers 2x slower) */
-static GP_INLINE void CW_FN(cw_pack_dy)(const CW_T *dy, ptrdiff_t K, ptrdiff_t Ho,
+static CW_ATTR void CW_FN(cw_pack_dy)(const CW_T *dy, ptrdiff_t K, ptrdiff_t Ho,
                                         ptrdiff_t Wo, ptrdiff_t Wp, ptrdiff_t Kp, CW_T *dyp)
 {
     enum { NR = 2 * CW_L };
@@ -130,7 +147,7 @@ static GP_INLINE void CW_FN(cw_pack_dy)(const CW_T *dy, ptrdiff_t K, ptrdiff_t H
 
 /* acc rows [r0, r0 + 8) (each Kp NR wide) += sum over q in [qa, qb) of
  * xp[off[r] + q] dyp[p, q, :] for every panel p: the weight gradient's tile */
-static GP_INLINE void CW_FN(cw_dw_tile)(const CW_T *const *a, const CW_T *dyp, ptrdiff_t Q,
+static CW_ATTR void CW_FN(cw_dw_tile)(const CW_T *const *a, const CW_T *dyp, ptrdiff_t Q,
                                         ptrdiff_t Kp, ptrdiff_t qa, ptrdiff_t qb, CW_T *acc)
 {
     enum { L = CW_L, NR = 2 * CW_L };
@@ -186,10 +203,10 @@ static GP_INLINE void CW_FN(cw_dw_tile)(const CW_T *const *a, const CW_T *dyp, p
 }
 
 /* images [lo, hi): y[n] = conv(x[n]) (see cw_image); 0, or -1 when out of memory */
-static GP_INLINE int CW_FN(cw_forward)(const CW_T *x, const CW_T *wp, const CW_T *bias,
+static CW_ATTR int CW_FN(cw_forward)(const CW_T *x, const CW_T *wp, const CW_T *bias,
                                        CW_T *y, const cw_geom *g, ptrdiff_t lo, ptrdiff_t hi)
 {
-    CW_T *xp = malloc((size_t)cw_xp_size(g, 2 * CW_L) * sizeof(CW_T));
+    CW_T *xp = malloc((size_t)cw_xp_size(g, CW_FW) * sizeof(CW_T));
     ptrdiff_t *off = malloc((size_t)(g->C * g->kh * g->kw) * sizeof(ptrdiff_t));
     int status = xp && off ? 0 : -1;
     for (ptrdiff_t n = lo; n < hi && !status; n++)
@@ -200,20 +217,37 @@ static GP_INLINE int CW_FN(cw_forward)(const CW_T *x, const CW_T *wp, const CW_T
     return status;
 }
 
+/* db[k] += sum of dy (K, P)'s row k, in double, 8 partial sums (a single chain of
+ * dependent adds would take 4 cycles an element) */
+static CW_ATTR void CW_FN(cw_bias_grad)(const CW_T *dy, ptrdiff_t K, ptrdiff_t P, double *db)
+{
+    for (ptrdiff_t k = 0; k < K; k++) {
+        const CW_T *row = dy + k * P;
+        double part[8] = {0};
+        ptrdiff_t i = 0;
+        for (; i + 8 <= P; i += 8)
+            for (int u = 0; u < 8; u++) part[u] += row[i + u];
+        for (; i < P; i++) part[0] += row[i];
+        db[k] += ((part[0] + part[1]) + (part[2] + part[3])) +
+                 ((part[4] + part[5]) + (part[6] + part[7]));
+    }
+}
+
 /* images [lo, hi): acc (ceil(R / 8) 8, Kp NR) += cols(x[n]) @ dy[n]^T on the padded width
- * when acc is not NULL (the weight gradient, transposed); dx[n] = the stride-1 convolution
- * of dy[n] with the flipped, transposed weight wfp (packed like cw_image's, C rows) when
- * dx is not NULL. 0, or -1 when out of memory. */
-static GP_INLINE int CW_FN(cw_backward)(const CW_T *x, const CW_T *dy, const CW_T *wfp,
-                                        CW_T *dx, CW_T *acc, const cw_geom *g, ptrdiff_t lo,
-                                        ptrdiff_t hi)
+ * when acc is not NULL (the weight gradient, transposed), and db (K,) += the sums of dy[n]
+ * when db is not NULL; dx[n] = the stride-1 convolution of dy[n] with the flipped,
+ * transposed weight wfp (packed like cw_image's, C rows) when dx is not NULL. 0, or -1
+ * when out of memory. */
+static CW_ATTR int CW_FN(cw_backward)(const CW_T *x, const CW_T *dy, const CW_T *wfp,
+                                        CW_T *dx, CW_T *acc, double *db, const cw_geom *g,
+                                        ptrdiff_t lo, ptrdiff_t hi)
 {
     enum { NR = 2 * CW_L };
     ptrdiff_t Hp = g->Ho + (g->kh - 1) * g->dh, Wp = g->Wo + (g->kw - 1) * g->dw;
     ptrdiff_t plane = Hp * Wp, R = g->C * g->kh * g->kw, Q = g->Ho * Wp;
     ptrdiff_t Kp = (g->K + NR - 1) / NR, Rt = (R + 7) / 8 * 8;
     cw_geom gt = cw_transposed(g);
-    ptrdiff_t xp_size = cw_xp_size(g, NR), xt_size = cw_xp_size(&gt, NR);
+    ptrdiff_t xp_size = cw_xp_size(g, NR), xt_size = cw_xp_size(&gt, CW_FW);
     ptrdiff_t Rmax = R > g->K * g->kh * g->kw ? R : g->K * g->kh * g->kw;
     CW_T *xp = malloc((size_t)(xp_size > xt_size ? xp_size : xt_size) * sizeof(CW_T));
     CW_T *dyp = acc ? malloc((size_t)(Kp * Q * NR) * sizeof(CW_T)) : NULL;
@@ -221,6 +255,7 @@ static GP_INLINE int CW_FN(cw_backward)(const CW_T *x, const CW_T *dy, const CW_
     int status = xp && off && (dyp || !acc) ? 0 : -1;
     for (ptrdiff_t n = lo; n < hi && !status; n++) {
         const CW_T *dyn = dy + n * g->K * g->Ho * g->Wo;
+        if (db) CW_FN(cw_bias_grad)(dyn, g->K, g->Ho * g->Wo, db);
         if (acc) {
             CW_FN(cw_pad)(x + n * g->C * g->H * g->W, g->C, g->H, g->W, g->pt, g->pl, Hp, Wp,
                           cw_slack(g, NR), xp);
@@ -251,3 +286,4 @@ static GP_INLINE int CW_FN(cw_backward)(const CW_T *x, const CW_T *dy, const CW_
 #undef CW_CAT2
 #undef CW_CAT
 #undef CW_FN
+#undef CW_FW

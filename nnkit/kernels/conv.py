@@ -10,13 +10,18 @@ the notes, as torch computes it: a cross-correlation) is::
 
 Algorithms (CPU), one per shape, chosen by ``_cpu_algorithm`` (its comment says why):
 
+- ``window``: every other stride-1 ungrouped layer whose padding is at most (k - 1) d: a C
+  GEMM (``nnkit._ext.conv_window``) that reads its panels straight from the zero-padded
+  image, since with stride 1 each tap's im2col row is a contiguous run of it on the padded
+  width; dx is the same kernel on dy with the flipped, transposed weight, dW reads the
+  rows of cols from the padded image likewise. Its threads are C threads (no GIL).
 - ``winograd``: F(4x4, 3x3) for wide 3x3 stride-1 layers on one thread: tile transforms in Numba
   (``nnkit._ext.winograd_cpu``) around a batched GEMM with a quarter of the multiplies; the
   backward runs the transforms' adjoints (dx through B, dW through G) around two more.
   float32 error up to ~100 eps of max|y| (against ~4 for im2col); see "Winograd" below.
 - ``direct``: depthwise layers, Numba loops over padded planes (``conv_cpu.direct_*``).
 - ``pointwise``: 1x1 stride 1 unpadded, y[n] = W @ x[n], numpy's batched GEMM.
-- ``packed``: float32 layers with up to 64 outputs: an implicit GEMM image by image, each block of
+- ``packed``: float32 strided layers with up to 64 outputs: an implicit GEMM image by image, each block of
   output pixels' im2col panels gathered straight into the layout of the packed C GEMM
   (``nnkit._ext.conv_packed_cpu`` on ``gemm_packed.h``); the backward is ``image``'s.
 - ``image``: im2col + GEMM image by image (cols (C kh kw, Ho Wo) cache-resident, the GEMM
@@ -30,10 +35,11 @@ Algorithms (CPU), one per shape, chosen by ``_cpu_algorithm`` (its comment says 
   dcols (a backward called twice recomputes it); the buffers come from a small pool (at most
   4 kept), because a fresh array of tens of megabytes costs milliseconds of page faults.
 
-Threads: the pointwise, packed, image and Winograd paths split the batch into one run of images
-per numba thread, each run on a Python thread with numpy's BLAS on one thread and the Numba
-kernels' serial GIL-free builds: each core runs its images from end to end, and no OpenBLAS
-or OpenMP workers spin between the steps. The batch-wide im2col path, around the GEMMs:
+Threads: every path but im2col splits the batch into one run of images per numba thread:
+the window path on C threads (``nnkit/_ext/part_threads.h``, no GIL hand-offs), the others
+each on a Python thread with numpy's BLAS on one thread and the Numba kernels' serial
+GIL-free builds. Each core runs its images from end to end, and no OpenBLAS or OpenMP
+workers spin between the steps. The batch-wide im2col path, around the GEMMs:
 
 - The Numba kernels run their serial builds (``SERIAL_AROUND_BLAS``): a parallel kernel's
   OpenMP workers keep spinning after it returns and take the second core from the OpenBLAS
@@ -320,15 +326,18 @@ def _im2col(cache, out):
 
 
 # The CPU algorithm for a shape, each rule measured (benchmarks/RESULTS.md, "Convolution
-# algorithms by shape" and "implicit GEMM on the packed C kernel"):
+# algorithms by shape", "implicit GEMM on the packed C kernel" and "the window GEMM"):
 # - depthwise (groups = C > 1): direct loops; im2col would make C one-row GEMMs.
 # - 1x1, stride 1, unpadded: one GEMM per image on x itself ('pointwise'), no copy.
 # - 3x3 stride 1, C, K >= 64, maps >= 28x28, one thread: Winograd F(4x4, 3x3). Its transforms
 #   pay off only on wide layers with large maps, and on two threads both cores stream its
 #   tile arrays through memory while the per-image GEMMs below work out of cache.
-# - other ungrouped layers with >= 256 outputs a plane, image by image (cols in cache, NCHW
-#   written directly): float32 with K <= 64 'packed' (panels gathered straight into the
-#   packed C GEMM, which beats OpenBLAS on so few rows), else 'image' (OpenBLAS).
+# - other stride-1 ungrouped layers with padding <= (k - 1) d: 'window' (operands read from
+#   the padded image: no im2col, no gather; faster than every path below at every such
+#   shape measured, forward and backward, small maps included).
+# - other (strided) ungrouped layers with >= 256 outputs a plane, image by image (cols in
+#   cache, NCHW written directly): float32 with K <= 64 'packed' (panels gathered straight
+#   into the packed C GEMM, which beats OpenBLAS on so few rows), else 'image' (OpenBLAS).
 # - the rest (small maps, other groups): im2col over the whole batch, one GEMM per group.
 # ``ALGORITHM`` forces a path where it applies (the tests run every path).
 ALGORITHM = None
@@ -342,7 +351,8 @@ def _numba_threads():
 
 def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw,
                    dtype=np.float32):
-    """'direct', 'pointwise', 'winograd', 'packed', 'image' or 'im2col' (the comment above)."""
+    """'direct', 'pointwise', 'winograd', 'window', 'packed', 'image' or 'im2col' (the comment
+    above)."""
     C, (K, _, kh, kw) = x_shape[1], weight_shape
     fits = {
         "direct": True,
@@ -528,9 +538,13 @@ def _over_images(fn, chunks):
             _threads[:] = [ThreadPoolExecutor(len(chunks), thread_name_prefix="nnkit-conv"),
                            os.getpid()]
         pool = _threads[0]
-    with serial_numpy_blas():
-        futures = [pool.submit(fn, lo, hi) for lo, hi in chunks]
-        return [f.result() for f in futures]
+    with serial_numpy_blas():  # the first run on this thread: one wake-up fewer a call
+        futures = [pool.submit(fn, lo, hi) for lo, hi in chunks[1:]]
+        try:
+            first = fn(*chunks[0])
+        finally:
+            done = [f.result() for f in futures]
+        return [first, *done]
 
 
 def _image_geometry(cache):
@@ -692,44 +706,32 @@ def _window_forward(x, weight, bias, cache):
     wp = _window_pack(np.ascontiguousarray(weight).reshape(K, -1))
     y = np.empty((x.shape[0], K, *cache.out_hw), dtype=x.dtype)
     b = None if bias is None else np.ascontiguousarray(bias)
-    geometry, forward = _window_geometry(cache), _window().forward
-    _over_images(lambda lo, hi: forward(x, wp, b, y, geometry, lo, hi),
-                 _image_chunks(x.shape[0]))
+    _window().forward(x, wp, b, y, _window_geometry(cache), _numba_threads())
     return y
 
 
 def _window_backward(dy, cache, needs_input_grad, needs_weight_grad):
-    """dx = conv(dy, flipped W^T) and dW^T = sum_n cols(x[n]) @ dy[n]^T, one C call per run
-    of images (conv_window.backward), the runs' dW^T parts summed."""
+    """dx = conv(dy, flipped W^T) and dW^T = sum_n cols(x[n]) @ dy[n]^T in one C call (one
+    run of images per thread, each with its own dW^T and bias sums, added here)."""
     x, weight = cache.x, cache.weight
     K, C, kh, kw = weight.shape
-    R = C * kh * kw
-    dyr = np.ascontiguousarray(dy)
-    window = _window()
-    nr = window.NR[x.dtype]
+    window, threads = _window(), _numba_threads()
     geometry = _window_geometry(cache)
-    dx = wfp = None
+    dx = wfp = acc = db = None
     if needs_input_grad:
         dx = np.empty(x.shape, dtype=x.dtype)
         flipped = np.ascontiguousarray(weight[:, :, ::-1, ::-1].transpose(1, 0, 2, 3))
         wfp = _window_pack(flipped.reshape(C, K * kh * kw))
-
-    def run(lo, hi):
-        acc = np.zeros((-(-R // 8) * 8, -(-K // nr) * nr), dtype=x.dtype) \
-            if needs_weight_grad else None
-        window.backward(x, dyr, wfp, dx, acc, geometry, lo, hi)
-        db = None
-        if needs_weight_grad and cache.has_bias:
-            db = dyr[lo:hi].reshape(hi - lo, K, -1).sum(axis=2).sum(axis=0, dtype=np.float64)
-        return acc, db
-
-    parts = _over_images(run, _image_chunks(x.shape[0]))
+    if needs_weight_grad:
+        acc = np.zeros(window.accumulator_shape(geometry, x.dtype, threads), dtype=x.dtype)
+        db = np.zeros((threads, K)) if cache.has_bias else None
+    window.backward(x, np.ascontiguousarray(dy), wfp, dx, acc, db, geometry, threads)
     dweight = dbias = None
     if needs_weight_grad:
-        dwt = _summed([acc for acc, _ in parts])
-        dweight = np.ascontiguousarray(dwt[:R, :K].T).reshape(weight.shape)
+        dweight = np.ascontiguousarray(acc.sum(axis=0)[:C * kh * kw, :K].T).reshape(
+            weight.shape)
         if cache.has_bias:
-            dbias = _summed([db for _, db in parts]).astype(x.dtype)
+            dbias = db.sum(axis=0).astype(x.dtype)
     return dx, dweight, dbias
 
 
