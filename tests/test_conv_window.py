@@ -1,0 +1,460 @@
+"""The "window" convolution path (nnkit._ext.conv_window, stride 1, padding <= (k - 1) d):
+forced through conv2d against the naive twin (hypothesis), every ISA build of the C kernels
+against each other, torch (values and gradients), gradcheck through autograd, the Python
+boundary of the extension (bad arguments raise ValueError, never crash) and the dispatcher."""
+
+import contextlib
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+import nnkit as nk
+from nnkit._ext import conv_window as CW
+from nnkit.functional import conv as FC
+from nnkit.kernels import conv as K
+from nnkit.kernels.reference import conv as R
+
+FLOATS = [np.float32, np.float64]
+WORK = 100_000  # multiply-adds a twin example may cost (the twin is Python loops)
+
+
+@contextlib.contextmanager
+def _algorithm(name):
+    """Force the CPU path ``name`` wherever it applies; the shape-based choice afterwards."""
+    K.ALGORITHM = name
+    try:
+        yield
+    finally:
+        K.ALGORITHM = None
+
+
+def _assert_close(actual, expected, terms, dtype, msg=""):
+    """|actual - expected| <= 16 eps(dtype) terms (1 + |expected|), as tests/test_conv.py."""
+    actual = np.asarray(actual)
+    assert actual.shape == np.shape(expected), f"{msg}: {actual.shape} != {np.shape(expected)}"
+    assert actual.dtype == np.dtype(dtype), f"{msg}: dtype {actual.dtype}"
+    tol = 16 * float(np.finfo(dtype).eps) * max(terms, 1)
+    np.testing.assert_allclose(actual.astype(np.float64), np.asarray(expected, np.float64),
+                               rtol=tol, atol=tol, err_msg=msg)
+
+
+def _conv(x, w, b, pads, dilation):
+    """conv2d_forward with per-side ``pads`` (t, b, l, r): the public call when symmetric,
+    else the validated-array entry ``_forward`` (the public API pads asymmetrically only for
+    'same')."""
+    (pt, pb, pl, pr) = pads
+    if (pt, pl) == (pb, pr):
+        return K.conv2d_forward(x, w, b, 1, (pt, pl), dilation)
+    return K._forward(x, w, b, (1, 1), ((pt, pb), (pl, pr)), dilation, 1)
+
+
+@st.composite
+def window_cases(draw, work=WORK):
+    """A stride-1 ungrouped conv2d the window path takes: kernel 1-5, dilation 1-3, each
+    padding in 0 .. (k - 1) d, H, W up to 12 (more only where the kernel needs it), K up to
+    40, C up to 20 within ``work`` multiply-adds, a C-contiguous or a strided/transposed x."""
+    kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    dh, dw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    pt, pb = (draw(st.integers(0, (kh - 1) * dh)) for _ in range(2))
+    pl, pr = (draw(st.integers(0, (kw - 1) * dw)) for _ in range(2))
+    need_h, need_w = max(1, dh * (kh - 1) + 1 - pt - pb), max(1, dw * (kw - 1) + 1 - pl - pr)
+    H, W = draw(st.integers(need_h, max(need_h, 12))), draw(st.integers(need_w, max(need_w, 12)))
+    Ho, Wo = H + pt + pb - dh * (kh - 1), W + pl + pr - dw * (kw - 1)
+    N, Kout = draw(st.integers(1, 3)), draw(st.integers(1, 40))
+    C = draw(st.integers(1, max(1, min(20, work // (N * Kout * Ho * Wo * kh * kw)))))
+    return dict(N=N, C=C, H=H, W=W, K=Kout, kh=kh, kw=kw, pads=(pt, pb, pl, pr),
+                dilation=(dh, dw), dtype=draw(st.sampled_from(FLOATS)),
+                layout=draw(st.sampled_from(["c", "strided", "transposed"])),
+                bias=draw(st.booleans()), seed=draw(st.integers(0, 2**16)))
+
+
+def _case(**kw):
+    base = dict(N=2, C=3, H=5, W=6, K=1, kh=3, kw=3, pads=(1, 1, 1, 1), dilation=(1, 1),
+                dtype=np.float32, layout="c", bias=True, seed=0)
+    base.update(kw)
+    return base
+
+
+def _inputs(case):
+    rng = np.random.default_rng(case["seed"])
+    N, C, H, W, dtype = case["N"], case["C"], case["H"], case["W"], case["dtype"]
+    if case["layout"] == "strided":
+        x = rng.uniform(-1, 1, (N, C, H, 2 * W)).astype(dtype)[..., ::2]
+    elif case["layout"] == "transposed":
+        x = rng.uniform(-1, 1, (W, H, C, N)).astype(dtype).T
+    else:
+        x = rng.uniform(-1, 1, (N, C, H, W)).astype(dtype)
+    w = rng.uniform(-1, 1, (case["K"], C, case["kh"], case["kw"])).astype(dtype)
+    b = rng.uniform(-1, 1, case["K"]).astype(dtype) if case["bias"] else None
+    return x, w, b, rng
+
+
+# ---- the naive twin ----------------------------------------------------------------------
+
+@given(case=window_cases())
+@example(case=_case(K=40, C=2, H=4, W=5, dtype=np.float32))  # 2 float32 panels, 8-row tail 0
+@example(case=_case(K=37, C=1, H=3, W=7, kh=2, kw=5, pads=(0, 1, 4, 0), layout="transposed"))
+@example(case=_case(K=19, C=2, H=6, W=3, dtype=np.float64, pads=(0, 2, 2, 1), bias=False))
+@example(case=_case(K=5, C=20, H=2, W=2, kh=5, kw=5, dilation=(3, 3), pads=(12, 0, 0, 12)))
+@example(case=_case(K=1, C=1, H=1, W=1, kh=1, kw=1, pads=(0, 0, 0, 0), N=1))
+def test_window_matches_twin(case):
+    """Forced window path: y, dx, dweight, dbias equal the naive twin (asymmetric padding,
+    K over several accumulator panels and 8-row tiles, non-contiguous x, batch split over
+    the worker threads)."""
+    x, w, b, rng = _inputs(case)
+    with _algorithm("window"):
+        y, cache = _conv(x, w, b, case["pads"], case["dilation"])
+    assert cache.algorithm == "window"
+    _assert_close(y, R.conv2d(x, w, b, 1, case["pads"], case["dilation"]), w[0].size + 1,
+                  case["dtype"], "y")
+    dy = rng.uniform(-1, 1, y.shape).astype(case["dtype"])
+    dx, dw, db = K.conv2d_backward(dy, cache)
+    rdx, rdw, rdb = R.conv2d_backward(dy, x, w, 1, case["pads"], case["dilation"])
+    _assert_close(dx, rdx, w.size, case["dtype"], "dx")
+    _assert_close(dw, rdw, dy[:, 0].size, case["dtype"], "dweight")
+    if b is None:
+        assert db is None
+    else:
+        _assert_close(db, rdb, dy[:, 0].size, case["dtype"], "dbias")
+
+
+# ---- every ISA build -----------------------------------------------------------------------
+
+def _direct_args(case):
+    """The conv_window arguments of ``case``: x, wp, bias, dy, wfp and the geometry."""
+    x, w, b, rng = _inputs(case)
+    x = np.ascontiguousarray(x)
+    Kout, C, kh, kw = w.shape
+    pt, pb, pl, pr = case["pads"]
+    (dh, dw), (_, _, H, W) = case["dilation"], x.shape
+    Ho, Wo = H + pt + pb - dh * (kh - 1), W + pl + pr - dw * (kw - 1)
+    wp = K._window_pack(w.reshape(Kout, -1))
+    wfp = K._window_pack(np.ascontiguousarray(
+        w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)).reshape(C, -1))
+    dy = rng.uniform(-1, 1, (x.shape[0], Kout, Ho, Wo)).astype(x.dtype)
+    return x, wp, b, dy, wfp, (C, H, W, Kout, kh, kw, pt, pl, dh, dw, Ho, Wo)
+
+
+def _run_isa(case, isa):
+    """(y, dx, dW^T) from the ISA level ``isa`` (the valid rows and columns of dW^T)."""
+    x, wp, b, dy, wfp, g = _direct_args(case)
+    N, R_, Kout, nr = x.shape[0], g[0] * g[4] * g[5], g[3], CW.NR[x.dtype]
+    y = np.empty_like(dy)
+    CW.forward(x, wp, b, y, g, 0, N, isa)
+    dx = np.empty_like(x)
+    acc = np.zeros((-(-R_ // 8) * 8, -(-Kout // nr) * nr), x.dtype)
+    CW.backward(x, dy, wfp, dx, acc, g, 0, N, isa)
+    return y, dx, acc[:R_, :Kout]
+
+
+@given(case=window_cases(work=400_000))
+@example(case=_case(K=40, C=7, H=9, W=11, kh=3, kw=2, dtype=np.float32))
+@example(case=_case(K=21, C=9, H=12, W=12, kh=5, kw=4, pads=(4, 0, 1, 3), dtype=np.float64))
+def test_every_isa_build_agrees(case):
+    """conv_window.forward/backward of every instruction set this CPU runs (baseline, AVX2,
+    AVX-512: 4- and 8-row tiles, FMA or not) give the same y, dx and dweight up to a few
+    roundings: 1e-6 (float32) / 1e-13 (float64) of the output's largest entry."""
+    tol = 1e-6 if case["dtype"] == np.float32 else 1e-13
+    first = _run_isa(case, 0)
+    for isa in range(1, CW.ISA_LEVEL + 1):
+        for name, a, e in zip(("y", "dx", "dweight"), _run_isa(case, isa), first,
+                              strict=True):
+            np.testing.assert_allclose(a, e, rtol=tol, atol=tol * max(1.0, np.abs(e).max()),
+                                       err_msg=f"{name}: isa {isa} vs baseline")
+
+
+def test_isa_names_cover_the_levels():
+    """isa_names lists one build per level 0 .. ISA_LEVEL, the baseline first."""
+    assert CW.AVAILABLE
+    names = CW.isa_names()
+    assert len(names) == CW.ISA_LEVEL + 1 and names[0] == "baseline"
+
+
+# ---- torch ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("x_shape, Kout, kernel, kw", [
+    ((2, 3, 32, 32), 16, (3, 3), dict(padding=1)),  # the benchmark shapes, smaller batches
+    ((2, 16, 32, 32), 32, (3, 3), dict(padding=1)),
+    ((1, 64, 56, 56), 64, (3, 3), dict(padding=1)),
+    ((3, 5, 11, 9), 37, (3, 3), dict(padding=2, dilation=2)),
+    ((2, 4, 7, 10), 9, (2, 4), dict(padding="same")),  # asymmetric: bottom/right pad more
+    ((2, 6, 8, 8), 12, (5, 1), dict(padding=(0, 0))),
+])
+@pytest.mark.parametrize("needs", [(True, True), (False, True), (True, False)],
+                         ids=["both", "no-input-grad", "no-weight-grad"])
+@pytest.mark.filterwarnings("ignore:Using padding=.same.")
+def test_window_matches_torch(rng, dtype, x_shape, Kout, kernel, kw, needs):
+    """y, dx, dweight, dbias equal torch's conv2d on the window path, with dx or
+    dweight/dbias skipped (None) when not needed."""
+    torch = pytest.importorskip("torch")
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal((Kout, x_shape[1], *kernel)).astype(dtype)
+    b = rng.standard_normal(Kout).astype(dtype)
+    ts = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    ty = torch.nn.functional.conv2d(*ts, **kw)
+    dy = rng.standard_normal(tuple(ty.shape)).astype(dtype)
+    ty.backward(torch.tensor(dy))
+    with _algorithm("window"):
+        y, cache = K.conv2d_forward(x, w, b, **kw)
+    assert cache.algorithm == "window"
+    grads = K.conv2d_backward(dy, cache, *needs)
+    tol = dict(rtol=1e-4, atol=1e-3) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(y, ty.detach().numpy(), **tol)
+    wanted = (needs[0], needs[1], needs[1])
+    for name, got, t, want in zip(("dx", "dweight", "dbias"), grads, ts, wanted, strict=True):
+        if want:
+            np.testing.assert_allclose(got, t.grad.numpy(), err_msg=name, **tol)
+        else:
+            assert got is None, name
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("kw", [dict(padding=2), dict(padding=3, dilation=2),
+                                dict(padding="same")])
+@pytest.mark.filterwarnings("ignore:Using padding=.same.")
+def test_conv1d_window_matches_torch(rng, dtype, kw):
+    """conv1d (a 1 x k conv2d) with padding <= k - 1 takes the window path and equals
+    torch's conv1d, gradients included."""
+    torch = pytest.importorskip("torch")
+    x = rng.standard_normal((3, 5, 17)).astype(dtype)
+    w = rng.standard_normal((11, 5, 4)).astype(dtype)
+    b = rng.standard_normal(11).astype(dtype)
+    ts = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    ty = torch.nn.functional.conv1d(*ts, **kw)
+    dy = rng.standard_normal(tuple(ty.shape)).astype(dtype)
+    ty.backward(torch.tensor(dy))
+    y, cache = K.conv1d_forward(x, w, b, **kw)
+    assert cache.algorithm == "window"
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(y, ty.detach().numpy(), **tol)
+    for got, t in zip(K.conv1d_backward(dy, cache), ts, strict=True):
+        np.testing.assert_allclose(got, t.grad.numpy(), **tol)
+
+
+# ---- gradcheck -----------------------------------------------------------------------------
+
+def test_gradcheck_window(rng, monkeypatch):
+    """Central differences through nnkit's autograd agree with the window path's backward
+    (float64, asymmetric 'same' padding and dilation); the path is counted, so it ran."""
+    calls = []
+    forward = K._window_forward
+    monkeypatch.setattr(K, "_window_forward", lambda *a: calls.append(1) or forward(*a))
+    x, b = rng.standard_normal((2, 3, 5, 6)), rng.standard_normal(10)
+    w, w2 = rng.standard_normal((10, 3, 2, 3)), rng.standard_normal((4, 3, 2, 2))
+    with _algorithm("window"):
+        nk.gradcheck(lambda x, w, b: FC.conv2d(x, w, b, padding=1, dilation=(1, 2)), [x, w, b])
+        nk.gradcheck(lambda x, w: FC.conv2d(x, w, padding="same", dilation=2), [x, w2])
+    assert calls
+
+
+# ---- the Python boundary of nnkit._ext.conv_window -----------------------------------------
+
+def _valid(dtype=np.float64):
+    """A valid forward/backward call's arguments: N 2, C 3, 4x5 -> K 9, 2x3 kernel, pads
+    (1, 2), dilation (1, 2), so Ho, Wo = 5, 5."""
+    g = (3, 4, 5, 9, 2, 3, 1, 2, 1, 2, 5, 5)
+    nr = CW.NR[np.dtype(dtype)]
+    z = lambda *shape: np.zeros(shape, dtype)  # noqa: E731
+    return dict(x=z(2, 3, 4, 5), wp=z(2, 18, 8), bias=z(9), y=z(2, 9, 5, 5), dy=z(2, 9, 5, 5),
+                wfp=z(1, 54, 8), dx=z(2, 3, 4, 5), acc=z(24, nr), geometry=g, lo=0, hi=2)
+
+
+def _call(kind, a, isa=-1):
+    if kind == "forward":
+        CW.forward(a["x"], a["wp"], a["bias"], a["y"], a["geometry"], a["lo"], a["hi"], isa)
+    else:
+        CW.backward(a["x"], a["dy"], a["wfp"], a["dx"], a["acc"], a["geometry"], a["lo"],
+                    a["hi"], isa)
+
+
+def test_valid_boundary_call_runs():
+    """The baseline of the fuzz below: _valid()'s arguments run both kernels at every level."""
+    for dtype in FLOATS:
+        for isa in range(-1, CW.ISA_LEVEL + 1):
+            _call("forward", _valid(dtype), isa)
+            _call("backward", _valid(dtype), isa)
+
+
+def _replace(**changes):
+    return lambda a: a.update({k: (v(a) if callable(v) else v) for k, v in changes.items()})
+
+
+_G = _valid()["geometry"]
+_BAD = {  # name -> (kinds it applies to, the change to _valid()'s arguments)
+    "x-float16": ("fb", _replace(x=lambda a: a["x"].astype(np.float16))),
+    "x-int": ("fb", _replace(x=lambda a: a["x"].astype(np.int64))),
+    "wp-float32": ("f", _replace(wp=lambda a: a["wp"].astype(np.float32))),
+    "bias-float32": ("f", _replace(bias=lambda a: a["bias"].astype(np.float32))),
+    "y-float32": ("f", _replace(y=lambda a: a["y"].astype(np.float32))),
+    "dy-float32": ("b", _replace(dy=lambda a: a["dy"].astype(np.float32))),
+    "dx-int": ("b", _replace(dx=lambda a: a["dx"].astype(np.int64))),
+    "acc-float32": ("b", _replace(acc=lambda a: a["acc"].astype(np.float32))),
+    "x-transposed": ("fb", _replace(x=lambda a: np.zeros((5, 4, 3, 2)).T)),
+    "y-strided": ("f", _replace(y=lambda a: np.zeros((2, 9, 5, 10))[..., ::2])),
+    "wp-strided": ("f", _replace(wp=lambda a: np.zeros((2, 18, 16))[..., ::2])),
+    "dy-strided": ("b", _replace(dy=lambda a: np.zeros((2, 9, 5, 10))[..., ::2])),
+    "acc-fortran": ("b", _replace(acc=lambda a: np.asfortranarray(a["acc"]))),
+    "x-short": ("fb", _replace(x=lambda a: a["x"][:, :, :3].copy())),
+    "wp-short": ("f", _replace(wp=lambda a: a["wp"][:1].copy())),
+    "y-short": ("f", _replace(y=lambda a: a["y"][:, :8].copy())),
+    "bias-long": ("f", _replace(bias=lambda a: np.zeros(10))),
+    "dy-short": ("b", _replace(dy=lambda a: a["dy"][:, :, :4].copy())),
+    "dx-short": ("b", _replace(dx=lambda a: a["dx"][:1].copy())),
+    "wfp-short": ("b", _replace(wfp=lambda a: a["wfp"][:, :53].copy())),
+    "acc-short": ("b", _replace(acc=lambda a: a["acc"][:16].copy())),
+    "wfp-none": ("b", _replace(wfp=None)),
+    "geometry-11": ("fb", _replace(geometry=_G[:11])),
+    "geometry-13": ("fb", _replace(geometry=(*_G, 1))),
+    "C-zero": ("fb", _replace(geometry=(0, *_G[1:]))),
+    "K-negative": ("fb", _replace(geometry=(*_G[:3], -9, *_G[4:]))),
+    "kh-zero": ("fb", _replace(geometry=(*_G[:4], 0, *_G[5:]))),
+    "pt-negative": ("fb", _replace(geometry=(*_G[:6], -1, *_G[7:]))),
+    "dw-zero": ("fb", _replace(geometry=(*_G[:9], 0, *_G[10:]))),
+    "Wo-zero": ("fb", _replace(geometry=(*_G[:11], 0))),
+    "pt-over": ("fb", _replace(geometry=(*_G[:6], 2, *_G[7:]))),  # 2 > (kh - 1) dh = 1
+    "pl-over": ("fb", _replace(geometry=(*_G[:7], 5, *_G[8:]))),  # 5 > (kw - 1) dw = 4
+    "Ho-bottom-over": ("fb", _replace(geometry=(*_G[:10], 6, 5))),  # bottom pad 2 > 1
+    "Ho-too-small": ("fb", _replace(geometry=(*_G[:10], 3, 5))),  # bottom pad -1
+    "Wo-right-over": ("fb", _replace(geometry=(*_G[:11], 8))),  # right pad 5 > 4
+    "lo-negative": ("fb", _replace(lo=-1)),
+    "hi-past-N": ("fb", _replace(hi=3)),
+    "lo-past-hi": ("fb", _replace(lo=2, hi=1)),
+    "isa-beyond": ("fb", None),
+}
+
+
+@pytest.mark.parametrize("kind, bad", [(kind, bad) for bad in sorted(_BAD)
+                                       for kind in ("forward", "backward")
+                                       if kind[0] in _BAD[bad][0]])
+def test_bad_arguments_raise_value_error(kind, bad):
+    """Each wrong dtype, layout, size, geometry, image range or ISA level is a ValueError
+    (the C kernels read and write with no bounds checks)."""
+    change = _BAD[bad][1]
+    a = _valid()
+    isa = CW.ISA_LEVEL + 1 if change is None else -1
+    if change is not None:
+        change(a)
+    with pytest.raises(ValueError):
+        _call(kind, a, isa)
+
+
+@given(geometry=st.lists(st.integers(-2, 6), min_size=11, max_size=13).map(tuple),
+       sizes=st.lists(st.integers(0, 40), min_size=7, max_size=7),
+       N=st.integers(0, 2), lo=st.integers(-1, 3), hi=st.integers(-1, 3),
+       dtype=st.sampled_from([np.float64, np.float32, np.float16]),
+       kind=st.sampled_from(["forward", "backward"]), bias=st.booleans())
+@example(geometry=_G, sizes=[120, 288, 9, 450, 432, 120, 384], N=2, lo=0, hi=2,
+         dtype=np.float64, kind="forward", bias=True)  # _valid()'s sizes: runs
+@example(geometry=_G, sizes=[120, 288, 9, 450, 432, 120, 384], N=2, lo=1, hi=2,
+         dtype=np.float64, kind="backward", bias=False)
+def test_fuzzed_geometry_runs_or_raises_value_error(geometry, sizes, N, lo, hi, dtype, kind,
+                                                    bias):
+    """Random (mostly inconsistent) geometries with tiny arrays of random sizes: the call
+    works or raises ValueError, nothing else (and no crash)."""
+    x, wp, b, y, wfp, dx, acc = (np.zeros(s, dtype) for s in sizes)
+    x = x.reshape(N, -1) if N and x.size % N == 0 else x[None]
+    a = dict(x=x, wp=wp, bias=b if bias else None, y=y, dy=y, wfp=wfp, dx=dx, acc=acc,
+             geometry=geometry, lo=lo, hi=hi)
+    try:
+        _call(kind, a)
+    except ValueError:
+        pass
+
+
+def _in_child(call):
+    """Run ``call`` (conv_window as CW, _valid's arguments as a) in a child process, which a
+    segfault kills: 'ValueError', another exception's name, 'ok', or the crash's signal."""
+    code = textwrap.dedent(f"""
+        import numpy as np
+        from nnkit._ext import conv_window as CW
+        from test_conv_window import _valid
+        a = _valid()
+        try:
+            {call}
+            print("ok")
+        except Exception as e:
+            print(type(e).__name__)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=os.path.dirname(__file__))
+    return out.stdout.strip() if out.returncode == 0 else f"signal {-out.returncode}"
+
+
+@pytest.mark.xfail(strict=True, reason="conv_window.pyx reads x.dtype and x.shape[0] before "
+                   "checking x is an ndarray of rank >= 1: a list is AttributeError, and a "
+                   "0-d x segfaults (shape[0] of () with setup.py's boundscheck=False)")
+@pytest.mark.parametrize("kind", ["forward", "backward"])
+@pytest.mark.parametrize("x", ["[0.0]", "np.zeros(())", "np.float64(0.0)"])
+def test_non_array_x_raises_value_error(kind, x):
+    """An x that is no ndarray, or a 0-d one, is a ValueError (checked in a child process)."""
+    args = ("x, a['wp'], a['bias'], a['y']" if kind == "forward"
+            else "x, a['dy'], a['wfp'], a['dx'], a['acc']")
+    assert _in_child(f"x = {x}; CW.{kind}({args}, a['geometry'], 0, 1)") == "ValueError"
+
+
+@pytest.mark.xfail(strict=True, reason="conv_window.pyx computes the wp/wfp/acc sizes in "
+                   "Py_ssize_t: (K + 7) // 8 * 8 * C * kh * kw wraps (kh = 2**61 -> 0), so an "
+                   "empty wp passes and the kernel segfaults")
+def test_overflowing_geometry_raises_value_error():
+    """A kernel height so large that the packed weight's size wraps around 2**64 is a
+    ValueError, not a crash (checked in a child process)."""
+    assert _in_child("CW.forward(np.zeros((1, 1, 1, 1)), np.zeros(0), None, "
+                     "np.zeros((1, 1, 1, 1)), (1, 1, 1, 1, 2**61, 1, 0, 0, 1, 1, 1, 1), 0, "
+                     "1)") == "ValueError"
+
+
+@pytest.mark.xfail(strict=True, raises=OverflowError,
+                   reason="conv_window.pyx unpacks the geometry into Py_ssize_t: an entry "
+                   "past 2**63 - 1 raises OverflowError, not ValueError")
+def test_geometry_past_ssize_t_raises_value_error():
+    """A geometry entry past 2**63 - 1 is a ValueError like any other bad size."""
+    a = _valid()
+    a["geometry"] = (*_G[:4], 2**70, *_G[5:])
+    with pytest.raises(ValueError):
+        _call("forward", a)
+
+
+# ---- the dispatcher ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kernel, stride, pads, dilation, groups, fits", [
+    ((3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1, True),
+    ((3, 3), (1, 1), ((2, 2), (2, 2)), (1, 1), 1, True),  # (k - 1) d exactly
+    ((3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 1, False),  # stride 2
+    ((3, 3), (1, 2), ((1, 1), (1, 1)), (1, 1), 1, False),
+    ((3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2, False),  # groups 2
+    ((3, 3), (1, 1), ((3, 0), (0, 0)), (1, 1), 1, False),  # top over (k - 1) d
+    ((3, 3), (1, 1), ((0, 3), (0, 0)), (1, 1), 1, False),  # bottom
+    ((3, 3), (1, 1), ((0, 0), (3, 0)), (1, 1), 1, False),  # left
+    ((3, 3), (1, 1), ((0, 0), (0, 3)), (1, 1), 1, False),  # right
+    ((3, 3), (1, 1), ((0, 0), (0, 3)), (1, 2), 1, True),  # dilation makes room
+    ((1, 1), (1, 1), ((0, 0), (1, 0)), (1, 1), 1, False),  # 1x1: no padding at all
+])
+def test_window_fits(kernel, stride, pads, dilation, groups, fits):
+    """_window_fits: stride 1, ungrouped, every padding within 0 .. (k - 1) d."""
+    assert K._window_fits(kernel, stride, pads, dilation, groups) is fits
+
+
+def test_forcing_window_where_it_does_not_fit_falls_back(rng):
+    """ALGORITHM = 'window' on a stride-2 or over-padded layer runs im2col (and is right)."""
+    x, w = rng.standard_normal((1, 2, 6, 6)), rng.standard_normal((3, 2, 3, 3))
+    with _algorithm("window"):
+        for kw in (dict(stride=2, padding=1), dict(padding=3)):
+            y, cache = K.conv2d_forward(x, w, **kw)
+            assert cache.algorithm == "im2col"
+            np.testing.assert_allclose(y, R.conv2d(x, w, None, **kw), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("k, padding, algorithm", [
+    (3, 0, "window"), (3, 2, "window"), (5, "same", "window"), (3, 3, "im2col")])
+def test_conv1d_dispatch(rng, k, padding, algorithm):
+    """conv1d with padding <= k - 1 takes the window path by default; more padding does not."""
+    x, w = rng.standard_normal((2, 3, 9)), rng.standard_normal((4, 3, k))
+    _, cache = K.conv1d_forward(x, w, padding=padding)
+    assert cache.algorithm == algorithm
