@@ -5,9 +5,8 @@ boundary of the extension (bad arguments raise ValueError, never crash) and the 
 
 import contextlib
 import os
-import subprocess
-import sys
-import textwrap
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -141,16 +140,18 @@ def _direct_args(case):
     return x, wp, b, dy, wfp, (C, H, W, Kout, kh, kw, pt, pl, dh, dw, Ho, Wo)
 
 
-def _run_isa(case, isa):
-    """(y, dx, dW^T) from the ISA level ``isa`` (the valid rows and columns of dW^T)."""
+def _run_isa(case, isa, threads=1):
+    """(y, dx, dW^T, db) from the ISA level ``isa`` on ``threads`` runs of images (the
+    runs' parts of dW^T and db added up; the valid rows and columns of dW^T)."""
     x, wp, b, dy, wfp, g = _direct_args(case)
-    N, R_, Kout, nr = x.shape[0], g[0] * g[4] * g[5], g[3], CW.NR[x.dtype]
+    R_, Kout = g[0] * g[4] * g[5], g[3]
     y = np.empty_like(dy)
-    CW.forward(x, wp, b, y, g, 0, N, isa)
+    CW.forward(x, wp, b, y, g, threads, isa)
     dx = np.empty_like(x)
-    acc = np.zeros((-(-R_ // 8) * 8, -(-Kout // nr) * nr), x.dtype)
-    CW.backward(x, dy, wfp, dx, acc, g, 0, N, isa)
-    return y, dx, acc[:R_, :Kout]
+    acc = np.zeros(CW.accumulator_shape(g, x.dtype, threads), x.dtype)
+    db = np.zeros((threads, Kout))
+    CW.backward(x, dy, wfp, dx, acc, db, g, threads, isa)
+    return y, dx, acc.sum(axis=0)[:R_, :Kout], db.sum(axis=0)
 
 
 @given(case=window_cases(work=400_000))
@@ -163,10 +164,21 @@ def test_every_isa_build_agrees(case):
     tol = 1e-6 if case["dtype"] == np.float32 else 1e-13
     first = _run_isa(case, 0)
     for isa in range(1, CW.ISA_LEVEL + 1):
-        for name, a, e in zip(("y", "dx", "dweight"), _run_isa(case, isa), first,
+        for name, a, e in zip(("y", "dx", "dweight", "dbias"), _run_isa(case, isa), first,
                               strict=True):
             np.testing.assert_allclose(a, e, rtol=tol, atol=tol * max(1.0, np.abs(e).max()),
                                        err_msg=f"{name}: isa {isa} vs baseline")
+
+
+@given(case=window_cases(work=400_000), threads=st.integers(2, 5))
+def test_runs_of_images_agree(case, threads):
+    """The batch split into 2-5 runs of images (C threads; more runs than images too): y and
+    dx as from one run, dweight and dbias (the runs' parts added) up to rounding."""
+    one, split = _run_isa(case, -1), _run_isa(case, -1, threads)
+    tol = 1e-6 if case["dtype"] == np.float32 else 1e-13
+    for name, a, e in zip(("y", "dx", "dweight", "dbias"), split, one, strict=True):
+        np.testing.assert_allclose(a, e, rtol=tol, atol=tol * max(1.0, np.abs(e).max()),
+                                   err_msg=f"{name}: {threads} runs vs one")
 
 
 def test_isa_names_cover_the_levels():
@@ -263,15 +275,16 @@ def _valid(dtype=np.float64):
     nr = CW.NR[np.dtype(dtype)]
     z = lambda *shape: np.zeros(shape, dtype)  # noqa: E731
     return dict(x=z(2, 3, 4, 5), wp=z(2, 18, 8), bias=z(9), y=z(2, 9, 5, 5), dy=z(2, 9, 5, 5),
-                wfp=z(1, 54, 8), dx=z(2, 3, 4, 5), acc=z(24, nr), geometry=g, lo=0, hi=2)
+                wfp=z(1, 54, 8), dx=z(2, 3, 4, 5), acc=z(1, 24, nr), db=np.zeros((1, 9)),
+                geometry=g, threads=1)
 
 
 def _call(kind, a, isa=-1):
     if kind == "forward":
-        CW.forward(a["x"], a["wp"], a["bias"], a["y"], a["geometry"], a["lo"], a["hi"], isa)
+        CW.forward(a["x"], a["wp"], a["bias"], a["y"], a["geometry"], a["threads"], isa)
     else:
-        CW.backward(a["x"], a["dy"], a["wfp"], a["dx"], a["acc"], a["geometry"], a["lo"],
-                    a["hi"], isa)
+        CW.backward(a["x"], a["dy"], a["wfp"], a["dx"], a["acc"], a["db"], a["geometry"],
+                    a["threads"], isa)
 
 
 def test_valid_boundary_call_runs():
@@ -308,7 +321,10 @@ _BAD = {  # name -> (kinds it applies to, the change to _valid()'s arguments)
     "dy-short": ("b", _replace(dy=lambda a: a["dy"][:, :, :4].copy())),
     "dx-short": ("b", _replace(dx=lambda a: a["dx"][:1].copy())),
     "wfp-short": ("b", _replace(wfp=lambda a: a["wfp"][:, :53].copy())),
-    "acc-short": ("b", _replace(acc=lambda a: a["acc"][:16].copy())),
+    "acc-short": ("b", _replace(acc=lambda a: a["acc"][:, :16].copy())),
+    "acc-one-run-of-two": ("b", _replace(threads=2)),  # acc and db hold one run's parts
+    "db-float32": ("b", _replace(db=lambda a: a["db"].astype(np.float32))),
+    "db-short": ("b", _replace(db=lambda a: a["db"][:, :8].copy())),
     "wfp-none": ("b", _replace(wfp=None)),
     "geometry-11": ("fb", _replace(geometry=_G[:11])),
     "geometry-13": ("fb", _replace(geometry=(*_G, 1))),
@@ -323,9 +339,15 @@ _BAD = {  # name -> (kinds it applies to, the change to _valid()'s arguments)
     "Ho-bottom-over": ("fb", _replace(geometry=(*_G[:10], 6, 5))),  # bottom pad 2 > 1
     "Ho-too-small": ("fb", _replace(geometry=(*_G[:10], 3, 5))),  # bottom pad -1
     "Wo-right-over": ("fb", _replace(geometry=(*_G[:11], 8))),  # right pad 5 > 4
-    "lo-negative": ("fb", _replace(lo=-1)),
-    "hi-past-N": ("fb", _replace(hi=3)),
-    "lo-past-hi": ("fb", _replace(lo=2, hi=1)),
+    "K-past-int64": ("fb", _replace(geometry=(*_G[:4], 2**70, *_G[5:]))),
+    "kh-huge": ("fb", _replace(geometry=(*_G[:4], 2**40, *_G[5:]))),
+    "threads-zero": ("fb", _replace(threads=0)),
+    "threads-negative": ("fb", _replace(threads=-1)),
+    "threads-float": ("fb", _replace(threads=1.0)),
+    "threads-past-max": ("fb", _replace(threads=10**6)),
+    "x-list": ("fb", _replace(x=lambda a: a["x"].tolist())),
+    "x-0d": ("fb", _replace(x=np.zeros(()))),
+    "x-3d": ("fb", _replace(x=lambda a: a["x"].reshape(6, 4, 5))),
     "isa-beyond": ("fb", None),
 }
 
@@ -334,8 +356,8 @@ _BAD = {  # name -> (kinds it applies to, the change to _valid()'s arguments)
                                        for kind in ("forward", "backward")
                                        if kind[0] in _BAD[bad][0]])
 def test_bad_arguments_raise_value_error(kind, bad):
-    """Each wrong dtype, layout, size, geometry, image range or ISA level is a ValueError
-    (the C kernels read and write with no bounds checks)."""
+    """Each wrong type, dtype, layout, size, geometry, thread count or ISA level is a
+    ValueError (the C kernels read and write with no bounds checks)."""
     change = _BAD[bad][1]
     a = _valid()
     isa = CW.ISA_LEVEL + 1 if change is None else -1
@@ -347,78 +369,28 @@ def test_bad_arguments_raise_value_error(kind, bad):
 
 @given(geometry=st.lists(st.integers(-2, 6), min_size=11, max_size=13).map(tuple),
        sizes=st.lists(st.integers(0, 40), min_size=7, max_size=7),
-       N=st.integers(0, 2), lo=st.integers(-1, 3), hi=st.integers(-1, 3),
+       N=st.integers(0, 2), threads=st.integers(-1, 3),
        dtype=st.sampled_from([np.float64, np.float32, np.float16]),
        kind=st.sampled_from(["forward", "backward"]), bias=st.booleans())
-@example(geometry=_G, sizes=[120, 288, 9, 450, 432, 120, 384], N=2, lo=0, hi=2,
+@example(geometry=_G, sizes=[120, 288, 9, 450, 432, 120, 384], N=2, threads=1,
          dtype=np.float64, kind="forward", bias=True)  # _valid()'s sizes: runs
-@example(geometry=_G, sizes=[120, 288, 9, 450, 432, 120, 384], N=2, lo=1, hi=2,
+@example(geometry=_G, sizes=[120, 288, 9, 450, 432, 120, 384], N=2, threads=1,
          dtype=np.float64, kind="backward", bias=False)
-def test_fuzzed_geometry_runs_or_raises_value_error(geometry, sizes, N, lo, hi, dtype, kind,
+def test_fuzzed_geometry_runs_or_raises_value_error(geometry, sizes, N, threads, dtype, kind,
                                                     bias):
     """Random (mostly inconsistent) geometries with tiny arrays of random sizes: the call
     works or raises ValueError, nothing else (and no crash)."""
     x, wp, b, y, wfp, dx, acc = (np.zeros(s, dtype) for s in sizes)
-    x = x.reshape(N, -1) if N and x.size % N == 0 else x[None]
-    a = dict(x=x, wp=wp, bias=b if bias else None, y=y, dy=y, wfp=wfp, dx=dx, acc=acc,
-             geometry=geometry, lo=lo, hi=hi)
+    C, H, W = (geometry[:3] if len(geometry) == 12 and min(geometry[:3]) > 0 else (-1, 1, 1))
+    fits = N and x.size == N * C * H * W
+    x = x.reshape(N, C, H, W) if fits else x.reshape(1, -1, 1, 1)  # (N, C, H, W) where it can
+    a = dict(x=x, wp=wp, bias=b if bias else None, y=y, dy=y, wfp=wfp,
+             dx=dx, acc=acc, db=np.zeros((max(threads, 1), len(b))) if bias else None,
+             geometry=geometry, threads=threads)
     try:
         _call(kind, a)
     except ValueError:
         pass
-
-
-def _in_child(call):
-    """Run ``call`` (conv_window as CW, _valid's arguments as a) in a child process, which a
-    segfault kills: 'ValueError', another exception's name, 'ok', or the crash's signal."""
-    code = textwrap.dedent(f"""
-        import numpy as np
-        from nnkit._ext import conv_window as CW
-        from test_conv_window import _valid
-        a = _valid()
-        try:
-            {call}
-            print("ok")
-        except Exception as e:
-            print(type(e).__name__)
-    """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, cwd=os.path.dirname(__file__))
-    return out.stdout.strip() if out.returncode == 0 else f"signal {-out.returncode}"
-
-
-@pytest.mark.xfail(strict=True, reason="conv_window.pyx reads x.dtype and x.shape[0] before "
-                   "checking x is an ndarray of rank >= 1: a list is AttributeError, and a "
-                   "0-d x segfaults (shape[0] of () with setup.py's boundscheck=False)")
-@pytest.mark.parametrize("kind", ["forward", "backward"])
-@pytest.mark.parametrize("x", ["[0.0]", "np.zeros(())", "np.float64(0.0)"])
-def test_non_array_x_raises_value_error(kind, x):
-    """An x that is no ndarray, or a 0-d one, is a ValueError (checked in a child process)."""
-    args = ("x, a['wp'], a['bias'], a['y']" if kind == "forward"
-            else "x, a['dy'], a['wfp'], a['dx'], a['acc']")
-    assert _in_child(f"x = {x}; CW.{kind}({args}, a['geometry'], 0, 1)") == "ValueError"
-
-
-@pytest.mark.xfail(strict=True, reason="conv_window.pyx computes the wp/wfp/acc sizes in "
-                   "Py_ssize_t: (K + 7) // 8 * 8 * C * kh * kw wraps (kh = 2**61 -> 0), so an "
-                   "empty wp passes and the kernel segfaults")
-def test_overflowing_geometry_raises_value_error():
-    """A kernel height so large that the packed weight's size wraps around 2**64 is a
-    ValueError, not a crash (checked in a child process)."""
-    assert _in_child("CW.forward(np.zeros((1, 1, 1, 1)), np.zeros(0), None, "
-                     "np.zeros((1, 1, 1, 1)), (1, 1, 1, 1, 2**61, 1, 0, 0, 1, 1, 1, 1), 0, "
-                     "1)") == "ValueError"
-
-
-@pytest.mark.xfail(strict=True, raises=OverflowError,
-                   reason="conv_window.pyx unpacks the geometry into Py_ssize_t: an entry "
-                   "past 2**63 - 1 raises OverflowError, not ValueError")
-def test_geometry_past_ssize_t_raises_value_error():
-    """A geometry entry past 2**63 - 1 is a ValueError like any other bad size."""
-    a = _valid()
-    a["geometry"] = (*_G[:4], 2**70, *_G[5:])
-    with pytest.raises(ValueError):
-        _call("forward", a)
 
 
 # ---- the dispatcher ------------------------------------------------------------------------
@@ -458,3 +430,32 @@ def test_conv1d_dispatch(rng, k, padding, algorithm):
     x, w = rng.standard_normal((2, 3, 9)), rng.standard_normal((4, 3, k))
     _, cache = K.conv1d_forward(x, w, padding=padding)
     assert cache.algorithm == algorithm
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
+def test_forked_child_runs_the_threaded_kernels(rng):
+    """A child forked after the parent ran the kernels on C worker threads has none of those
+    threads: it starts its own (part_threads.h's fork handler) and gets the same numbers."""
+    x, w = rng.standard_normal((4, 3, 8, 8)), rng.standard_normal((5, 3, 3, 3))
+    g = (3, 8, 8, 5, 3, 3, 1, 1, 1, 1, 8, 8)
+    wp, y = K._window_pack(w.reshape(5, -1)), np.empty((4, 5, 8, 8))
+    CW.forward(x, wp, None, y, g, 3)
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only if the threaded run agrees
+        try:
+            again = np.empty_like(y)
+            CW.forward(x, wp, None, again, g, 3)
+            os._exit(0 if np.array_equal(again, y) else 1)
+        finally:
+            os._exit(2)
+    for _ in range(600):  # a child waiting for workers it does not have would hang: 60 s
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung in the threaded kernel")
+    assert os.waitstatus_to_exitcode(status) == 0
+    np.testing.assert_allclose(y, R.conv2d(x, w, None, 1, 1), rtol=1e-12, atol=1e-12)

@@ -21,9 +21,9 @@ Algorithms (CPU), one per shape, chosen by ``_cpu_algorithm`` (its comment says 
   float32 error up to ~100 eps of max|y| (against ~4 for im2col); see "Winograd" below.
 - ``direct``: depthwise layers, Numba loops over padded planes (``conv_cpu.direct_*``).
 - ``pointwise``: 1x1 stride 1 unpadded, y[n] = W @ x[n], numpy's batched GEMM.
-- ``packed``: float32 strided layers with up to 64 outputs: an implicit GEMM image by image, each block of
-  output pixels' im2col panels gathered straight into the layout of the packed C GEMM
-  (``nnkit._ext.conv_packed_cpu`` on ``gemm_packed.h``); the backward is ``image``'s.
+- ``packed``: float32 strided layers with up to 64 outputs: an implicit GEMM image by image,
+  each block of output pixels' im2col panels gathered straight into the layout of the packed
+  C GEMM (``nnkit._ext.conv_packed_cpu`` on ``gemm_packed.h``); the backward is ``image``'s.
 - ``image``: im2col + GEMM image by image (cols (C kh kw, Ho Wo) cache-resident, the GEMM
   writing NCHW directly); the backward recomputes each image's cols.
 - ``im2col``: the batch at once, cols (C kh kw, N Ho Wo), then
