@@ -1143,20 +1143,21 @@ def test_winograd_transforms_are_adjoint_and_parallel_matches_serial(rng):
 
 
 @pytest.mark.parametrize("x_shape, w_shape, kw, algorithm", [
-    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "winograd"),  # on one thread
-    ((2, 128, 28, 28), (128, 128, 3, 3), dict(padding=1), "winograd"),
+    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "window"),
+    ((2, 128, 28, 28), (128, 128, 3, 3), dict(padding=1), "window"),
     ((2, 256, 14, 14), (256, 256, 3, 3), dict(padding=1), "window"),
     ((32, 32, 32, 32), (32, 32, 3, 3), dict(padding=1), "window"),
     ((32, 16, 32, 32), (32, 16, 3, 3), dict(padding=1), "window"),
     ((32, 3, 32, 32), (16, 3, 3, 3), dict(padding=1), "window"),
-    ((8, 3, 224, 224), (64, 3, 7, 7), dict(stride=2, padding=3), "packed"),
+    ((8, 3, 224, 224), (64, 3, 7, 7), dict(stride=2, padding=3), "window"),  # strides too
     ((32, 64, 8, 8), (64, 64, 3, 3), dict(padding=1), "window"),  # small maps too
     ((32, 1, 8, 8), (16, 1, 3, 3), dict(padding=1), "window"),  # C = 1: not depthwise
     ((32, 64, 1, 512), (64, 64, 1, 5), dict(padding=(0, 2)), "window"),  # conv1d
     ((32, 64, 1, 512), (64, 64, 1, 5), dict(padding=(0, 5)), "packed"),  # padding > k - 1
-    ((32, 64, 1, 512), (64, 64, 1, 5), dict(padding=(0, 2), stride=(1, 2)), "packed"),
-    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1, stride=2), "packed"),
-    ((8, 64, 56, 56), (128, 64, 3, 3), dict(padding=1, stride=2), "image"),  # K = 128
+    ((32, 64, 1, 512), (64, 64, 1, 5), dict(padding=(0, 2), stride=(1, 2)), "window"),
+    ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1, stride=2), "window"),
+    ((8, 64, 56, 56), (128, 64, 3, 3), dict(padding=1, stride=2), "window"),
+    ((8, 64, 56, 56), (128, 64, 3, 3), dict(padding=3, stride=2), "image"),  # K = 128
     ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=2, dilation=2), "window"),
     ((8, 32, 56, 56), (64, 32, 3, 3), dict(padding=3), "packed"),  # padding > k - 1
     ((8, 64, 56, 56), (64, 32, 3, 3), dict(padding=1, groups=2), "im2col"),
@@ -1166,31 +1167,27 @@ def test_winograd_transforms_are_adjoint_and_parallel_matches_serial(rng):
     ((8, 64, 56, 56), (128, 1, 3, 3), dict(padding=1, groups=64), "direct"),  # multiplier 2
     ((8, 64, 56, 56), (64, 2, 3, 3), dict(padding=1, groups=32), "im2col"),
     ((8, 64, 56, 56), (256, 64, 1, 1), {}, "pointwise"),
-    ((8, 64, 56, 56), (256, 64, 1, 1), dict(stride=2), "image"),
+    ((8, 64, 56, 56), (256, 64, 1, 1), dict(stride=2), "window"),
     ((8, 64, 56, 56), (256, 64, 1, 1), dict(padding=1), "image"),
 ])
 def test_cpu_algorithm_by_shape(monkeypatch, x_shape, w_shape, kw, algorithm):
-    """The choice on one thread; on two, Winograd's layers take the window path."""
+    """The choice, on one thread and on two alike."""
     x = np.zeros(x_shape, np.float32)
     w = np.zeros(w_shape, np.float32)
-    monkeypatch.setattr(K, "_numba_threads", lambda: 1)
-    assert K.conv2d_forward(x, w, None, **kw)[1].algorithm == algorithm
-    monkeypatch.setattr(K, "_numba_threads", lambda: 2)
-    expected = algorithm
-    if algorithm == "winograd":
-        expected = "window"
-    assert K.conv2d_forward(x, w, None, **kw)[1].algorithm == expected
+    for threads in (1, 2):
+        monkeypatch.setattr(K, "_numba_threads", lambda threads=threads: threads)
+        assert K.conv2d_forward(x, w, None, **kw)[1].algorithm == algorithm
 
 
 def test_cpu_algorithm_float64():
-    """The window path takes both float types; where it does not fit (stride 2), the packed
-    path is chosen for float32 only (float64 panels are 16 pixels wide)."""
+    """The window path takes both float types; where it does not fit (padding 3 > k - 1),
+    the packed path is chosen for float32 only (float64 panels are 16 pixels wide)."""
     x = np.zeros((4, 16, 32, 32))
     w = np.zeros((32, 16, 3, 3))
-    assert K.conv2d_forward(x, w, None, padding=1)[1].algorithm == "window"
-    assert K.conv2d_forward(x, w, None, padding=1, stride=2)[1].algorithm == "image"
+    assert K.conv2d_forward(x, w, None, padding=1, stride=2)[1].algorithm == "window"
+    assert K.conv2d_forward(x, w, None, padding=3)[1].algorithm == "image"
     x32, w32 = x.astype(np.float32), w.astype(np.float32)
-    assert K.conv2d_forward(x32, w32, None, padding=1, stride=2)[1].algorithm == "packed"
+    assert K.conv2d_forward(x32, w32, None, padding=3)[1].algorithm == "packed"
 
 
 # ---- direct (depthwise) and pointwise (1x1) paths ---------------------------------------------

@@ -43,39 +43,49 @@ def _assert_close(actual, expected, terms, dtype, msg=""):
                                rtol=tol, atol=tol, err_msg=msg)
 
 
-def _conv(x, w, b, pads, dilation):
+def _conv(x, w, b, stride, pads, dilation):
     """conv2d_forward with per-side ``pads`` (t, b, l, r): the public call when symmetric,
     else the validated-array entry ``_forward`` (the public API pads asymmetrically only for
     'same')."""
     (pt, pb, pl, pr) = pads
     if (pt, pl) == (pb, pr):
-        return K.conv2d_forward(x, w, b, 1, (pt, pl), dilation)
-    return K._forward(x, w, b, (1, 1), ((pt, pb), (pl, pr)), dilation, 1)
+        return K.conv2d_forward(x, w, b, stride, (pt, pl), dilation)
+    return K._forward(x, w, b, stride, ((pt, pb), (pl, pr)), dilation, 1)
+
+
+def _out(case):
+    """(Ho, Wo) of ``case``."""
+    (pt, pb, pl, pr), (dh, dw), (sh, sw) = case["pads"], case["dilation"], case["stride"]
+    return ((case["H"] + pt + pb - dh * (case["kh"] - 1) - 1) // sh + 1,
+            (case["W"] + pl + pr - dw * (case["kw"] - 1) - 1) // sw + 1)
 
 
 @st.composite
 def window_cases(draw, work=WORK):
-    """A stride-1 ungrouped conv2d the window path takes: kernel 1-5, dilation 1-3, each
-    padding in 0 .. (k - 1) d, H, W up to 12 (more only where the kernel needs it), K up to
-    40, C up to 20 within ``work`` multiply-adds, a C-contiguous or a strided/transposed x."""
+    """An ungrouped conv2d the window path takes: kernel 1-5, dilation 1-3, stride 1 (half
+    the cases) or 1-3, each padding in 0 .. (k - 1) d, H, W up to 12 (more only where the
+    kernel needs it), K up to 40, C up to 20 within ``work`` multiply-adds, a C-contiguous
+    or a strided/transposed x."""
     kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
     dh, dw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     pt, pb = (draw(st.integers(0, (kh - 1) * dh)) for _ in range(2))
     pl, pr = (draw(st.integers(0, (kw - 1) * dw)) for _ in range(2))
     need_h, need_w = max(1, dh * (kh - 1) + 1 - pt - pb), max(1, dw * (kw - 1) + 1 - pl - pr)
     H, W = draw(st.integers(need_h, max(need_h, 12))), draw(st.integers(need_w, max(need_w, 12)))
-    Ho, Wo = H + pt + pb - dh * (kh - 1), W + pl + pr - dw * (kw - 1)
+    stride = (1, 1) if draw(st.booleans()) else (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    Ho, Wo = _out(dict(H=H, W=W, kh=kh, kw=kw, pads=(pt, pb, pl, pr), dilation=(dh, dw),
+                       stride=stride))
     N, Kout = draw(st.integers(1, 3)), draw(st.integers(1, 40))
     C = draw(st.integers(1, max(1, min(20, work // (N * Kout * Ho * Wo * kh * kw)))))
     return dict(N=N, C=C, H=H, W=W, K=Kout, kh=kh, kw=kw, pads=(pt, pb, pl, pr),
-                dilation=(dh, dw), dtype=draw(st.sampled_from(FLOATS)),
+                dilation=(dh, dw), stride=stride, dtype=draw(st.sampled_from(FLOATS)),
                 layout=draw(st.sampled_from(["c", "strided", "transposed"])),
                 bias=draw(st.booleans()), seed=draw(st.integers(0, 2**16)))
 
 
 def _case(**kw):
     base = dict(N=2, C=3, H=5, W=6, K=1, kh=3, kw=3, pads=(1, 1, 1, 1), dilation=(1, 1),
-                dtype=np.float32, layout="c", bias=True, seed=0)
+                stride=(1, 1), dtype=np.float32, layout="c", bias=True, seed=0)
     base.update(kw)
     return base
 
@@ -102,19 +112,23 @@ def _inputs(case):
 @example(case=_case(K=19, C=2, H=6, W=3, dtype=np.float64, pads=(0, 2, 2, 1), bias=False))
 @example(case=_case(K=5, C=20, H=2, W=2, kh=5, kw=5, dilation=(3, 3), pads=(12, 0, 0, 12)))
 @example(case=_case(K=1, C=1, H=1, W=1, kh=1, kw=1, pads=(0, 0, 0, 0), N=1))
+@example(case=_case(K=9, C=3, H=11, W=12, kh=3, kw=3, stride=(2, 2), pads=(1, 0, 1, 1)))
+@example(case=_case(K=33, C=2, H=12, W=12, kh=5, kw=4, stride=(3, 2), dilation=(2, 1),
+                    pads=(8, 3, 0, 3), dtype=np.float64, layout="strided"))
 def test_window_matches_twin(case):
     """Forced window path: y, dx, dweight, dbias equal the naive twin (asymmetric padding,
-    K over several accumulator panels and 8-row tiles, non-contiguous x, batch split over
-    the worker threads)."""
+    strides through the phase planes, K over several accumulator panels and 8-row tiles,
+    non-contiguous x, batch split over the worker threads)."""
     x, w, b, rng = _inputs(case)
     with _algorithm("window"):
-        y, cache = _conv(x, w, b, case["pads"], case["dilation"])
+        y, cache = _conv(x, w, b, case["stride"], case["pads"], case["dilation"])
     assert cache.algorithm == "window"
-    _assert_close(y, R.conv2d(x, w, b, 1, case["pads"], case["dilation"]), w[0].size + 1,
-                  case["dtype"], "y")
+    _assert_close(y, R.conv2d(x, w, b, case["stride"], case["pads"], case["dilation"]),
+                  w[0].size + 1, case["dtype"], "y")
     dy = rng.uniform(-1, 1, y.shape).astype(case["dtype"])
     dx, dw, db = K.conv2d_backward(dy, cache)
-    rdx, rdw, rdb = R.conv2d_backward(dy, x, w, 1, case["pads"], case["dilation"])
+    rdx, rdw, rdb = R.conv2d_backward(dy, x, w, case["stride"], case["pads"],
+                                      case["dilation"])
     _assert_close(dx, rdx, w.size, case["dtype"], "dx")
     _assert_close(dw, rdw, dy[:, 0].size, case["dtype"], "dweight")
     if b is None:
@@ -130,14 +144,14 @@ def _direct_args(case):
     x, w, b, rng = _inputs(case)
     x = np.ascontiguousarray(x)
     Kout, C, kh, kw = w.shape
-    pt, pb, pl, pr = case["pads"]
+    pt, _, pl, _ = case["pads"]
     (dh, dw), (_, _, H, W) = case["dilation"], x.shape
-    Ho, Wo = H + pt + pb - dh * (kh - 1), W + pl + pr - dw * (kw - 1)
+    Ho, Wo = _out(case)
     wp = K._window_pack(w.reshape(Kout, -1))
     wfp = K._window_pack(np.ascontiguousarray(
         w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)).reshape(C, -1))
     dy = rng.uniform(-1, 1, (x.shape[0], Kout, Ho, Wo)).astype(x.dtype)
-    return x, wp, b, dy, wfp, (C, H, W, Kout, kh, kw, pt, pl, dh, dw, Ho, Wo)
+    return x, wp, b, dy, wfp, (C, H, W, Kout, kh, kw, pt, pl, dh, dw, Ho, Wo, *case["stride"])
 
 
 def _run_isa(case, isa, threads=1):
@@ -147,11 +161,20 @@ def _run_isa(case, isa, threads=1):
     R_, Kout = g[0] * g[4] * g[5], g[3]
     y = np.empty_like(dy)
     CW.forward(x, wp, b, y, g, threads, isa)
-    dx = np.empty_like(x)
+    dx = np.empty_like(x) if case["stride"] == (1, 1) else None  # dx: stride 1 only
     acc = np.zeros(CW.accumulator_shape(g, x.dtype, threads), x.dtype)
     db = np.zeros((threads, Kout))
     CW.backward(x, dy, wfp, dx, acc, db, g, threads, isa)
     return y, dx, acc.sum(axis=0)[:R_, :Kout], db.sum(axis=0)
+
+
+def _agree(actual, expected, tol, msg):
+    """Equal up to ``tol`` of expected's largest entry (both None: dx of a strided layer)."""
+    if expected is None:
+        assert actual is None, msg
+        return
+    np.testing.assert_allclose(actual, expected, rtol=tol,
+                               atol=tol * max(1.0, np.abs(expected).max()), err_msg=msg)
 
 
 @given(case=window_cases(work=400_000))
@@ -166,8 +189,7 @@ def test_every_isa_build_agrees(case):
     for isa in range(1, CW.ISA_LEVEL + 1):
         for name, a, e in zip(("y", "dx", "dweight", "dbias"), _run_isa(case, isa), first,
                               strict=True):
-            np.testing.assert_allclose(a, e, rtol=tol, atol=tol * max(1.0, np.abs(e).max()),
-                                       err_msg=f"{name}: isa {isa} vs baseline")
+            _agree(a, e, tol, f"{name}: isa {isa} vs baseline")
 
 
 @given(case=window_cases(work=400_000), threads=st.integers(2, 5))
@@ -177,8 +199,7 @@ def test_runs_of_images_agree(case, threads):
     one, split = _run_isa(case, -1), _run_isa(case, -1, threads)
     tol = 1e-6 if case["dtype"] == np.float32 else 1e-13
     for name, a, e in zip(("y", "dx", "dweight", "dbias"), split, one, strict=True):
-        np.testing.assert_allclose(a, e, rtol=tol, atol=tol * max(1.0, np.abs(e).max()),
-                                   err_msg=f"{name}: {threads} runs vs one")
+        _agree(a, e, tol, f"{name}: {threads} runs vs one")
 
 
 def test_isa_names_cover_the_levels():
@@ -263,6 +284,7 @@ def test_gradcheck_window(rng, monkeypatch):
     with _algorithm("window"):
         nk.gradcheck(lambda x, w, b: FC.conv2d(x, w, b, padding=1, dilation=(1, 2)), [x, w, b])
         nk.gradcheck(lambda x, w: FC.conv2d(x, w, padding="same", dilation=2), [x, w2])
+        nk.gradcheck(lambda x, w: FC.conv2d(x, w, stride=(2, 3), padding=1), [x, w2])
     assert calls
 
 
@@ -270,8 +292,8 @@ def test_gradcheck_window(rng, monkeypatch):
 
 def _valid(dtype=np.float64):
     """A valid forward/backward call's arguments: N 2, C 3, 4x5 -> K 9, 2x3 kernel, pads
-    (1, 2), dilation (1, 2), so Ho, Wo = 5, 5."""
-    g = (3, 4, 5, 9, 2, 3, 1, 2, 1, 2, 5, 5)
+    (1, 2), dilation (1, 2), stride 1, so Ho, Wo = 5, 5."""
+    g = (3, 4, 5, 9, 2, 3, 1, 2, 1, 2, 5, 5, 1, 1)
     nr = CW.NR[np.dtype(dtype)]
     z = lambda *shape: np.zeros(shape, dtype)  # noqa: E731
     return dict(x=z(2, 3, 4, 5), wp=z(2, 18, 8), bias=z(9), y=z(2, 9, 5, 5), dy=z(2, 9, 5, 5),
@@ -285,6 +307,18 @@ def _call(kind, a, isa=-1):
     else:
         CW.backward(a["x"], a["dy"], a["wfp"], a["dx"], a["acc"], a["db"], a["geometry"],
                     a["threads"], isa)
+
+
+def test_input_gradient_of_a_strided_layer_is_a_value_error():
+    """backward computes dx for stride 1 only (a strided layer's dx is no stride-1
+    convolution of dy); with dx None the weight gradient of a strided layer runs."""
+    a = _valid()
+    a["geometry"] = (*_G[:10], 3, 5, 2, 1)  # stride (2, 1): Ho = (4 + 1 + 1 - 1 - 1) // 2 + 1
+    a["dy"] = np.zeros((2, 9, 3, 5))
+    with pytest.raises(ValueError, match="stride 1"):
+        _call("backward", a)
+    a["dx"] = None
+    _call("backward", a)
 
 
 def test_valid_boundary_call_runs():
@@ -327,18 +361,22 @@ _BAD = {  # name -> (kinds it applies to, the change to _valid()'s arguments)
     "db-short": ("b", _replace(db=lambda a: a["db"][:, :8].copy())),
     "wfp-none": ("b", _replace(wfp=None)),
     "geometry-11": ("fb", _replace(geometry=_G[:11])),
-    "geometry-13": ("fb", _replace(geometry=(*_G, 1))),
+    "geometry-12": ("fb", _replace(geometry=_G[:12])),  # no strides
+    "geometry-15": ("fb", _replace(geometry=(*_G, 1))),
+    "sh-zero": ("fb", _replace(geometry=(*_G[:12], 0, 1))),
+    "sw-negative": ("fb", _replace(geometry=(*_G[:13], -2))),
+    "stride-too-large-for-Ho": ("fb", _replace(geometry=(*_G[:12], 2, 1))),  # Ho 5 > 3
     "C-zero": ("fb", _replace(geometry=(0, *_G[1:]))),
     "K-negative": ("fb", _replace(geometry=(*_G[:3], -9, *_G[4:]))),
     "kh-zero": ("fb", _replace(geometry=(*_G[:4], 0, *_G[5:]))),
     "pt-negative": ("fb", _replace(geometry=(*_G[:6], -1, *_G[7:]))),
     "dw-zero": ("fb", _replace(geometry=(*_G[:9], 0, *_G[10:]))),
-    "Wo-zero": ("fb", _replace(geometry=(*_G[:11], 0))),
+    "Wo-zero": ("fb", _replace(geometry=(*_G[:11], 0, *_G[12:]))),
     "pt-over": ("fb", _replace(geometry=(*_G[:6], 2, *_G[7:]))),  # 2 > (kh - 1) dh = 1
     "pl-over": ("fb", _replace(geometry=(*_G[:7], 5, *_G[8:]))),  # 5 > (kw - 1) dw = 4
-    "Ho-bottom-over": ("fb", _replace(geometry=(*_G[:10], 6, 5))),  # bottom pad 2 > 1
-    "Ho-too-small": ("fb", _replace(geometry=(*_G[:10], 3, 5))),  # bottom pad -1
-    "Wo-right-over": ("fb", _replace(geometry=(*_G[:11], 8))),  # right pad 5 > 4
+    "Ho-bottom-over": ("fb", _replace(geometry=(*_G[:10], 6, 5, 1, 1))),  # bottom pad 2 > 1
+    "Ho-too-small": ("fb", _replace(geometry=(*_G[:10], 3, 5, 1, 1))),  # bottom pad -1
+    "Wo-right-over": ("fb", _replace(geometry=(*_G[:11], 8, 1, 1))),  # right pad 5 > 4
     "K-past-int64": ("fb", _replace(geometry=(*_G[:4], 2**70, *_G[5:]))),
     "kh-huge": ("fb", _replace(geometry=(*_G[:4], 2**40, *_G[5:]))),
     "threads-zero": ("fb", _replace(threads=0)),
@@ -367,7 +405,7 @@ def test_bad_arguments_raise_value_error(kind, bad):
         _call(kind, a, isa)
 
 
-@given(geometry=st.lists(st.integers(-2, 6), min_size=11, max_size=13).map(tuple),
+@given(geometry=st.lists(st.integers(-2, 6), min_size=13, max_size=15).map(tuple),
        sizes=st.lists(st.integers(0, 40), min_size=7, max_size=7),
        N=st.integers(0, 2), threads=st.integers(-1, 3),
        dtype=st.sampled_from([np.float64, np.float32, np.float16]),
@@ -398,8 +436,9 @@ def test_fuzzed_geometry_runs_or_raises_value_error(geometry, sizes, N, threads,
 @pytest.mark.parametrize("kernel, stride, pads, dilation, groups, fits", [
     ((3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1, True),
     ((3, 3), (1, 1), ((2, 2), (2, 2)), (1, 1), 1, True),  # (k - 1) d exactly
-    ((3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 1, False),  # stride 2
-    ((3, 3), (1, 2), ((1, 1), (1, 1)), (1, 1), 1, False),
+    ((3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 1, True),  # strides: the phase planes
+    ((7, 7), (2, 2), ((3, 3), (3, 3)), (1, 1), 1, True),
+    ((3, 3), (2, 2), ((3, 3), (3, 3)), (1, 1), 1, False),
     ((3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2, False),  # groups 2
     ((3, 3), (1, 1), ((3, 0), (0, 0)), (1, 1), 1, False),  # top over (k - 1) d
     ((3, 3), (1, 1), ((0, 3), (0, 0)), (1, 1), 1, False),  # bottom
@@ -409,15 +448,16 @@ def test_fuzzed_geometry_runs_or_raises_value_error(geometry, sizes, N, threads,
     ((1, 1), (1, 1), ((0, 0), (1, 0)), (1, 1), 1, False),  # 1x1: no padding at all
 ])
 def test_window_fits(kernel, stride, pads, dilation, groups, fits):
-    """_window_fits: stride 1, ungrouped, every padding within 0 .. (k - 1) d."""
+    """_window_fits: ungrouped, every padding within 0 .. (k - 1) d (any stride)."""
     assert K._window_fits(kernel, stride, pads, dilation, groups) is fits
 
 
 def test_forcing_window_where_it_does_not_fit_falls_back(rng):
-    """ALGORITHM = 'window' on a stride-2 or over-padded layer runs im2col (and is right)."""
-    x, w = rng.standard_normal((1, 2, 6, 6)), rng.standard_normal((3, 2, 3, 3))
+    """ALGORITHM = 'window' on a grouped or over-padded layer runs im2col (and is right)."""
+    x = rng.standard_normal((1, 2, 6, 6))
+    grouped, full = rng.standard_normal((4, 1, 3, 3)), rng.standard_normal((3, 2, 3, 3))
     with _algorithm("window"):
-        for kw in (dict(stride=2, padding=1), dict(padding=3)):
+        for w, kw in ((grouped, dict(groups=2, padding=1)), (full, dict(stride=2, padding=3))):
             y, cache = K.conv2d_forward(x, w, **kw)
             assert cache.algorithm == "im2col"
             np.testing.assert_allclose(y, R.conv2d(x, w, None, **kw), rtol=1e-12, atol=1e-12)
@@ -437,7 +477,7 @@ def test_forked_child_runs_the_threaded_kernels(rng):
     """A child forked after the parent ran the kernels on C worker threads has none of those
     threads: it starts its own (part_threads.h's fork handler) and gets the same numbers."""
     x, w = rng.standard_normal((4, 3, 8, 8)), rng.standard_normal((5, 3, 3, 3))
-    g = (3, 8, 8, 5, 3, 3, 1, 1, 1, 1, 8, 8)
+    g = (3, 8, 8, 5, 3, 3, 1, 1, 1, 1, 8, 8, 1, 1)
     wp, y = K._window_pack(w.reshape(5, -1)), np.empty((4, 5, 8, 8))
     CW.forward(x, wp, None, y, g, 3)
     pid = os.fork()

@@ -43,31 +43,50 @@
 #endif
 
 typedef struct {
-    ptrdiff_t C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo;
+    ptrdiff_t C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo, sh, sw;
 } cw_geom;
+
+/* The phase planes: with stride s the padded image is split into sh sw planes,
+ * plane (a, b)[c, u, v] = xpad[c, sh u + a, sw v + b], each Hq x Wq; tap (i, j) reads plane
+ * ((i dh) % sh, (j dw) % sw) shifted by ((i dh) / sh, (j dw) / sw), so its im2col row on
+ * the planes' width is again a contiguous run (stride 1: one plane, the padded image). */
+static inline ptrdiff_t cw_hq(const cw_geom *g) { return g->Ho + (g->kh - 1) * g->dh / g->sh; }
+static inline ptrdiff_t cw_wq(const cw_geom *g) { return g->Wo + (g->kw - 1) * g->dw / g->sw; }
 
 /* depth of the weight gradient's pixel blocks: 128 pixels of two float32 panels = 32 KiB */
 #define CW_QB 128
 /* pixels a block of dy's transpose (cw_pack_dy) */
 #define CW_TB 16
 
-/* zeros after the padded planes: the last tile reads up to NR - 1 + (kw - 1) dw past them */
+/* zeros after the phase planes: the last tile reads up to nr - 1 + (kw - 1) dw / sw past */
 static inline ptrdiff_t cw_slack(const cw_geom *g, ptrdiff_t nr)
 {
-    return 2 * nr + (g->kw - 1) * g->dw;
+    return 2 * nr + (g->kw - 1) * g->dw / g->sw;
 }
 
 static inline ptrdiff_t cw_xp_size(const cw_geom *g, ptrdiff_t nr)
 {
-    return g->C * (g->Ho + (g->kh - 1) * g->dh) * (g->Wo + (g->kw - 1) * g->dw) +
-           cw_slack(g, nr);
+    return g->sh * g->sw * g->C * cw_hq(g) * cw_wq(g) + cw_slack(g, nr);
 }
 
-/* the input gradient's convolution: dy (K, Ho, Wo) in, dx (C, H, W) out */
+/* off[r] for the taps r = (c, i, j): where tap r's run starts in the phase planes */
+static inline void cw_offsets(const cw_geom *g, ptrdiff_t *off)
+{
+    ptrdiff_t plane = cw_hq(g) * cw_wq(g), r = 0;
+    for (ptrdiff_t c = 0; c < g->C; c++)
+        for (ptrdiff_t i = 0; i < g->kh; i++)
+            for (ptrdiff_t j = 0; j < g->kw; j++) {
+                ptrdiff_t a = i * g->dh % g->sh, b = j * g->dw % g->sw;
+                off[r++] = ((a * g->sw + b) * g->C + c) * plane + i * g->dh / g->sh * cw_wq(g) +
+                           j * g->dw / g->sw;
+            }
+}
+
+/* the input gradient's convolution (stride 1 only): dy (K, Ho, Wo) in, dx (C, H, W) out */
 static inline cw_geom cw_transposed(const cw_geom *g)
 {
     cw_geom t = {g->K, g->Ho, g->Wo, g->C, g->kh, g->kw, (g->kh - 1) * g->dh - g->pt,
-                 (g->kw - 1) * g->dw - g->pl, g->dh, g->dw, g->H, g->W};
+                 (g->kw - 1) * g->dw - g->pl, g->dh, g->dw, g->H, g->W, 1, 1};
     return t;
 }
 

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Stride-1 convolution kernels of conv_window.h (the "window" GEMM), for
+"""Convolution kernels of conv_window.h (the "window" GEMM), for
 nnkit.kernels.conv: each call runs the whole batch with the GIL released, split into one
 run of images per thread (C threads, part_threads.h).
 
@@ -17,7 +17,7 @@ cnp.import_array()
 
 cdef extern from "conv_window.h":
     ctypedef struct cw_geom:
-        Py_ssize_t C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo
+        Py_ssize_t C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo, sh, sw
     int cw_forward_run(int which, int f64, const void *x, const void *wp, const void *bias,
                        void *y, const cw_geom *g, Py_ssize_t N, Py_ssize_t parts) noexcept nogil
     int cw_backward_run(int which, int f64, const void *x, const void *dy, const void *wfp,
@@ -46,29 +46,33 @@ MAX_ELEMENTS = 2 ** 50
 
 
 def _sizes(tuple g):
-    """The geometry checked, as Python ints: (C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo)."""
-    if len(g) != 12:
-        raise ValueError(f"geometry: expected 12 integers, got {len(g)}")
+    """The geometry checked, as Python ints: (C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo,
+    sh, sw)."""
+    if len(g) != 14:
+        raise ValueError(f"geometry: expected 14 integers, got {len(g)}")
     if not all(isinstance(v, (int, np.integer)) and 0 <= v <= MAX_EXTENT for v in g):
         raise ValueError(f"geometry: expected integers in 0 .. {MAX_EXTENT}, got {g}")
-    C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo = (int(v) for v in g)
-    if min(C, H, W, K, kh, kw, dh, dw, Ho, Wo) < 1:
+    C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo, sh, sw = (int(v) for v in g)
+    if min(C, H, W, K, kh, kw, dh, dw, Ho, Wo, sh, sw) < 1:
         raise ValueError(f"geometry: expected positive sizes, got {g}")
-    # padding below/right: Ho + (kh - 1) dh - H - pt, likewise; all four in 0 .. (k - 1) d
-    if not (H + pt - (kh - 1) * dh <= Ho <= H + pt and W + pl - (kw - 1) * dw <= Wo <= W + pl
-            and pt <= (kh - 1) * dh and pl <= (kw - 1) * dw):
-        raise ValueError(f"geometry: padding outside 0 .. (k - 1) d, got {g}")
-    Hp, Wp = Ho + (kh - 1) * dh, Wo + (kw - 1) * dw
-    padded = max(C * Hp * Wp, K * (H + (kh - 1) * dh) * (W + (kw - 1) * dw)) + 64 + Wp
-    if max(padded, (K + 31) * Ho * Wp, (C + K + 8) * kh * kw * (K + C + 32)) > MAX_ELEMENTS:
+    # Ho = (H + pt + pb - (kh - 1) dh - 1) // sh + 1 for a padding below pb, likewise Wo:
+    # every padding in 0 .. (k - 1) d
+    for size, out, k, d, s, before in ((H, Ho, kh, dh, sh, pt), (W, Wo, kw, dw, sw, pl)):
+        if not (before <= (k - 1) * d
+                and max(1, (size + before - (k - 1) * d - 1) // s + 1) <= out
+                <= (size + before - 1) // s + 1):
+            raise ValueError(f"geometry: padding outside 0 .. (k - 1) d, got {g}")
+    Hq, Wq = Ho + (kh - 1) * dh // sh, Wo + (kw - 1) * dw // sw
+    padded = max(sh * sw * C * Hq * Wq, K * (H + (kh - 1) * dh) * (W + (kw - 1) * dw)) + 64 + Wq
+    if max(padded, (K + 31) * Ho * Wq, (C + K + 8) * kh * kw * (K + C + 32)) > MAX_ELEMENTS:
         raise ValueError(f"geometry: workspaces beyond {MAX_ELEMENTS} elements, got {g}")
-    return C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo
+    return C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo, sh, sw
 
 
 cdef cw_geom _geometry(tuple g) except *:
     cdef cw_geom out
     out.C, out.H, out.W, out.K, out.kh, out.kw, out.pt, out.pl, out.dh, out.dw, out.Ho, \
-        out.Wo = _sizes(g)
+        out.Wo, out.sh, out.sw = _sizes(g)
     return out
 
 
@@ -114,13 +118,13 @@ cdef void _raise_for(int status, str what) except *:
 
 
 def forward(x, wp, bias, y, tuple geometry, threads=1, isa=-1):
-    """y[n] (K, Ho Wo) = the stride-1 convolution of x[n] (C, H, W), the batch split into
+    """y[n] (K, Ho Wo) = the convolution of x[n] (C, H, W), the batch split into
     ``threads`` runs of images (the calling thread runs the first).
 
     x (N, C, H, W), y (N, K, Ho, Wo), wp (ceil(K / 8), C kh kw, 8) the packed weight, bias
-    (K,) or None; geometry (C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo)."""
+    (K,) or None; geometry (C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo, sh, sw)."""
     cdef cw_geom g = _geometry(geometry)
-    C, H, W, K, kh, kw, _, _, _, _, Ho, Wo = _sizes(geometry)
+    C, H, W, K, kh, kw, _, _, _, _, Ho, Wo, sh, sw = _sizes(geometry)
     cdef int level = _level(isa)
     dtype = _dtype_of(x)
     cdef Py_ssize_t N = x.shape[0]
@@ -153,19 +157,21 @@ def backward(x, dy, wfp, dx, acc, db, tuple geometry, threads=1, isa=-1):
     """The batch in ``threads`` runs of images, run p adding cols(x[n]) @ dy[n]^T into
     acc[p] (the transposed weight gradient, when acc is not None) and the sums of dy[n]'s
     planes into db[p] (float64, when db is not None), and writing the input gradient dx[n]
-    (when dx is not None).
+    (when dx is not None; stride 1 only).
 
     dy (N, K, Ho, Wo); wfp (ceil(C / 8), K kh kw, 8) the packed flipped, transposed weight;
     acc ``accumulator_shape(geometry, dtype, threads)``, db (threads, K): both zeros, or
     what to add to."""
     cdef cw_geom g = _geometry(geometry)
-    C, H, W, K, kh, kw, _, _, _, _, Ho, Wo = _sizes(geometry)
+    C, H, W, K, kh, kw, _, _, _, _, Ho, Wo, sh, sw = _sizes(geometry)
     cdef int level = _level(isa)
     dtype = _dtype_of(x)
     cdef Py_ssize_t N = x.shape[0]
     _check("x", x, dtype, N * C * H * W)
     _check("dy", dy, dtype, N * K * Ho * Wo)
     if dx is not None:
+        if (sh, sw) != (1, 1):
+            raise ValueError(f"dx: the input gradient needs stride 1, got {(sh, sw)}")
         _check("dx", dx, dtype, N * C * H * W)
         _check("wfp", wfp, dtype, (C + 7) // 8 * 8 * K * kh * kw)
     threads = _threads(threads)

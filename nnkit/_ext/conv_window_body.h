@@ -32,6 +32,40 @@ static CW_ATTR void CW_FN(cw_pad)(const CW_T *x, ptrdiff_t C, ptrdiff_t H, ptrdi
     memset(xp + C * Hp * Wp, 0, (size_t)slack * t);
 }
 
+/* xp = the phase planes of x (C, H, W) for g's stride (cw_hq), then ``slack`` zeros;
+ * stride 1: cw_pad */
+static CW_ATTR void CW_FN(cw_phases)(const CW_T *x, const cw_geom *g, ptrdiff_t slack,
+                                     CW_T *xp)
+{
+    ptrdiff_t Hq = cw_hq(g), Wq = cw_wq(g), C = g->C, H = g->H, W = g->W;
+    if (g->sh == 1 && g->sw == 1) {
+        CW_FN(cw_pad)(x, C, H, W, g->pt, g->pl, Hq, Wq, slack, xp);
+        return;
+    }
+    CW_T *row = xp;
+    for (ptrdiff_t a = 0; a < g->sh; a++)
+        for (ptrdiff_t b = 0; b < g->sw; b++) {
+            /* columns v with 0 <= sw v + b - pl < W: [v0, v1) */
+            ptrdiff_t v0 = g->pl > b ? (g->pl - b + g->sw - 1) / g->sw : 0;
+            ptrdiff_t v1 = W - 1 + g->pl - b < 0 ? 0 : (W - 1 + g->pl - b) / g->sw + 1;
+            v1 = v1 < Wq ? v1 : Wq;
+            v0 = v0 < v1 ? v0 : v1;
+            for (ptrdiff_t c = 0; c < C; c++)
+                for (ptrdiff_t u = 0; u < Hq; u++, row += Wq) {
+                    ptrdiff_t h = g->sh * u + a - g->pt;
+                    if (h < 0 || h >= H) {
+                        memset(row, 0, (size_t)Wq * sizeof(CW_T));
+                        continue;
+                    }
+                    const CW_T *src = x + (c * H + h) * W;
+                    for (ptrdiff_t v = 0; v < v0; v++) row[v] = 0;
+                    for (ptrdiff_t v = v0; v < v1; v++) row[v] = src[g->sw * v + b - g->pl];
+                    for (ptrdiff_t v = v1; v < Wq; v++) row[v] = 0;
+                }
+        }
+    memset(row, 0, (size_t)slack * sizeof(CW_T));
+}
+
 /* tmp (M, FW) = rows [m0, m0 + M) of wt (R, 8)^T @ [xq + off[r], + FW) for r < R, FW =
  * CW_NV vectors: M x CW_NV accumulators in registers (the loops unroll fully) */
 #define CW_ROWS(NAME, M)                                                                   \
@@ -92,14 +126,10 @@ static CW_ATTR void CW_FN(cw_image)(const CW_T *x, const CW_T *wp, const CW_T *b
                                       CW_T *y, const cw_geom *g, CW_T *xp, ptrdiff_t *off)
 {
     enum { FW = CW_FW };
-    ptrdiff_t Hp = g->Ho + (g->kh - 1) * g->dh, Wp = g->Wo + (g->kw - 1) * g->dw;
-    ptrdiff_t plane = Hp * Wp, R = g->C * g->kh * g->kw, Q = g->Ho * Wp, P = g->Ho * g->Wo;
+    ptrdiff_t Wp = cw_wq(g), R = g->C * g->kh * g->kw, Q = g->Ho * Wp, P = g->Ho * g->Wo;
     CW_T tmp[8 * FW + CW_L] __attribute__((aligned(64)));  /* + a vector read past a row */
-    CW_FN(cw_pad)(x, g->C, g->H, g->W, g->pt, g->pl, Hp, Wp, cw_slack(g, FW), xp);
-    for (ptrdiff_t c = 0, r = 0; c < g->C; c++)
-        for (ptrdiff_t i = 0; i < g->kh; i++)
-            for (ptrdiff_t j = 0; j < g->kw; j++)
-                off[r++] = c * plane + i * g->dh * Wp + j * g->dw;
+    CW_FN(cw_phases)(x, g, cw_slack(g, FW), xp);
+    cw_offsets(g, off);
     for (ptrdiff_t q0 = 0; q0 < Q; q0 += FW) {
         for (ptrdiff_t k0 = 0; k0 < g->K; k0 += 8) {
             ptrdiff_t rows = g->K - k0 < 8 ? g->K - k0 : 8;
@@ -243,8 +273,7 @@ static CW_ATTR int CW_FN(cw_backward)(const CW_T *x, const CW_T *dy, const CW_T 
                                         ptrdiff_t lo, ptrdiff_t hi)
 {
     enum { NR = 2 * CW_L };
-    ptrdiff_t Hp = g->Ho + (g->kh - 1) * g->dh, Wp = g->Wo + (g->kw - 1) * g->dw;
-    ptrdiff_t plane = Hp * Wp, R = g->C * g->kh * g->kw, Q = g->Ho * Wp;
+    ptrdiff_t Wp = cw_wq(g), R = g->C * g->kh * g->kw, Q = g->Ho * Wp;
     ptrdiff_t Kp = (g->K + NR - 1) / NR, Rt = (R + 7) / 8 * 8;
     cw_geom gt = cw_transposed(g);
     ptrdiff_t xp_size = cw_xp_size(g, NR), xt_size = cw_xp_size(&gt, CW_FW);
@@ -257,13 +286,9 @@ static CW_ATTR int CW_FN(cw_backward)(const CW_T *x, const CW_T *dy, const CW_T 
         const CW_T *dyn = dy + n * g->K * g->Ho * g->Wo;
         if (db) CW_FN(cw_bias_grad)(dyn, g->K, g->Ho * g->Wo, db);
         if (acc) {
-            CW_FN(cw_pad)(x + n * g->C * g->H * g->W, g->C, g->H, g->W, g->pt, g->pl, Hp, Wp,
-                          cw_slack(g, NR), xp);
+            CW_FN(cw_phases)(x + n * g->C * g->H * g->W, g, cw_slack(g, NR), xp);
             CW_FN(cw_pack_dy)(dyn, g->K, g->Ho, g->Wo, Wp, Kp, dyp);
-            for (ptrdiff_t c = 0, r = 0; c < g->C; c++)
-                for (ptrdiff_t i = 0; i < g->kh; i++)
-                    for (ptrdiff_t j = 0; j < g->kw; j++)
-                        off[r++] = c * plane + i * g->dh * Wp + j * g->dw;
+            cw_offsets(g, off);
             for (ptrdiff_t qa = 0; qa < Q; qa += CW_QB) {
                 ptrdiff_t qb = qa + CW_QB < Q ? qa + CW_QB : Q;
                 for (ptrdiff_t r0 = 0; r0 < Rt; r0 += 8) {

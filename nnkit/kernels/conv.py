@@ -10,13 +10,15 @@ the notes, as torch computes it: a cross-correlation) is::
 
 Algorithms (CPU), one per shape, chosen by ``_cpu_algorithm`` (its comment says why):
 
-- ``window``: every other stride-1 ungrouped layer whose padding is at most (k - 1) d: a C
-  GEMM (``nnkit._ext.conv_window``) that reads its panels straight from the zero-padded
-  image, since with stride 1 each tap's im2col row is a contiguous run of it on the padded
-  width; dx is the same kernel on dy with the flipped, transposed weight, dW reads the
-  rows of cols from the padded image likewise. Its threads are C threads (no GIL).
-- ``winograd``: F(4x4, 3x3) for wide 3x3 stride-1 layers on one thread: tile transforms in Numba
-  (``nnkit._ext.winograd_cpu``) around a batched GEMM with a quarter of the multiplies; the
+- ``window``: every other ungrouped layer whose padding is at most (k - 1) d: a C GEMM
+  (``nnkit._ext.conv_window``) that reads its panels straight from the zero-padded image,
+  since with stride 1 each tap's im2col row is a contiguous run of it on the padded width
+  (with stride s, of one of the s_h s_w phase planes of the padded image); dx is the same
+  kernel on dy with the flipped, transposed weight (stride 1; strided layers take
+  ``image``'s dx), dW reads the rows of cols from the planes likewise. C threads (no GIL).
+- ``winograd``: F(4x4, 3x3) for 3x3 stride-1 layers, when ``ALGORITHM`` asks for it: tile
+  transforms in Numba (``nnkit._ext.winograd_cpu``) around a batched GEMM with a quarter of
+  the multiplies; the
   backward runs the transforms' adjoints (dx through B, dW through G) around two more.
   float32 error up to ~100 eps of max|y| (against ~4 for im2col); see "Winograd" below.
 - ``direct``: depthwise layers, Numba loops over padded planes (``conv_cpu.direct_*``).
@@ -329,15 +331,15 @@ def _im2col(cache, out):
 # algorithms by shape", "implicit GEMM on the packed C kernel" and "the window GEMM"):
 # - depthwise (groups = C > 1): direct loops; im2col would make C one-row GEMMs.
 # - 1x1, stride 1, unpadded: one GEMM per image on x itself ('pointwise'), no copy.
-# - 3x3 stride 1, C, K >= 64, maps >= 28x28, one thread: Winograd F(4x4, 3x3). Its transforms
-#   pay off only on wide layers with large maps, and on two threads both cores stream its
-#   tile arrays through memory while the per-image GEMMs below work out of cache.
-# - other stride-1 ungrouped layers with padding <= (k - 1) d: 'window' (operands read from
-#   the padded image: no im2col, no gather; faster than every path below at every such
-#   shape measured, forward and backward, small maps included).
-# - other (strided) ungrouped layers with >= 256 outputs a plane, image by image (cols in
-#   cache, NCHW written directly): float32 with K <= 64 'packed' (panels gathered straight
-#   into the packed C GEMM, which beats OpenBLAS on so few rows), else 'image' (OpenBLAS).
+# - other ungrouped layers with padding <= (k - 1) d: 'window' (operands read from the
+#   padded image or its stride phases: no im2col, no gather). Faster than every path below
+#   at every such shape measured, forward and forward+backward, small maps and strides
+#   included, and than Winograd F(4x4, 3x3) on one thread too (which only 'ALGORITHM'
+#   chooses now: within 5% of it at (8, 128, 28, 28) -> 128, 10% faster at 56x56).
+# - other ungrouped layers (padding > (k - 1) d) with >= 256 outputs a plane, image by
+#   image (cols in cache, NCHW written directly): float32 with K <= 64 'packed' (panels
+#   gathered straight into the packed C GEMM, which beats OpenBLAS on so few rows), else
+#   'image' (OpenBLAS).
 # - the rest (small maps, other groups): im2col over the whole batch, one GEMM per group.
 # ``ALGORITHM`` forces a path where it applies (the tests run every path).
 ALGORITHM = None
@@ -371,8 +373,6 @@ def _cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw
         return "direct"
     if fits["pointwise"]:
         return "pointwise"
-    if fits["winograd"] and min(C, K) >= 64 and min(out_hw) >= 28 and _numba_threads() == 1:
-        return "winograd"
     if fits["window"]:
         return "window"
     if fits["image"] and out_hw[0] * out_hw[1] >= 256:
@@ -670,9 +670,9 @@ def _window():
 
 
 def _window_fits(kernel, stride, pads, dilation, groups):
-    """Stride 1, ungrouped, every padding within 0 .. (k - 1) d (so dx is a convolution of
-    dy with a non-negative padding) and a build with the vector kernels."""
-    if stride != (1, 1) or groups != 1:
+    """Ungrouped, every padding within 0 .. (k - 1) d (so that, with stride 1, dx is a
+    convolution of dy with a non-negative padding) and a build with the vector kernels."""
+    if groups != 1:
         return False
     if any(p > (k - 1) * d for k, pair, d in zip(kernel, pads, dilation, strict=True)
            for p in pair):
@@ -693,11 +693,11 @@ def _window_pack(w2):
 
 
 def _window_geometry(cache):
-    """(C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo), as the C kernels take it."""
+    """(C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo, sh, sw), as the C kernels take it."""
     _, C, H, W = cache.x.shape
     K, _, kh, kw = cache.weight.shape
     ((pt, _), (pl, _)), (dh, dw) = cache.pads, cache.dilation
-    return (C, H, W, K, kh, kw, pt, pl, dh, dw, *cache.out_hw)
+    return (C, H, W, K, kh, kw, pt, pl, dh, dw, *cache.out_hw, *cache.stride)
 
 
 def _window_forward(x, weight, bias, cache):
@@ -712,20 +712,25 @@ def _window_forward(x, weight, bias, cache):
 
 def _window_backward(dy, cache, needs_input_grad, needs_weight_grad):
     """dx = conv(dy, flipped W^T) and dW^T = sum_n cols(x[n]) @ dy[n]^T in one C call (one
-    run of images per thread, each with its own dW^T and bias sums, added here)."""
+    run of images per thread, each with its own dW^T and bias sums, added here). Strided:
+    dx image by image (``_image_backward``), as dx is then no stride-1 convolution."""
     x, weight = cache.x, cache.weight
     K, C, kh, kw = weight.shape
     window, threads = _window(), _numba_threads()
     geometry = _window_geometry(cache)
     dx = wfp = acc = db = None
-    if needs_input_grad:
+    strided = cache.stride != (1, 1)
+    if needs_input_grad and not strided:
         dx = np.empty(x.shape, dtype=x.dtype)
         flipped = np.ascontiguousarray(weight[:, :, ::-1, ::-1].transpose(1, 0, 2, 3))
         wfp = _window_pack(flipped.reshape(C, K * kh * kw))
     if needs_weight_grad:
         acc = np.zeros(window.accumulator_shape(geometry, x.dtype, threads), dtype=x.dtype)
         db = np.zeros((threads, K)) if cache.has_bias else None
-    window.backward(x, np.ascontiguousarray(dy), wfp, dx, acc, db, geometry, threads)
+    if dx is not None or acc is not None:
+        window.backward(x, np.ascontiguousarray(dy), wfp, dx, acc, db, geometry, threads)
+    if needs_input_grad and strided:
+        dx = _image_backward(dy, cache, True, False)[0]
     dweight = dbias = None
     if needs_weight_grad:
         dweight = np.ascontiguousarray(acc.sum(axis=0)[:C * kh * kw, :K].T).reshape(
