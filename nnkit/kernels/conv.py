@@ -486,19 +486,23 @@ def _pointwise_backward(dy, cache, needs_input_grad, needs_weight_grad):
     dx = np.empty((N, C, H * W), dtype=x.dtype) if needs_input_grad else None
 
     def run(lo, hi):
-        part = None
+        part = db = None
         if needs_weight_grad:
             part = np.matmul(dyr[lo:hi], xr[lo:hi].transpose(0, 2, 1)).sum(axis=0)  # (K, C)
+            if cache.has_bias:  # pairwise per plane, as _image_backward (a float64 sum of
+                # the whole dy on one thread took 30% of the backward at 56x56 -> 256)
+                db = dyr[lo:hi].sum(axis=2).sum(axis=0, dtype=np.float64)
         if needs_input_grad:
             np.matmul(w.T, dyr[lo:hi], out=dx[lo:hi])
-        return part
+        return part, db
 
     parts = _over_images(run, _image_chunks(N))
     dweight = dbias = None
     if needs_weight_grad:
-        dweight = _summed(parts).reshape(weight.shape).astype(x.dtype, copy=False)
+        dweight = _summed([p for p, _ in parts]).reshape(weight.shape).astype(x.dtype,
+                                                                              copy=False)
         if cache.has_bias:
-            dbias = dyr.sum(axis=(0, 2), dtype=np.float64).astype(x.dtype)
+            dbias = _summed([db for _, db in parts]).astype(x.dtype)
     return (None if dx is None else dx.reshape(x.shape)), dweight, dbias
 
 
@@ -514,7 +518,38 @@ def _pointwise_backward(dy, cache, needs_input_grad, needs_weight_grad):
 # benchmarks/RESULTS.md).
 
 _threads_lock = threading.Lock()
-_threads = []  # [ThreadPoolExecutor, the pid that created it], created on first use
+_threads = []  # [ThreadPoolExecutor, the pid that created it, the CPU its workers are kept off]
+
+
+def _current_cpu():
+    """The CPU this thread runs on (Linux), else None."""
+    try:
+        import ctypes
+
+        cpu = ctypes.CDLL(None).sched_getcpu()
+    except (OSError, AttributeError):
+        return None
+    return cpu if cpu >= 0 else None
+
+
+def _keep_workers_off_this_cpu(pool, kept):
+    """Keep the pool's worker threads off the CPU the caller runs on, which runs the first
+    run of images itself: a virtual machine's idle CPU looks preempted to the guest's
+    scheduler, which then wakes the worker on the caller's CPU, and the two runs go one
+    after the other (2x slower at (8, 64, 56, 56) -> 256 1x1; the C threads of
+    nnkit/_ext/part_threads.h do the same). Returns the CPU now kept off."""
+    cpu = _current_cpu()
+    if cpu is None or cpu == kept or not hasattr(os, "sched_setaffinity"):
+        return kept
+    allowed = os.sched_getaffinity(0) - {cpu}
+    if not allowed:
+        return kept
+    for thread in list(pool._threads):
+        try:
+            os.sched_setaffinity(thread.native_id, allowed)
+        except OSError:  # the thread has just ended
+            return kept
+    return cpu
 
 
 def _image_chunks(N):
@@ -536,8 +571,9 @@ def _over_images(fn, chunks):
         if (not _threads or _threads[1] != os.getpid()
                 or _threads[0]._max_workers < len(chunks)):
             _threads[:] = [ThreadPoolExecutor(len(chunks), thread_name_prefix="nnkit-conv"),
-                           os.getpid()]
+                           os.getpid(), None]
         pool = _threads[0]
+        _threads[2] = _keep_workers_off_this_cpu(pool, _threads[2])
     with serial_numpy_blas():  # the first run on this thread: one wake-up fewer a call
         futures = [pool.submit(fn, lo, hi) for lo, hi in chunks[1:]]
         try:
