@@ -523,13 +523,18 @@ _threads = []  # [ThreadPoolExecutor, the pid that created it, the CPU its worke
 
 def _current_cpu():
     """The CPU this thread runs on (Linux), else None."""
-    try:
-        import ctypes
+    if not _sched_getcpu:
+        try:
+            import ctypes
 
-        cpu = ctypes.CDLL(None).sched_getcpu()
-    except (OSError, AttributeError):
-        return None
+            _sched_getcpu.append(ctypes.CDLL(None).sched_getcpu)
+        except (OSError, AttributeError, TypeError):
+            _sched_getcpu.append(lambda: -1)
+    cpu = _sched_getcpu[0]()
     return cpu if cpu >= 0 else None
+
+
+_sched_getcpu = []  # libc's sched_getcpu, looked up on first use
 
 
 def _keep_workers_off_this_cpu(pool, kept):
