@@ -42,7 +42,7 @@ def info() -> dict:
         "numba threads": str(numba.get_num_threads()),
         "numba threading layer": _threading_layer(),
         "cython kernels": _cython_status(),
-        "C kernels build (step GEMM, scan rows)": _c_kernels_isa(),
+        "C kernels build (step GEMM, scan rows, window conv)": _c_kernels_isa(),
         "malloc tuning": _malloc.STATUS,
         "CUDA available": "yes" if cuda_available() else "no",
         "cupy": _version("cupy"),
@@ -84,12 +84,14 @@ def _cython_status() -> str:
 
 
 def _c_kernels_isa() -> str:
-    """The instruction set the C kernels (gemm_packed.h, scan_rows.h) run with here."""
+    """The instruction set the C kernels (gemm_packed.h, scan_rows.h, conv_window.h) run
+    with here."""
     try:
-        from ._ext import gemm_packed, scan_rows
+        from ._ext import conv_window, gemm_packed, scan_rows
     except ImportError:
         return "NOT BUILT"
-    return f"{gemm_packed.isa()}, {scan_rows.isa()}"
+    window = conv_window.isa_names()[-1] if conv_window.AVAILABLE else "none"
+    return f"{gemm_packed.isa()}, {scan_rows.isa()}, {window}"
 
 
 def _find_benchmarks() -> Path | None:

@@ -499,3 +499,25 @@ def test_forked_child_runs_the_threaded_kernels(rng):
         pytest.fail("the forked child hung in the threaded kernel")
     assert os.waitstatus_to_exitcode(status) == 0
     np.testing.assert_allclose(y, R.conv2d(x, w, None, 1, 1), rtol=1e-12, atol=1e-12)
+
+
+def test_threads_without_spinning_agree(rng):
+    """With the spin before sleeping at 0 (every hand-off through the condition variables),
+    two and three runs of images give one run's y; set_spin returns the previous value and
+    refuses a negative one."""
+    x, w = rng.standard_normal((5, 3, 9, 8)), rng.standard_normal((11, 3, 3, 2))
+    g = (3, 9, 8, 11, 3, 2, 1, 1, 1, 1, 9, 9, 1, 1)
+    wp, one = K._window_pack(w.reshape(11, -1)), np.empty((5, 11, 9, 9))
+    CW.forward(x, wp, None, one, g, 1)
+    before = CW.set_spin(0)
+    try:
+        assert CW.set_spin(0) == 0
+        for threads in (2, 3):
+            for _ in range(20):
+                y = np.empty_like(one)
+                CW.forward(x, wp, None, y, g, threads)
+                np.testing.assert_array_equal(y, one)
+    finally:
+        CW.set_spin(before)
+    with pytest.raises(ValueError, match="ns"):
+        CW.set_spin(-1)

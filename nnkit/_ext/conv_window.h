@@ -1,32 +1,37 @@
-/* Stride-1 convolution with no im2col and no gather: the "window" GEMM.
+/* Convolution with no im2col and no gather: the "window" GEMM.
  *
  * With stride 1, the im2col row of tap r = (c, i, j) over the output pixels, laid out on
  * the zero-padded image's width Wp (Ho Wp columns: Wo real ones and Wp - Wo junk ones a
  * row), is the contiguous run xp[off(r) : off(r) + Ho Wp] of the flat padded planes,
  * off(r) = c Hp Wp + i dh Wp + j dw. So the GEMM y (K, Ho Wp) = W (K, R) @ cols reads its
- * right-hand panels (NR columns of one tap) straight from the padded image at a per-row
- * offset: the packed GEMM's register tiles (8 rows x NR columns, gemm_packed.h) with the
- * panel address replaced by xp + off[r] + q0. The junk columns cost (kw - 1) dw / Wp of
- * the multiplies (2/58 at 56x56) and are dropped when a tile is stored.
+ * right-hand panels (FW columns of one tap) straight from the padded image at a per-tap
+ * offset: register tiles of 8 rows x FW columns (48 with AVX-512, 32 otherwise) whose
+ * panel address is xp + off[r] + q0. The junk columns cost (kw - 1) dw / Wp of the
+ * multiplies (2/58 at 56x56) and are dropped when a tile is stored. With stride s the
+ * padded image is first split into its sh sw phase planes (cw_hq below), in which every
+ * tap's row is again a contiguous run.
  *
  *   forward:        y[n] (K, Ho Wo) = W @ cols(x[n])        (+ bias)
  *   input gradient: dx[n] = the same kernel on dy[n] with the flipped, transposed weight
  *                   (C, K, kh, kw) and padding (kh - 1) dh - pt, (kw - 1) dw - pl
+ *                   (stride 1 only)
  *   weight gradient: dW^T (R, K) += cols(x[n]) @ dy[n]^T, the rows of cols again read from
- *                   the padded image (8 at a time, broadcast) and dy[n] packed once per
- *                   image into panels of NR channels on the padded width (zeros in the
- *                   junk columns); the depth is walked in blocks of CW_QB pixels so that
- *                   the block's panels stay in L1 across the row tiles.
+ *                   the planes (8 at a time, broadcast) and dy[n] packed once per image
+ *                   into panels of NR channels on the planes' width (zeros in the junk
+ *                   columns); the depth is walked in blocks of CW_QB pixels so that the
+ *                   block's panels stay in L1 across the row tiles.
  *
  * The packed weight (``wp``): ceil(K / 8) tiles of (R, 8), wp[t, r, m] = W[8 t + m, r],
  * zeros for rows past K. The weight-gradient accumulator: ceil(R / 8) 8 rows of Kp NR
- * (Kp = ceil(K / NR)), zero on the first call; rows past R and columns past K are junk.
+ * (Kp = ceil(K / NR), NR = 2 vectors), zero on the first call; rows past R and columns
+ * past K are junk. A run over the batch splits it into runs of images on the threads of
+ * part_threads.h.
  *
- * One source, compiled for AVX-512 (8-row tiles in 32 registers), AVX2+FMA and the
- * baseline (two passes of 4 rows), chosen at run time (isa_targets.h). GCC/Clang only
+ * One source, compiled for AVX-512 (8-row tiles in 32 registers, masked stores), AVX2+FMA
+ * and the baseline (passes of 4 rows), chosen at run time (isa_targets.h). GCC/Clang only
  * (vector extensions); callers check ``cw_available``. Nothing is validated here: the
- * Python caller (nnkit.kernels.conv) checks shapes, dtypes and contiguity, and that the
- * padding is at most (k - 1) d on every side. */
+ * Cython boundary (conv_window.pyx) checks shapes, dtypes, contiguity and the geometry
+ * (every padding at most (k - 1) d). */
 
 #ifndef NNKIT_CONV_WINDOW_H
 #define NNKIT_CONV_WINDOW_H

@@ -27,11 +27,21 @@ cdef extern from "conv_window.h":
     const char *nnkit_isa_name(int level) noexcept nogil
     const int cw_available
     const int PART_THREADS_MAX
+    long part_threads_set_spin(long ns) noexcept nogil
 
 #: whether this build has the kernels (GCC/Clang vector extensions)
 AVAILABLE = bool(cw_available)
 ISA_LEVEL = nnkit_isa_level()
 NR = {np.dtype(np.float32): 32, np.dtype(np.float64): 16}  # panel width (accumulator)
+
+
+def set_spin(ns):
+    """How long, in nanoseconds, the C threads wait without sleeping (for a worker its next
+    part, for the caller the workers' ends) before they sleep; returns the previous value.
+    (For benchmarks/bench_conv_threads.py; the default is 100 us.)"""
+    if not isinstance(ns, (int, np.integer)) or not 0 <= ns <= 10 ** 10:
+        raise ValueError(f"ns: expected an integer in 0 .. 10**10, got {ns!r}")
+    return part_threads_set_spin(ns)
 
 
 def isa_names():

@@ -2,7 +2,8 @@
  * part_threads_run(fn, ctx, parts) runs fn(ctx, 0) on the calling thread and fn(ctx, p),
  * p = 1 .. parts - 1, on the workers, and returns when all are done. No Python, no GIL:
  * handing a part to a worker through Python's ThreadPoolExecutor cost 50-100 us a call on
- * these machines (the GIL's hand-offs), a condition variable here 3-5 us.
+ * these machines; here a spinning worker takes it within a microsecond, a sleeping one in
+ * 3-170 us (the wake-up of another CPU, see PART_THREADS_SPIN_NS and pt_keep_off).
  *
  * Calls from several threads at once run one after another. A forked child starts with no
  * workers (they are created again on its first call). Where POSIX threads are missing, the

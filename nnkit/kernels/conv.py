@@ -18,14 +18,15 @@ Algorithms (CPU), one per shape, chosen by ``_cpu_algorithm`` (its comment says 
   ``image``'s dx), dW reads the rows of cols from the planes likewise. C threads (no GIL).
 - ``winograd``: F(4x4, 3x3) for 3x3 stride-1 layers, when ``ALGORITHM`` asks for it: tile
   transforms in Numba (``nnkit._ext.winograd_cpu``) around a batched GEMM with a quarter of
-  the multiplies; the
-  backward runs the transforms' adjoints (dx through B, dW through G) around two more.
+  the multiplies; the backward runs the transforms' adjoints (dx through B, dW through G)
+  around two more.
   float32 error up to ~100 eps of max|y| (against ~4 for im2col); see "Winograd" below.
 - ``direct``: depthwise layers, Numba loops over padded planes (``conv_cpu.direct_*``).
 - ``pointwise``: 1x1 stride 1 unpadded, y[n] = W @ x[n], numpy's batched GEMM.
-- ``packed``: float32 strided layers with up to 64 outputs: an implicit GEMM image by image,
-  each block of output pixels' im2col panels gathered straight into the layout of the packed
-  C GEMM (``nnkit._ext.conv_packed_cpu`` on ``gemm_packed.h``); the backward is ``image``'s.
+- ``packed``: float32 layers with up to 64 outputs and a padding beyond (k - 1) d: an
+  implicit GEMM image by image, each block of output pixels' im2col panels gathered straight
+  into the layout of the packed C GEMM (``nnkit._ext.conv_packed_cpu`` on
+  ``gemm_packed.h``); the backward is ``image``'s.
 - ``image``: im2col + GEMM image by image (cols (C kh kw, Ho Wo) cache-resident, the GEMM
   writing NCHW directly); the backward recomputes each image's cols.
 - ``im2col``: the batch at once, cols (C kh kw, N Ho Wo), then
@@ -334,8 +335,9 @@ def _im2col(cache, out):
 # - other ungrouped layers with padding <= (k - 1) d: 'window' (operands read from the
 #   padded image or its stride phases: no im2col, no gather). Faster than every path below
 #   at every such shape measured, forward and forward+backward, small maps and strides
-#   included, and than Winograd F(4x4, 3x3) on one thread too (which only 'ALGORITHM'
-#   chooses now: within 5% of it at (8, 128, 28, 28) -> 128, 10% faster at 56x56).
+#   included. Winograd F(4x4, 3x3) is chosen only through 'ALGORITHM' now: on one thread
+#   it is 5% faster forward+backward at (8, 128, 28, 28) -> 128, 10% slower at 56x56, and
+#   1.6x slower forward at both.
 # - other ungrouped layers (padding > (k - 1) d) with >= 256 outputs a plane, image by
 #   image (cols in cache, NCHW written directly): float32 with K <= 64 'packed' (panels
 #   gathered straight into the packed C GEMM, which beats OpenBLAS on so few rows), else
@@ -518,7 +520,8 @@ def _pointwise_backward(dy, cache, needs_input_grad, needs_weight_grad):
 # benchmarks/RESULTS.md).
 
 _threads_lock = threading.Lock()
-_threads = []  # [ThreadPoolExecutor, the pid that created it, the CPU its workers are kept off]
+# [ThreadPoolExecutor, the pid that created it, the CPU its workers are kept off]
+_threads = []
 
 
 def _current_cpu():
@@ -579,8 +582,8 @@ def _over_images(fn, chunks):
                            os.getpid(), None]
         pool = _threads[0]
         _threads[2] = _keep_workers_off_this_cpu(pool, _threads[2])
-    with serial_numpy_blas():  # the first run on this thread: one wake-up fewer a call
-        futures = [pool.submit(fn, lo, hi) for lo, hi in chunks[1:]]
+    with serial_numpy_blas():
+        futures = [pool.submit(fn, lo, hi) for lo, hi in chunks[1:]]  # the first run here
         try:
             first = fn(*chunks[0])
         finally:
@@ -695,13 +698,13 @@ def _packed_forward(x, weight, bias, cache):
     return y.reshape(N, K, Ho, Wo)
 
 
-# ---- the window GEMM (stride 1) -------------------------------------------------------------
+# ---- the window GEMM ------------------------------------------------------------------------
 # nnkit._ext.conv_window (C, conv_window.h): with stride 1 the im2col row of each tap, laid
-# out on the padded width, is a contiguous run of the zero-padded image, so the GEMM's
-# right-hand panels are read straight from it (no im2col, no gather). The input gradient is
-# the same kernel on dy with the flipped, transposed weight; the weight gradient reads the
-# rows of cols from the padded image likewise against dy packed once per image. One C call
-# (GIL released) per run of images and pass.
+# out on the padded width, is a contiguous run of the zero-padded image (with stride s, of
+# one of its phase planes), so the GEMM's right-hand panels are read straight from it (no
+# im2col, no gather). The input gradient is the same kernel on dy with the flipped,
+# transposed weight; the weight gradient reads the rows of cols from the planes likewise
+# against dy packed once per image. One C call (GIL released, C threads) per pass.
 
 
 def _window():
