@@ -87,13 +87,22 @@ def _case(**kw):
     return base
 
 
+def _conv_forward(x, w, b, stride, padding, dilation, groups):
+    """conv2d_forward, or with per-side padding (t, b, l, r) the validated-array entry
+    ``_forward`` (the public API pads asymmetrically only for 'same')."""
+    if isinstance(padding, tuple) and len(padding) == 4:
+        pt, pb, pl, pr = padding
+        return K._forward(x, w, b, tuple(stride), ((pt, pb), (pl, pr)), tuple(dilation), groups)
+    return K.conv2d_forward(x, w, b, stride, padding, dilation, groups)
+
+
 def _check_twin(case, algorithm=None):
     """conv2d forward and backward on ``case``'s inputs against the twin; ``algorithm``
     forces that CPU path. Returns the forward's cache."""
     x, w, b, rng = _make_inputs(case)
     args = (case["stride"], case["padding"], case["dilation"], case["groups"])
     with _algorithm(algorithm) if algorithm else contextlib.nullcontext():
-        y, cache = K.conv2d_forward(x, w, b, *args)
+        y, cache = _conv_forward(x, w, b, *args)
     _assert_close(y, R.conv2d(x, w, b, *args), w[0].size + 1, case["dtype"], "y")
     dy = rng.uniform(-1, 1, y.shape).astype(case["dtype"])
     dx, dw, db = K.conv2d_backward(dy, cache)

@@ -3,7 +3,6 @@ forced through conv2d against the naive twin (hypothesis), every ISA build of th
 against each other, torch (values and gradients), gradcheck through autograd, the Python
 boundary of the extension (bad arguments raise ValueError, never crash) and the dispatcher."""
 
-import contextlib
 import os
 import signal
 import time
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
+from test_conv import _algorithm, _check_twin, _make_inputs  # the conv tests' helpers
 
 import nnkit as nk
 from nnkit._ext import conv_window as CW
@@ -21,36 +21,6 @@ from nnkit.kernels.reference import conv as R
 
 FLOATS = [np.float32, np.float64]
 WORK = 100_000  # multiply-adds a twin example may cost (the twin is Python loops)
-
-
-@contextlib.contextmanager
-def _algorithm(name):
-    """Force the CPU path ``name`` wherever it applies; the shape-based choice afterwards."""
-    K.ALGORITHM = name
-    try:
-        yield
-    finally:
-        K.ALGORITHM = None
-
-
-def _assert_close(actual, expected, terms, dtype, msg=""):
-    """|actual - expected| <= 16 eps(dtype) terms (1 + |expected|), as tests/test_conv.py."""
-    actual = np.asarray(actual)
-    assert actual.shape == np.shape(expected), f"{msg}: {actual.shape} != {np.shape(expected)}"
-    assert actual.dtype == np.dtype(dtype), f"{msg}: dtype {actual.dtype}"
-    tol = 16 * float(np.finfo(dtype).eps) * max(terms, 1)
-    np.testing.assert_allclose(actual.astype(np.float64), np.asarray(expected, np.float64),
-                               rtol=tol, atol=tol, err_msg=msg)
-
-
-def _conv(x, w, b, stride, pads, dilation):
-    """conv2d_forward with per-side ``pads`` (t, b, l, r): the public call when symmetric,
-    else the validated-array entry ``_forward`` (the public API pads asymmetrically only for
-    'same')."""
-    (pt, pb, pl, pr) = pads
-    if (pt, pl) == (pb, pr):
-        return K.conv2d_forward(x, w, b, stride, (pt, pl), dilation)
-    return K._forward(x, w, b, stride, ((pt, pb), (pl, pr)), dilation, 1)
 
 
 def _out(case):
@@ -91,17 +61,8 @@ def _case(**kw):
 
 
 def _inputs(case):
-    rng = np.random.default_rng(case["seed"])
-    N, C, H, W, dtype = case["N"], case["C"], case["H"], case["W"], case["dtype"]
-    if case["layout"] == "strided":
-        x = rng.uniform(-1, 1, (N, C, H, 2 * W)).astype(dtype)[..., ::2]
-    elif case["layout"] == "transposed":
-        x = rng.uniform(-1, 1, (W, H, C, N)).astype(dtype).T
-    else:
-        x = rng.uniform(-1, 1, (N, C, H, W)).astype(dtype)
-    w = rng.uniform(-1, 1, (case["K"], C, case["kh"], case["kw"])).astype(dtype)
-    b = rng.uniform(-1, 1, case["K"]).astype(dtype) if case["bias"] else None
-    return x, w, b, rng
+    """x (C-contiguous, strided or transposed), w, b (or None) and the rng, as test_conv's."""
+    return _make_inputs(dict(case, groups=1))
 
 
 # ---- the naive twin ----------------------------------------------------------------------
@@ -119,22 +80,8 @@ def test_window_matches_twin(case):
     """Forced window path: y, dx, dweight, dbias equal the naive twin (asymmetric padding,
     strides through the phase planes, K over several accumulator panels and 8-row tiles,
     non-contiguous x, batch split over the worker threads)."""
-    x, w, b, rng = _inputs(case)
-    with _algorithm("window"):
-        y, cache = _conv(x, w, b, case["stride"], case["pads"], case["dilation"])
+    cache = _check_twin(dict(case, groups=1, padding=case["pads"]), "window")
     assert cache.algorithm == "window"
-    _assert_close(y, R.conv2d(x, w, b, case["stride"], case["pads"], case["dilation"]),
-                  w[0].size + 1, case["dtype"], "y")
-    dy = rng.uniform(-1, 1, y.shape).astype(case["dtype"])
-    dx, dw, db = K.conv2d_backward(dy, cache)
-    rdx, rdw, rdb = R.conv2d_backward(dy, x, w, case["stride"], case["pads"],
-                                      case["dilation"])
-    _assert_close(dx, rdx, w.size, case["dtype"], "dx")
-    _assert_close(dw, rdw, dy[:, 0].size, case["dtype"], "dweight")
-    if b is None:
-        assert db is None
-    else:
-        _assert_close(db, rdb, dy[:, 0].size, case["dtype"], "dbias")
 
 
 # ---- every ISA build -----------------------------------------------------------------------

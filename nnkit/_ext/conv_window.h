@@ -108,59 +108,27 @@ typedef int (*cw_backward_fn)(const void *x, const void *dy, const void *wfp, vo
 typedef float cw_v16f __attribute__((vector_size(64), aligned(4)));
 typedef double cw_v8d __attribute__((vector_size(64), aligned(8)));
 
+/* the bodies of both float types: passes of 4 rows, 32-column forward tiles */
 #define CW_ATTR GP_INLINE
 #define CW_NV 2
-#define CW_T float
-#define CW_V cw_v16f
-#define CW_L 16
-#define CW_SUF f32_4
-#include "conv_window_body.h"
-#undef CW_SUF
-#undef CW_T
-#undef CW_V
-#undef CW_L
-#define CW_T double
-#define CW_V cw_v8d
-#define CW_L 8
-#define CW_SUF f64_4
-#include "conv_window_body.h"
-#undef CW_SUF
-#undef CW_T
-#undef CW_V
-#undef CW_L
+#define CW_TAG 4
+#include "conv_window_types.h"
+#undef CW_TAG
 #undef CW_NV
 #undef CW_ATTR
 
-#ifdef NNKIT_X86_64 /* the AVX-512 bodies: 8-row tiles, masked stores */
-#ifndef CW_NV_AVX512
-#define CW_NV_AVX512 3
-#endif
+#ifdef NNKIT_X86_64 /* the AVX-512 bodies: 8-row tiles, 48-column forward tiles, masked stores */
 #define CW_ATTR GP_INLINE NNKIT_TARGET_AVX512
-#define CW_NV CW_NV_AVX512
+#define CW_NV 3
+#define CW_TAG 8
 #define CW_ROWS8
-#define CW_T float
-#define CW_V cw_v16f
-#define CW_L 16
-#define CW_SUF f32_8
-#define CW_MASK_STORE(p, mask, v) _mm512_mask_storeu_ps(p, (__mmask16)(mask), (__m512)(v))
-#include "conv_window_body.h"
-#undef CW_MASK_STORE
-#undef CW_SUF
-#undef CW_T
-#undef CW_V
-#undef CW_L
-#define CW_T double
-#define CW_V cw_v8d
-#define CW_L 8
-#define CW_SUF f64_8
-#define CW_MASK_STORE(p, mask, v) _mm512_mask_storeu_pd(p, (__mmask8)(mask), (__m512d)(v))
-#include "conv_window_body.h"
-#undef CW_MASK_STORE
-#undef CW_SUF
-#undef CW_T
-#undef CW_V
-#undef CW_L
+#define CW_MASK_STORE_F32(p, mask, v) _mm512_mask_storeu_ps(p, (__mmask16)(mask), (__m512)(v))
+#define CW_MASK_STORE_F64(p, mask, v) _mm512_mask_storeu_pd(p, (__mmask8)(mask), (__m512d)(v))
+#include "conv_window_types.h"
+#undef CW_MASK_STORE_F32
+#undef CW_MASK_STORE_F64
 #undef CW_ROWS8
+#undef CW_TAG
 #undef CW_NV
 #undef CW_ATTR
 #endif
@@ -253,15 +221,8 @@ static int cw_run(cw_job *job)
 static int cw_forward_run(int which, int f64, const void *x, const void *wp, const void *bias,
                           void *y, const cw_geom *g, ptrdiff_t N, ptrdiff_t parts)
 {
-    cw_job job = {0};
-    job.fwd = (cw_forward_fn)cw_kernel(which, f64);
-    job.x = x;
-    job.wp = wp;
-    job.bias = bias;
-    job.y = y;
-    job.g = g;
-    job.N = N;
-    job.parts = parts;
+    cw_job job = {.fwd = (cw_forward_fn)cw_kernel(which, f64), .x = x, .wp = wp, .bias = bias,
+                  .y = y, .g = g, .N = N, .parts = parts};
     return cw_run(&job);
 }
 
@@ -269,18 +230,9 @@ static int cw_backward_run(int which, int f64, const void *x, const void *dy, co
                            void *dx, void *acc, ptrdiff_t acc_bytes, double *db,
                            const cw_geom *g, ptrdiff_t N, ptrdiff_t parts)
 {
-    cw_job job = {0};
-    job.bwd = (cw_backward_fn)cw_kernel(which, 2 + f64);
-    job.x = x;
-    job.dy = dy;
-    job.wfp = wfp;
-    job.dx = dx;
-    job.acc = acc;
-    job.acc_bytes = acc_bytes;
-    job.db = db;
-    job.g = g;
-    job.N = N;
-    job.parts = parts;
+    cw_job job = {.bwd = (cw_backward_fn)cw_kernel(which, 2 + f64), .x = x, .dy = dy,
+                  .wfp = wfp, .dx = dx, .acc = acc, .acc_bytes = acc_bytes, .db = db, .g = g,
+                  .N = N, .parts = parts};
     return cw_run(&job);
 }
 

@@ -79,11 +79,22 @@ def _sizes(tuple g):
     return C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo, sh, sw
 
 
-cdef cw_geom _geometry(tuple g) except *:
+cdef cw_geom _geometry(tuple sizes):
+    """The C struct of ``_sizes``' checked tuple."""
     cdef cw_geom out
     out.C, out.H, out.W, out.K, out.kh, out.kw, out.pt, out.pl, out.dh, out.dw, out.Ho, \
-        out.Wo, out.sh, out.sw = _sizes(g)
+        out.Wo, out.sh, out.sw = sizes
     return out
+
+
+def _common(x, geometry, isa):
+    """What both calls check first: (the geometry's sizes, the ISA level, x's dtype, N)."""
+    sizes = _sizes(geometry)
+    level = _level(isa)
+    dtype = _dtype_of(x)
+    C, H, W = sizes[:3]
+    _check("x", x, dtype, x.shape[0] * C * H * W)
+    return sizes, level, dtype, x.shape[0]
 
 
 def _dtype_of(x):
@@ -133,12 +144,11 @@ def forward(x, wp, bias, y, tuple geometry, threads=1, isa=-1):
 
     x (N, C, H, W), y (N, K, Ho, Wo), wp (ceil(K / 8), C kh kw, 8) the packed weight, bias
     (K,) or None; geometry (C, H, W, K, kh, kw, pt, pl, dh, dw, Ho, Wo, sh, sw)."""
-    cdef cw_geom g = _geometry(geometry)
-    C, H, W, K, kh, kw, _, _, _, _, Ho, Wo, sh, sw = _sizes(geometry)
-    cdef int level = _level(isa)
-    dtype = _dtype_of(x)
-    cdef Py_ssize_t N = x.shape[0]
-    _check("x", x, dtype, N * C * H * W)
+    cdef int level
+    cdef Py_ssize_t N
+    sizes, level, dtype, N = _common(x, geometry, isa)
+    C, H, W, K, kh, kw, _, _, _, _, Ho, Wo, sh, sw = sizes
+    cdef cw_geom g = _geometry(sizes)
     _check("wp", wp, dtype, (K + 7) // 8 * 8 * C * kh * kw)
     _check("y", y, dtype, N * K * Ho * Wo)
     if bias is not None:
@@ -172,12 +182,11 @@ def backward(x, dy, wfp, dx, acc, db, tuple geometry, threads=1, isa=-1):
     dy (N, K, Ho, Wo); wfp (ceil(C / 8), K kh kw, 8) the packed flipped, transposed weight;
     acc ``accumulator_shape(geometry, dtype, threads)``, db (threads, K): both zeros, or
     what to add to."""
-    cdef cw_geom g = _geometry(geometry)
-    C, H, W, K, kh, kw, _, _, _, _, Ho, Wo, sh, sw = _sizes(geometry)
-    cdef int level = _level(isa)
-    dtype = _dtype_of(x)
-    cdef Py_ssize_t N = x.shape[0]
-    _check("x", x, dtype, N * C * H * W)
+    cdef int level
+    cdef Py_ssize_t N
+    sizes, level, dtype, N = _common(x, geometry, isa)
+    C, H, W, K, kh, kw, _, _, _, _, Ho, Wo, sh, sw = sizes
+    cdef cw_geom g = _geometry(sizes)
     _check("dy", dy, dtype, N * K * Ho * Wo)
     if dx is not None:
         if (sh, sw) != (1, 1):
