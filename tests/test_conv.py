@@ -1221,6 +1221,21 @@ def test_pointwise_matches_twin(N, C, K_, H, W, dtype, layout, bias, seed):
     assert _check_twin(case).algorithm == "pointwise"  # chosen by shape
 
 
+def _conv2d_matches_torch(torch, x, w, b, dtype, algorithm=None, **kw):
+    """F.conv2d(x, w, b, **kw) (on the CPU path ``algorithm`` if given) and its gradients
+    against torch's: 1e-4 in float32, 1e-10 in float64."""
+    ty, tg, dy = _torch_grads(torch, lambda x, w, b: torch.nn.functional.conv2d(x, w, b, **kw),
+                              [x, w, b])
+    args = [nk.tensor(a, requires_grad=True) for a in (x, w, b)]
+    with _algorithm(algorithm) if algorithm else contextlib.nullcontext():
+        y = FC.conv2d(*args, **kw)
+    y.backward(dy)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(y.numpy(), ty, **tol)
+    for a, g in zip(args, tg, strict=True):
+        np.testing.assert_allclose(a.grad, g, **tol)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=(1, 0)),
                                 dict(padding="same", dilation=(2, 1)), dict(stride=(1, 2))])
@@ -1231,15 +1246,7 @@ def test_depthwise_matches_torch(rng, dtype, kw):
     x = rng.standard_normal((2, 6, 9, 8)).astype(dtype)
     w = rng.standard_normal((6, 1, 3, 2)).astype(dtype)
     b = rng.standard_normal(6).astype(dtype)
-    ty, tg, dy = _torch_grads(
-        torch, lambda x, w, b: torch.nn.functional.conv2d(x, w, b, groups=6, **kw), [x, w, b])
-    args = [nk.tensor(a, requires_grad=True) for a in (x, w, b)]
-    y = FC.conv2d(*args, groups=6, **kw)
-    y.backward(dy)
-    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(y.numpy(), ty, **tol)
-    for a, g in zip(args, tg, strict=True):
-        np.testing.assert_allclose(a.grad, g, **tol)
+    _conv2d_matches_torch(torch, x, w, b, dtype, groups=6, **kw)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -1248,15 +1255,7 @@ def test_pointwise_matches_torch(rng, dtype):
     x = rng.standard_normal((3, 5, 7, 6)).astype(dtype)
     w = rng.standard_normal((4, 5, 1, 1)).astype(dtype)
     b = rng.standard_normal(4).astype(dtype)
-    ty, tg, dy = _torch_grads(torch, lambda x, w, b: torch.nn.functional.conv2d(x, w, b),
-                              [x, w, b])
-    args = [nk.tensor(a, requires_grad=True) for a in (x, w, b)]
-    y = FC.conv2d(*args)
-    y.backward(dy)
-    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(y.numpy(), ty, **tol)
-    for a, g in zip(args, tg, strict=True):
-        np.testing.assert_allclose(a.grad, g, **tol)
+    _conv2d_matches_torch(torch, x, w, b, dtype)
 
 
 def test_gradcheck_direct_and_pointwise(rng):
@@ -1306,16 +1305,7 @@ def test_image_and_packed_paths_match_torch(rng, algorithm, dtype, kw):
     x = rng.standard_normal((3, 4, 19, 18)).astype(dtype)
     w = rng.standard_normal((5, 4, 3, 2)).astype(dtype)
     b = rng.standard_normal(5).astype(dtype)
-    ty, tg, dy = _torch_grads(torch, lambda x, w, b: torch.nn.functional.conv2d(x, w, b, **kw),
-                              [x, w, b])
-    args = [nk.tensor(a, requires_grad=True) for a in (x, w, b)]
-    with _algorithm(algorithm):
-        y = FC.conv2d(*args, **kw)
-    y.backward(dy)
-    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(y.numpy(), ty, **tol)
-    for a, g in zip(args, tg, strict=True):
-        np.testing.assert_allclose(a.grad, g, **tol)
+    _conv2d_matches_torch(torch, x, w, b, dtype, algorithm, **kw)
 
 
 def test_gradcheck_image_path(rng):
