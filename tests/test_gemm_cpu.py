@@ -2,13 +2,14 @@
 
 - ``matmul_packed`` == the float64 product of the same matrices (hypothesis over M, K, N
   including 0, 1, tails of the 4-row tile and of the 32/16-column panels, both dtypes);
-- ``pack_panels``'s layout, written out by hand;
+- ``pack_panels``'s layout, written out by hand; ``stream_rows`` copies exactly its block;
 - every build this CPU can run (baseline, AVX2+FMA, AVX-512), called directly, == the
   product; the kernel chosen for this CPU is one of them; bad input to the Python entry.
 """
 
 import ctypes
 
+import numba
 import numpy as np
 import pytest
 from helpers import assert_matches_reference
@@ -59,6 +60,27 @@ def test_pack_panels_of_views_and_stacks(dtype):
     want = gemm_cpu.pack_panels(np.concatenate((w_ih.T, w_hh.T)))
     for top, bottom in ((w_ih.T, w_hh.T), (np.ascontiguousarray(w_ih.T), w_hh.T)):
         np.testing.assert_array_equal(gemm_cpu.pack_stacked_panels(top, bottom), want)
+
+
+@numba.njit
+def _stream_copy(src, dst):
+    gemm_cpu.stream_rows(src, dst)
+    gemm_cpu.stream_fence()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_stream_rows_copies_blocks_at_any_alignment(dtype):
+    """stream_rows: dst = src for row blocks of wider matrices, whatever the alignment of
+    dst's rows (its unaligned head and tail are plain stores), and nothing outside dst."""
+    rng = np.random.default_rng(5)
+    src = rng.standard_normal((9, 70)).astype(dtype)
+    for r0, c0, d0, rows, cols in [(0, 0, 0, 9, 70), (1, 3, 1, 5, 33), (2, 0, 5, 1, 1),
+                                   (0, 7, 2, 4, 0), (3, 1, 0, 0, 8)]:
+        dst = np.full((11, 80), -1.0, dtype)
+        _stream_copy(src[r0:r0 + rows, c0:c0 + cols], dst[1:1 + rows, d0:d0 + cols])
+        want = np.full_like(dst, -1.0)
+        want[1:1 + rows, d0:d0 + cols] = src[r0:r0 + rows, c0:c0 + cols]
+        np.testing.assert_array_equal(dst, want)
 
 
 @pytest.mark.parametrize("build", sorted(gemm_packed.variant_addresses()))

@@ -28,8 +28,9 @@ from numba.extending import overload
 from . import gemm_packed as _c
 from ._dispatch import serial_step_blas
 
-__all__ = ["pack_panels", "pack_stacked_panels", "step_gemm", "step_gemm_ld", "matmul_packed",
-           "matmul_rows_parallel", "matmul_inner_parallel", "isa", "PANEL_WIDTH"]
+__all__ = ["pack_panels", "pack_stacked_panels", "step_gemm", "step_gemm_ld", "stream_rows",
+           "stream_fence", "matmul_packed", "matmul_rows_parallel", "matmul_inner_parallel",
+           "isa", "PANEL_WIDTH"]
 
 PANEL_WIDTH = dict(_c.PANEL_WIDTH)  # {"float32": 32, "float64": 16}
 for _name, _address in _c.addresses().items():
@@ -43,6 +44,11 @@ _SIGNATURE_LD = types.void(types.voidptr, types.voidptr, types.voidptr, types.in
                            types.intp, types.intp, types.intp)
 _gemm_ld_f32 = types.ExternalFunction("nnkit_gemm_packed_ld_f32", _SIGNATURE_LD)
 _gemm_ld_f64 = types.ExternalFunction("nnkit_gemm_packed_ld_f64", _SIGNATURE_LD)
+_SIGNATURE_STREAM = types.void(types.voidptr, types.intp, types.voidptr, types.intp,
+                               types.intp, types.intp)
+_stream_f32 = types.ExternalFunction("nnkit_stream_rows_f32", _SIGNATURE_STREAM)
+_stream_f64 = types.ExternalFunction("nnkit_stream_rows_f64", _SIGNATURE_STREAM)
+_stream_fence = types.ExternalFunction("nnkit_stream_fence", types.void())
 _NR_F32, _NR_F64 = PANEL_WIDTH["float32"], PANEL_WIDTH["float64"]
 
 
@@ -131,6 +137,33 @@ def _step_gemm_ld(a, bp, out, accumulate):
                a.strides[0] // a.itemsize, 1 if accumulate else 0)
 
     return impl
+
+
+def stream_rows(src, dst):
+    """dst[:, :] = src (2-D, rows any distance apart, elements adjacent) with non-temporal
+    stores (gemm_packed.h): for output no later step reads, kept out of the cache. A thread
+    calls ``stream_fence()`` after its last such copy. For Numba kernels (the overload)."""
+    dst[:, :] = src
+
+
+@overload(stream_rows, inline="always")
+def _stream_rows(src, dst):
+    kernel = _stream_f32 if src.dtype == types.float32 else _stream_f64
+
+    def impl(src, dst):
+        kernel(src.ctypes, src.strides[0] // src.itemsize, dst.ctypes,
+               dst.strides[0] // dst.itemsize, dst.shape[0], dst.shape[1])
+
+    return impl
+
+
+def stream_fence():
+    """Orders this thread's ``stream_rows`` stores before its later stores (SFENCE)."""
+
+
+@overload(stream_fence, inline="always")
+def _stream_fence_impl():
+    return lambda: _stream_fence()
 
 
 @numba.njit(cache=True)

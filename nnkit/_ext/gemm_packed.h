@@ -8,6 +8,9 @@
  *   gemm_packed_body.h; a, c row-major contiguous. Panel widths: 32 floats, 16 doubles.
  *   nnkit_gemm_packed_ld_f32 / _f64 (a, bp, c, M, K, N, lda, acc): the same with a's rows
  *   lda elements apart (a block of columns of a wider matrix), and c += a @ b when acc.
+ *   nnkit_stream_rows_f32 / _f64 (src, lds, dst, ldd, rows, cols): dst[i, :cols] =
+ *   src[i, :cols], rows lds and ldd elements apart, with non-temporal stores (below).
+ *   nnkit_stream_fence (): orders those stores before the caller's later ones.
  *
  * One source, compiled for AVX-512, AVX2+FMA and the baseline ISA on x86-64 (GCC, Clang),
  * chosen at run time by the CPU's features (gemm_select_*); elsewhere the baseline only.
@@ -21,6 +24,46 @@
 #include <string.h>
 
 #include "isa_targets.h"
+
+/* Non-temporal stores write whole cache lines to memory without reading them first and
+ * without evicting anything: for data the loop will not read again (the BPTT's packed dA,
+ * read once by the weight-gradient product after the loop). Its 32 panels' rows, 1 MiB
+ * apart, filled the same few cache sets at every step and pushed the step weights out of
+ * L2: streamed, the LSTM's BPTT step ran ~10% faster (benchmarks/RESULTS.md). SSE2, so
+ * every x86-64 build; elsewhere a plain copy. A 16-byte piece of dst that is not aligned
+ * is written with plain stores. */
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <emmintrin.h>
+#include <stdint.h>
+#define NNKIT_STREAM_ROWS(NAME, T, VEC, STREAM, LOADU)                                   \
+    static void NAME(const T *src, ptrdiff_t lds, T *dst, ptrdiff_t ldd, ptrdiff_t rows,  \
+                     ptrdiff_t cols)                                                     \
+    {                                                                                    \
+        enum { L = 16 / sizeof(T) };                                                     \
+        for (ptrdiff_t i = 0; i < rows; i++) {                                           \
+            const T *s = src + i * lds;                                                  \
+            T *d = dst + i * ldd;                                                        \
+            ptrdiff_t j = 0;                                                             \
+            for (; j < cols && ((uintptr_t)(d + j) & 15); j++) d[j] = s[j];              \
+            for (; j + L <= cols; j += L) STREAM(d + j, LOADU(s + j));                   \
+            for (; j < cols; j++) d[j] = s[j];                                           \
+        }                                                                                \
+    }
+NNKIT_STREAM_ROWS(stream_rows_f32, float, __m128, _mm_stream_ps, _mm_loadu_ps)
+NNKIT_STREAM_ROWS(stream_rows_f64, double, __m128d, _mm_stream_pd, _mm_loadu_pd)
+static void stream_fence(void) { _mm_sfence(); }
+#else
+#define NNKIT_STREAM_ROWS(NAME, T)                                                       \
+    static void NAME(const T *src, ptrdiff_t lds, T *dst, ptrdiff_t ldd, ptrdiff_t rows,  \
+                     ptrdiff_t cols)                                                     \
+    {                                                                                    \
+        for (ptrdiff_t i = 0; i < rows; i++)                                             \
+            memcpy(dst + i * ldd, src + i * lds, (size_t)cols * sizeof(T));              \
+    }
+NNKIT_STREAM_ROWS(stream_rows_f32, float)
+NNKIT_STREAM_ROWS(stream_rows_f64, double)
+static void stream_fence(void) {}
+#endif
 
 #define NNKIT_GEMM_NR_F32 32
 #define NNKIT_GEMM_NR_F64 16

@@ -17,6 +17,11 @@ cdef extern from "gemm_packed.h":
     const char *gemm_isa() noexcept nogil
     void *gemm_variant(int which, int f64) noexcept nogil
     void *gemm_select_ld(int f64) noexcept nogil
+    void stream_rows_f32(const float *, Py_ssize_t, float *, Py_ssize_t, Py_ssize_t,
+                         Py_ssize_t) noexcept nogil
+    void stream_rows_f64(const double *, Py_ssize_t, double *, Py_ssize_t, Py_ssize_t,
+                         Py_ssize_t) noexcept nogil
+    void stream_fence() noexcept nogil
     int NNKIT_GEMM_NR_F32
     int NNKIT_GEMM_NR_F64
 
@@ -29,7 +34,10 @@ def addresses():
     return {"nnkit_gemm_packed_f32": <size_t>gemm_select_f32(),
             "nnkit_gemm_packed_f64": <size_t>gemm_select_f64(),
             "nnkit_gemm_packed_ld_f32": <size_t>gemm_select_ld(0),
-            "nnkit_gemm_packed_ld_f64": <size_t>gemm_select_ld(1)}
+            "nnkit_gemm_packed_ld_f64": <size_t>gemm_select_ld(1),
+            "nnkit_stream_rows_f32": <size_t>&stream_rows_f32,
+            "nnkit_stream_rows_f64": <size_t>&stream_rows_f64,
+            "nnkit_stream_fence": <size_t>&stream_fence}
 
 
 def variant_addresses():

