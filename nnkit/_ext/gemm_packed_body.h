@@ -15,7 +15,12 @@
  * first: 16 accumulators, each panel row loaded once per 16 FMAs instead of 8, and a panel
  * read half as often per call (the time loops' blocks are 8-16 rows; a panel of K >= 384
  * rows no longer fits L1 between two 4-row tiles). Every element of c is the same k-ordered
- * chain of multiply-adds in either tile, so the results are identical. */
+ * chain of multiply-adds in either tile, so the results are identical.
+ *
+ * The panel is prefetched 16 of its rows (2 KiB in float32) ahead of the k loop: the
+ * hardware's own prefetching left the loop waiting on L2 at the time loops' shapes, where a
+ * panel is read once per call (the LSTM's step GEMM (8, 384) x (384, 1024): ~160-195 ->
+ * ~200-220 GFLOP/s a core; benchmarks/RESULTS.md). */
 
 /* dst[:width] = the row (lo, hi) of a tile */
 #define GP_STORE(dst, lo, hi, width)                                                     \
@@ -67,6 +72,8 @@ static GP_INLINE void GP_NAME(const GP_T *a, const GP_T *bp, GP_T *c, ptrdiff_t 
             GP_INIT(c70, c71, c0 + 7 * N, width);
             for (ptrdiff_t k = 0; k < K; k++) {
                 GP_V b0, b1;
+                __builtin_prefetch(panel + (k + 16) * NR);
+                __builtin_prefetch(panel + (k + 16) * NR + L);
                 memcpy(&b0, panel + k * NR, sizeof b0);
                 memcpy(&b1, panel + k * NR + L, sizeof b1);
                 GP_T x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
@@ -100,6 +107,8 @@ static GP_INLINE void GP_NAME(const GP_T *a, const GP_T *bp, GP_T *c, ptrdiff_t 
             GP_INIT(c30, c31, c0 + 3 * N, width);
             for (ptrdiff_t k = 0; k < K; k++) {
                 GP_V b0, b1;
+                __builtin_prefetch(panel + (k + 16) * NR);
+                __builtin_prefetch(panel + (k + 16) * NR + L);
                 memcpy(&b0, panel + k * NR, sizeof b0);
                 memcpy(&b1, panel + k * NR + L, sizeof b1);
                 GP_T x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
