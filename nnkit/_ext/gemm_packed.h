@@ -35,7 +35,7 @@
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <emmintrin.h>
 #include <stdint.h>
-#define NNKIT_STREAM_ROWS(NAME, T, VEC, STREAM, LOADU)                                   \
+#define NNKIT_STREAM_ROWS(NAME, T, STREAM, LOADU)                                        \
     static void NAME(const T *src, ptrdiff_t lds, T *dst, ptrdiff_t ldd, ptrdiff_t rows,  \
                      ptrdiff_t cols)                                                     \
     {                                                                                    \
@@ -49,8 +49,8 @@
             for (; j < cols; j++) d[j] = s[j];                                           \
         }                                                                                \
     }
-NNKIT_STREAM_ROWS(stream_rows_f32, float, __m128, _mm_stream_ps, _mm_loadu_ps)
-NNKIT_STREAM_ROWS(stream_rows_f64, double, __m128d, _mm_stream_pd, _mm_loadu_pd)
+NNKIT_STREAM_ROWS(stream_rows_f32, float, _mm_stream_ps, _mm_loadu_ps)
+NNKIT_STREAM_ROWS(stream_rows_f64, double, _mm_stream_pd, _mm_loadu_pd)
 static void stream_fence(void) { _mm_sfence(); }
 #else
 #define NNKIT_STREAM_ROWS(NAME, T)                                                       \

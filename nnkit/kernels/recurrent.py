@@ -263,7 +263,8 @@ def _rows_apart(shape, dtype):
     """An uninitialised (M, N) array whose rows are an odd number of 64-byte lines apart.
     The weight-gradient product reads 8 rows of it at a time down a block of columns; with
     N a power of two (T B = 8192 at the LSTM benchmark) those rows fell into the same few
-    cache sets and evicted one another: 137 -> 156 GFLOP/s a core with the odd stride."""
+    cache sets and evicted one another (the product ran ~15% slower; benchmarks/RESULTS.md,
+    "The LSTM above torch again")."""
     M, N = shape
     per_line = 64 // np.dtype(dtype).itemsize
     lines = -(-N // per_line)
