@@ -331,15 +331,7 @@ def test_conv2d_matches_torch(rng, dtype, kw):
     x = rng.standard_normal((3, 4, 9, 8)).astype(dtype)
     w = rng.standard_normal((8, 4 // kw.get("groups", 1), 3, 2)).astype(dtype)
     b = rng.standard_normal(8).astype(dtype)
-    ty, tg, dy = _torch_grads(torch, lambda x, w, b: torch.nn.functional.conv2d(x, w, b, **kw),
-                              [x, w, b])
-    args = [nk.tensor(a, requires_grad=True) for a in (x, w, b)]
-    y = FC.conv2d(*args, **kw)
-    y.backward(dy)
-    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(y.numpy(), ty, **tol)
-    for a, g in zip(args, tg, strict=True):
-        np.testing.assert_allclose(a.grad, g, **tol)
+    _conv2d_matches_torch(torch, x, w, b, dtype, **kw)
 
 
 @pytest.mark.parametrize("kw", [dict(stride=2, padding=1), dict(padding="same", dilation=3),
