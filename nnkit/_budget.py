@@ -1,4 +1,5 @@
-"""An allocation budget for objects built from an untrusted file (``nk.load``).
+"""An allocation budget for objects built from an untrusted file (``nk.load``,
+``from_pretrained``).
 
 A file names a class and its constructor arguments; the constructor then allocates what
 those arguments ask for. ``nk.load`` builds under a budget (the bytes of the file's tensors
@@ -6,14 +7,17 @@ plus the caller's ``max_bytes``), and every allocation sized by constructor argu
 is counted: ``Parameter`` and ``Module.register_buffer`` reserve the bytes of their arrays,
 ``ensure_room`` refuses an array before it is allocated (``Parameter.empty``, and
 constructors that fill memory before it becomes a Parameter), and ``reserve`` counts
-memory that never becomes one (a Hopfield network's couplings). Outside ``nk.load``
-nothing is counted.
+memory that never becomes one (a Hopfield network's couplings, label names) or is made
+without a constructor (``nn.module.deepcopies``: a TransformerEncoder's layer copies).
+Outside such a load nothing is counted.
 """
 
 from __future__ import annotations
 
 import contextvars
 from contextlib import contextmanager
+
+MAX_BYTES = 256 << 20  # what reading an untrusted file may allocate beyond what it holds
 
 _BUDGET = contextvars.ContextVar("nnkit_allocation_budget", default=None)
 

@@ -20,18 +20,18 @@ it is.
 
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
-import secrets
-import socket
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["write_file", "read_file", "FileFormatError"]
+from ._files import quote, regular_size, write_atomic
+
+__all__ = ["write_file", "read_file", "read_header", "TensorEntry", "FileFormatError"]
 
 _DTYPES = {
     "BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "U16": np.uint16, "I16": np.int16,
@@ -91,48 +91,17 @@ def write_file(path, tensors: dict, metadata: dict | None = None) -> None:
     written when an argument is invalid.
     """
     path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise FileNotFoundError(f"cannot save to '{path}': the folder '{folder}' does not exist")
-    if path.is_dir():
-        raise IsADirectoryError(f"cannot save to '{path}': it is a folder; give a file name")
     stored = {str(n): _as_stored(n, a) for n, a in tensors.items()}
     header, arrays = _header(stored, {str(k): str(v) for k, v in (metadata or {}).items()})
-    _remove_stale_temporaries(folder, path.name)
-    tmp = folder / f".{path.name}.{_HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(header)))
-            f.write(header)
-            for array in arrays:
-                if array.size:
-                    f.write(array.reshape(-1).view(np.uint8).data)
-            f.flush()
-            os.fsync(f.fileno())
-        _check_written(tmp, path)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_folder(folder)
 
+    def write(f):
+        f.write(struct.pack("<Q", len(header)))
+        f.write(header)
+        for array in arrays:
+            if array.size:
+                f.write(array.reshape(-1).view(np.uint8).data)
 
-_HOST = "".join(c if c.isalnum() else "_" for c in socket.gethostname())
-
-
-def _remove_stale_temporaries(folder: Path, name: str) -> None:
-    """Remove the temporary files that writers to ``folder/name`` on this host left when
-    they were killed (their process is gone); other hosts' and live writers' stay."""
-    for tmp in glob.glob(os.path.join(glob.escape(str(folder)), f".{glob.escape(name)}.*.tmp")):
-        writer = os.path.basename(tmp)[len(name) + 2:-len(".tmp")].rsplit("-", 2)
-        if len(writer) != 3 or writer[0] != _HOST or not writer[1].isdigit():
-            continue
-        try:
-            os.kill(int(writer[1]), 0)
-        except ProcessLookupError:  # the writer is gone: its file is garbage
-            Path(tmp).unlink(missing_ok=True)
-        except (PermissionError, OverflowError):  # alive under another user, or no pid
-            continue
+    write_atomic(path, write, check=lambda tmp: _check_written(tmp, path))
 
 
 def _check_written(tmp: Path, path: Path) -> None:
@@ -152,18 +121,17 @@ def _check_written(tmp: Path, path: Path) -> None:
                          f"({exc})") from None
 
 
-def _fsync_folder(folder: Path) -> None:
-    """Make the rename durable (POSIX); a no-op where folders cannot be opened."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+def _unique(pairs):
+    """A JSON object's dict; a key given twice is refused (as the safetensors package does)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        keys = [k for k, _ in pairs]
+        raise _Duplicate(next(k for k in keys if keys.count(k) > 1))
+    return out
+
+
+class _Duplicate(ValueError):
+    pass
 
 
 def _parse_header(path: Path, f, file_size: int) -> dict:
@@ -171,17 +139,24 @@ def _parse_header(path: Path, f, file_size: int) -> dict:
         raise FileFormatError(f"'{path}' is {file_size} bytes long: too short to be a "
                               "safetensors file (truncated or empty)")
     (n,) = struct.unpack("<Q", f.read(8))
-    if n > _MAX_HEADER or 8 + n > file_size:
+    if n > _MAX_HEADER:
+        raise FileFormatError(f"'{path}' declares a {n}-byte header, more than the "
+                              f"{_MAX_HEADER} bytes a safetensors header may have; the file is "
+                              "corrupted, hostile or not a safetensors file")
+    if 8 + n > file_size:
         raise FileFormatError(f"'{path}' declares a {n}-byte header but holds {file_size} "
                               "bytes: truncated, corrupted or not a safetensors file")
     try:
-        header = json.loads(f.read(n).decode("utf-8"))
+        header = json.loads(f.read(n).decode("utf-8"), object_pairs_hook=_unique)
     except RecursionError:
         raise FileFormatError(f"'{path}': the header is JSON nested too deeply to be a "
                               "safetensors header; the file is corrupted or hostile") from None
+    except _Duplicate as exc:
+        raise FileFormatError(f"'{path}': the header has the key {quote(exc.args[0])} twice "
+                              "in one object; the file is corrupted or hostile") from None
     except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError, int digit limit
-        raise FileFormatError(f"'{path}': the header is not valid JSON ({exc}); the file is "
-                              "corrupted or not a safetensors file") from None
+        raise FileFormatError(f"'{path}': the header is not valid JSON ({str(exc)[:200]}); "
+                              "the file is corrupted or not a safetensors file") from None
     if not isinstance(header, dict):
         raise FileFormatError(f"'{path}': the header is a {type(header).__name__}, not a "
                               "JSON object; the file is corrupted")
@@ -190,15 +165,16 @@ def _parse_header(path: Path, f, file_size: int) -> dict:
 
 def _check_entry(path: Path, name: str, entry) -> tuple:
     def bad(what):
-        return FileFormatError(f"'{path}': the header entry of tensor '{name}' is malformed: "
-                               f"{what} ({entry!r:.200}); the file is corrupted")
+        return FileFormatError(f"'{path}': the header entry of tensor {quote(name, 80)} is "
+                               f"malformed: {what} ({entry!r:.200}); the file is corrupted")
 
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
         raise bad("expected a JSON object with the keys dtype, shape and data_offsets")
     code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if not isinstance(code, str) or (code not in _DTYPES and code not in _READ_ONLY):
-        raise FileFormatError(f"'{path}': tensor '{name}' has dtype {code!r:.100}, which nnkit "
-                              f"does not read (it reads {', '.join([*_DTYPES, *_READ_ONLY])})")
+        raise FileFormatError(f"'{path}': tensor {quote(name, 80)} has dtype {code!r:.100}, which "
+                              f"nnkit does not read (it reads "
+                              f"{', '.join([*_DTYPES, *_READ_ONLY])})")
     if not (isinstance(shape, list) and all(type(s) is int and 0 <= s <= _MAX_DIM
                                             for s in shape)):
         raise bad("shape must be a list of integers from 0 to 2**63 - 1")
@@ -210,8 +186,8 @@ def _check_entry(path: Path, name: str, entry) -> tuple:
     dtype = np.dtype(_DTYPES.get(code) or _READ_ONLY[code])
     size = math.prod(shape) * dtype.itemsize  # Python ints: no wrap-around
     if offsets[1] - offsets[0] != size:
-        raise FileFormatError(f"'{path}': tensor '{name}' of shape {tuple(shape)} and dtype "
-                              f"{code} needs {size} bytes but its offsets {offsets} span "
+        raise FileFormatError(f"'{path}': tensor {quote(name, 80)} of shape {tuple(shape)} and "
+                              f"dtype {code} needs {size} bytes but its offsets {offsets} span "
                               f"{offsets[1] - offsets[0]}; the file is corrupted")
     return dtype, tuple(shape), offsets, code
 
@@ -229,10 +205,87 @@ def _check_metadata(path: Path, metadata) -> dict:
                               "JSON object {str: str}; the file is corrupted")
     for key, value in metadata.items():
         if not isinstance(value, str):
-            raise FileFormatError(f"'{path}': __metadata__ value of '{key}' is a "
+            raise FileFormatError(f"'{path}': __metadata__ value of {quote(key, 80)} is a "
                                   f"{type(value).__name__}, not a string (safetensors metadata "
                                   "is {str: str}); the file is corrupted")
     return metadata
+
+
+def _physical_memory() -> int | None:
+    """This machine's memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor of a safetensors file, described by its (checked) header entry; ``read``
+    loads it. Lets a reader check names, dtypes and shapes before reading any data."""
+
+    path: Path
+    name: str
+    code: str  # the file's dtype code (F32, BF16, ...)
+    dtype: np.dtype  # what read() returns (float32 for BF16)
+    shape: tuple
+    start: int  # byte offset in the file
+    nbytes: int  # bytes in the file
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def read(self) -> np.ndarray:
+        """A fresh, writable array; MemoryError naming the file and tensor when this
+        machine cannot hold it."""
+        stored = np.dtype(_DTYPES.get(self.code) or _READ_ONLY[self.code]).newbyteorder("<")
+        memory = _physical_memory()
+        try:
+            if memory is not None and self.nbytes > memory:  # never try: it could only swap
+                raise MemoryError
+            out = np.empty(self.shape, dtype=stored)
+        except MemoryError:
+            raise MemoryError(f"'{self.path}': tensor {quote(self.name, 80)} of shape "
+                              f"{self.shape} needs {self.nbytes} bytes, more than this "
+                              f"machine could allocate (it has {memory} bytes of memory)") from None
+        except (ValueError, OverflowError) as exc:
+            raise FileFormatError(f"'{self.path}': tensor {quote(self.name, 80)} of shape "
+                                  f"{self.shape} cannot be made ({exc}); the file is "
+                                  "corrupted") from None
+        with open(self.path, "rb") as f:
+            f.seek(self.start)
+            if out.size and f.readinto(out.reshape(-1).view(np.uint8).data) != out.nbytes:
+                raise FileFormatError(f"'{self.path}': could not read tensor "
+                                      f"{quote(self.name, 80)} (truncated)")
+        out = out.astype(stored.newbyteorder("="), copy=False)
+        return _bfloat16_to_float32(out) if self.code == _BF16 else out
+
+
+def read_header(path) -> tuple[dict, dict]:
+    """``({name: TensorEntry}, metadata {str: str})`` of a safetensors file, in the header's
+    order, without reading any tensor data; the same checks as ``read_file``."""
+    path = Path(path)
+    file_size = regular_size(path)  # a FIFO or device is refused, never opened
+    with open(path, "rb") as f:
+        header = _parse_header(path, f, file_size)
+        data_start = f.tell()
+    metadata = _check_metadata(path, header.pop("__metadata__", None))
+    entries = {name: _check_entry(path, name, entry) for name, entry in header.items()}
+    expected = 0
+    for name, (_, _, offsets, _) in sorted(entries.items(), key=lambda item: item[1][2][0]):
+        if offsets[0] != expected:
+            raise FileFormatError(f"'{path}': tensor {quote(name, 80)} starts at byte "
+                                  f"{offsets[0]} of the data, expected {expected} (gaps or "
+                                  "overlaps); the file is corrupted")
+        expected = offsets[1]
+    if data_start + expected != file_size:
+        what = "is truncated" if data_start + expected > file_size else "has trailing bytes"
+        raise FileFormatError(f"'{path}' {what}: the header describes {expected} bytes "
+                              f"of tensor data, the file holds {file_size - data_start}")
+    return {name: TensorEntry(path, name, code, np.dtype(np.float32) if code == _BF16 else dtype,
+                              shape, data_start + offsets[0], offsets[1] - offsets[0])
+            for name, (dtype, shape, offsets, code) in entries.items()}, metadata
 
 
 def read_file(path) -> tuple[dict, dict]:
@@ -242,37 +295,5 @@ def read_file(path) -> tuple[dict, dict]:
     problem for a truncated, corrupted or foreign file. Arrays are fresh, writable copies;
     bfloat16 tensors come back as float32 (exactly).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: '{path}'")
-    file_size = path.stat().st_size
-    with open(path, "rb") as f:
-        header = _parse_header(path, f, file_size)
-        metadata = _check_metadata(path, header.pop("__metadata__", None))
-        entries = sorted(((_check_entry(path, n, e), n) for n, e in header.items()),
-                         key=lambda item: item[0][2][0])
-        data_start = f.tell()
-        expected = 0
-        for (_, _, offsets, _), name in entries:
-            if offsets[0] != expected:
-                raise FileFormatError(f"'{path}': tensor '{name}' starts at byte {offsets[0]} "
-                                      f"of the data, expected {expected} (gaps or overlaps); "
-                                      "the file is corrupted")
-            expected = offsets[1]
-        if data_start + expected != file_size:
-            what = "is truncated" if data_start + expected > file_size else \
-                "has trailing bytes"
-            raise FileFormatError(f"'{path}' {what}: the header describes {expected} bytes "
-                                  f"of tensor data, the file holds {file_size - data_start}")
-        tensors = {}
-        for (dtype, shape, _, code), name in entries:
-            try:
-                out = np.empty(shape, dtype=dtype.newbyteorder("<"))
-            except (ValueError, OverflowError) as exc:  # (MemoryError: the machine, not the file)
-                raise FileFormatError(f"'{path}': tensor '{name}' of shape {shape} cannot be "
-                                      f"made ({exc}); the file is corrupted") from None
-            if out.size and f.readinto(out.reshape(-1).view(np.uint8).data) != out.nbytes:
-                raise FileFormatError(f"'{path}': could not read tensor '{name}' (truncated)")
-            out = out.astype(dtype, copy=False)
-            tensors[name] = _bfloat16_to_float32(out) if code == _BF16 else out
-    return {n: tensors[n] for n in header}, metadata
+    entries, metadata = read_header(path)
+    return {name: entry.read() for name, entry in entries.items()}, metadata

@@ -43,7 +43,6 @@ stored under names like ``"0.args.0/weight"``, sharing not recorded) still load.
 
 from __future__ import annotations
 
-import copy
 import functools
 import importlib
 import inspect
@@ -56,10 +55,10 @@ from pathlib import Path
 import numpy as np
 
 from ._backend import to_host
-from ._budget import BudgetExceeded, allocation_budget
+from ._budget import MAX_BYTES, BudgetExceeded, allocation_budget
 from ._safetensors import FileFormatError, read_file, write_file
 from .autograd import Tensor
-from .nn.module import Module, ModuleList, Parameter, Sequential
+from .nn.module import Module, ModuleList, Parameter, Sequential, deepcopies
 from .optim import Optimizer
 
 __all__ = ["save", "load", "FileFormatError", "UnknownClassError", "FORMAT_VERSION"]
@@ -70,7 +69,6 @@ _CONFIG_KEYS = ("nnkit", "nnkit_crc32")  # the metadata keys of the config
 _MAX_CONFIG_DEPTH = 200  # JSON nesting of a config; bounds the decoder's recursion
 _SCALAR_KINDS = "biuf"  # the NumPy scalars that save writes as {"__scalar__": [dtype, value]}
 _ARGUMENT_SLACK = 4096  # how far a module's int argument may exceed the file's element count
-MAX_BYTES = 256 << 20  # what loading may allocate beyond the file's tensors, by default
 # The namespaces whose public classes (their __all__) a file may name: a fixed list, never
 # taken from a file.
 _CLASS_NAMESPACES = ("nnkit.nn", "nnkit.optim", "nnkit.classic", "nnkit.models", "nnkit.approx")
@@ -538,7 +536,10 @@ class _Decoder:
 
     def too_big(self, cls, args, kwargs, exc, path):
         """The FileFormatError of a build that would allocate past ``max_bytes``."""
-        call = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+        def short(v):  # a module argument by its class: its repr spans many lines
+            return f"{type(v).__name__}(...)" if isinstance(v, Module) else repr(v)
+
+        call = ", ".join([*map(short, args), *(f"{k}={short(v)}" for k, v in kwargs.items())])
         return FileFormatError(
             f"'{self.path}': {cls.__name__}({call:.300}) (for {_where(path)}) would allocate "
             f"{exc.nbytes} bytes for {exc.what}, beyond what loading may allocate (the "
@@ -726,7 +727,7 @@ def _restore_sharing(root, shared, tied, path):
             parent._modules[name] = target
             continue
         if id(module) in seen:  # shared by a constructor, not in the saved model
-            module = parent._modules[name] = copy.deepcopy(module)
+            module = parent._modules[name] = deepcopies(module, 1)[0]
         seen.add(id(module))
         by_path[where] = module
         stack.extend((f"{where}.{k}", module, k) for k in reversed(module._modules)

@@ -49,9 +49,12 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
+from ._budget import MAX_BYTES
+from ._files import ensure_folder, quote, read_bytes, read_json, write_atomic
 from ._validation import check_bool, check_choice, check_scalar
 
 __all__ = [
@@ -73,9 +76,13 @@ SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
 SPECIAL_ROLES = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
 PREFIX = "##"
 IGNORE_INDEX = -100
-# Padding makes max_length tokens per encoding (Python tuples and int64 arrays, about 100
-# bytes a token); a longer pad is refused before anything is allocated.
+# Padding makes max_length tokens per encoding; a longer pad is refused before anything is
+# allocated.
 _MAX_PAD_LENGTH = 2**24
+# Bytes one padded token costs at the peak of encode (tracemalloc, 2**18 to 2**20 tokens): 48
+# held by the Encoding (three int64 arrays, three tuples of pointers), 32 by the lists it is
+# built from.
+_PAD_TOKEN_BYTES = 80
 
 
 # ----------------------------------------------------------------------------------------
@@ -190,24 +197,65 @@ def _normalize(text: str, lowercase: bool, strip_accents: bool, cjk: bool) -> st
     return _lower(text) if lowercase else text
 
 
-def _special_pattern(tokens) -> re.Pattern | None:
-    """A regex matching any of ``tokens``, longest first (leftmost-longest, as transformers
-    finds added tokens in raw text)."""
-    tokens = sorted({t for t in tokens if t}, key=lambda t: (-len(t), t))
-    return re.compile("(" + "|".join(map(re.escape, tokens)) + ")") if tokens else None
+def _prefix_table(tokens, limit: int, cut: int = 0) -> dict:
+    """A trie of ``token[cut:]`` for every token, flattened into one dict: each prefix of at
+    most ``limit`` characters maps to its token where it is one, else to '' (it only begins
+    one). Less memory than nested dicts for short pieces; ``_longest`` walks it."""
+    table: dict = {}
+    for token in tokens:
+        body = token[cut:]
+        for end in range(1, min(len(body), limit + 1)):
+            table.setdefault(body[:end], "")
+        if body and len(body) <= limit:
+            table[body] = token
+    return table
+
+
+def _longest(table: dict, text: str, start: int) -> str:
+    """The token of the longest prefix of ``text[start:]`` in ``table`` ('' for none): the
+    walk stops where no token goes on, so it reads at most the longest piece's length."""
+    found, end, stop = "", start + 1, len(text)
+    while end <= stop:
+        hit = table.get(text[start:end])
+        if hit is None:
+            break
+        if hit:
+            found = hit
+        end += 1
+    return found
+
+
+class _Matcher:
+    """Finds tokens written in a text, leftmost-longest (as the tokenizers package finds
+    added tokens): a regex of their first characters jumps to the candidates, a prefix table
+    walks from each."""
+
+    def __init__(self, tokens):
+        tokens = {t for t in tokens if t}
+        self._table = _prefix_table(tokens, max(map(len, tokens), default=0))
+        firsts = "".join(sorted({re.escape(t[0]) for t in tokens}))
+        self._first = re.compile(f"[{firsts}]") if firsts else None
+
+    def split(self, text: str) -> list[tuple[str, bool]]:
+        """``text`` cut at the tokens written in it: [(segment, is_token)], no empty segment."""
+        parts, done, pos = [], 0, 0
+        while self._first is not None and (m := self._first.search(text, pos)) is not None:
+            token = _longest(self._table, text, m.start())
+            if not token:
+                pos = m.start() + 1
+                continue
+            if m.start() > done:
+                parts.append((text[done:m.start()], False))
+            parts.append((token, True))
+            done = pos = m.start() + len(token)
+        if done < len(text):
+            parts.append((text[done:], False))
+        return parts
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_pattern(tokens: tuple):
-    return _special_pattern(tokens)
-
-
-def _split_specials(text: str, pattern) -> list[tuple[str, bool]]:
-    """``text`` cut at the special tokens written in it: [(segment, is_special)]."""
-    if pattern is None:
-        return [(text, False)]
-    parts = pattern.split(text)  # text, special, text, special, ..., text
-    return [(part, i % 2 == 1) for i, part in enumerate(parts) if part]
+def _cached_matcher(tokens: tuple) -> _Matcher:
+    return _Matcher(tokens)
 
 
 def basic_tokenize(text: str, lowercase: bool = True, never_split=SPECIAL_TOKENS,
@@ -228,7 +276,7 @@ def basic_tokenize(text: str, lowercase: bool = True, never_split=SPECIAL_TOKENS
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     strip = lowercase if strip_accents is None else strip_accents
     words = []
-    for segment, special in _split_specials(text, _cached_pattern(tuple(never_split))):
+    for segment, special in _cached_matcher(tuple(never_split)).split(text):
         if special:
             words.append(segment)
             continue
@@ -403,6 +451,13 @@ class WordPieceTokenizer:
     clean_up_tokenization_spaces : bool
         ``decode``'s default for its option of the same name (transformers' second
         clean-up pass, off by default as in transformers 5).
+    added_tokens : sequence of dict, optional
+        Transformers' added tokens: ``{"content": str, "special": bool, "normalized": bool}``
+        (``special`` default False, ``normalized`` default ``not special``). Each is found
+        whole in the text before WordPiece, leftmost-longest: in the raw text, or with
+        ``normalized`` in the normalized text (its content must be normalized already).
+        ``decode`` skips the special ones. A content outside ``vocab`` gets the next id:
+        ``len(tok)`` counts them, ``vocab_size`` (WordPiece's vocabulary) does not.
 
     Use :meth:`train` to learn a vocabulary from text, :meth:`load` to read a ``vocab.txt``,
     :meth:`from_pretrained` to read a Hugging Face tokenizer folder.
@@ -411,15 +466,7 @@ class WordPieceTokenizer:
     def __init__(self, vocab, lowercase: bool = True, max_input_chars_per_word: int = 100, *,
                  strip_accents: bool | None = None, tokenize_chinese_chars: bool = True,
                  special_tokens: dict | None = None, model_max_length: int | None = None,
-                 clean_up_tokenization_spaces: bool = False):
-        self.itos = self._vocab_list(vocab)
-        self.stoi = {t: i for i, t in enumerate(self.itos)}
-        self.special_tokens = self._special_roles(special_tokens)
-        missing = [t for t in self.special_tokens.values() if t not in self.stoi]
-        if missing:
-            raise ValueError(f"vocab lacks the special token(s) {', '.join(missing)}; "
-                             "a vocabulary must contain all of "
-                             f"{' '.join(self.special_tokens.values())}")
+                 clean_up_tokenization_spaces: bool = False, added_tokens=None):
         check_bool(lowercase, name="lowercase")
         if strip_accents is not None:
             check_bool(strip_accents, name="strip_accents")
@@ -436,10 +483,59 @@ class WordPieceTokenizer:
         self.max_input_chars_per_word = check_scalar(
             max_input_chars_per_word, name="max_input_chars_per_word", kind=numbers.Integral,
             low=1)
-        self._specials = frozenset(self.special_tokens.values())
-        self._pattern = _special_pattern(self._specials)
+        base = self._vocab_list(vocab)
+        self.special_tokens = self._special_roles(special_tokens)
+        self._added = self._added_flags(added_tokens)
+        known = set(base)
+        self.itos = base + [t for t in self._added if t not in known]
+        self.stoi = {t: i for i, t in enumerate(self.itos)}
+        self._n_base = len(base)
+        missing = [_bare(t) for t in self.special_tokens.values() if t not in self.stoi]
+        if missing:
+            raise ValueError(f"vocab lacks the special token(s) {', '.join(missing)}; "
+                             "a vocabulary must contain all of "
+                             f"{' '.join(map(_bare, self.special_tokens.values()))}")
+        for token in self.special_tokens.values():  # the roles are always special
+            self._added[token] = (True, self._added.get(token, (True, False))[1])
+        self._specials = frozenset(t for t, (special, _) in self._added.items() if special)
+        self._raw = _Matcher(t for t, (_, normalized) in self._added.items() if not normalized)
+        self._normalized = _Matcher(t for t, (_, normalized) in self._added.items()
+                                    if normalized)
+        limit, cut = self.max_input_chars_per_word, len(PREFIX)
+        # a word's first piece (a ## token there is looked up in the other table) and the ##
+        # pieces after it, keyed without their ##
+        self._starts = _prefix_table([t for t in base if t[:cut] != PREFIX or t == PREFIX],
+                                     limit)
+        self._continuations = _prefix_table([t for t in base if t[:cut] == PREFIX], limit, cut)
         self._unk = self.special_tokens["unk_token"]
         self._cache: dict = {}
+
+    def _added_flags(self, added_tokens) -> dict:
+        """content -> (special, normalized) of ``added_tokens``; a normalized content must be
+        what normalizing makes of it."""
+        flags = {}
+        for entry in added_tokens or ():
+            if not isinstance(entry, dict) or set(entry) - {"content", "special", "normalized"}:
+                raise TypeError(f"added_tokens items must be dicts with the keys content, "
+                                f"special, normalized; got {_shown(entry)}")
+            content = entry.get("content")
+            _check_token(content, "added_tokens contents")
+            special = check_bool(entry.get("special", False), name="added_tokens special")
+            normalized = check_bool(entry.get("normalized", not special),
+                                    name="added_tokens normalized")
+            if content in flags:
+                raise ValueError(f"added_tokens has {quote(content)} twice")
+            if normalized and self._normal(content) != content:
+                raise ValueError(f"added token {quote(content)} is normalized, but normalizing "
+                                 f"makes it {quote(self._normal(content))}; give it normalized "
+                                 "(or normalized=False)")
+            flags[content] = (special, normalized)
+        return flags
+
+    def _normal(self, text: str) -> str:
+        """``text`` through this tokenizer's normalizer."""
+        strip = self.lowercase if self.strip_accents is None else self.strip_accents
+        return _normalize(text, self.lowercase, strip, self.tokenize_chinese_chars)
 
     @staticmethod
     def _special_roles(special_tokens) -> dict:
@@ -456,10 +552,11 @@ class WordPieceTokenizer:
                                  f"{', '.join(SPECIAL_ROLES)}")
             if not isinstance(token, str) or not token:
                 raise ValueError(f"special_tokens[{role!r}] must be a non-empty str, got "
-                                 f"{token!r}")
+                                 f"{_shown(token)}")
             roles[role] = token
         if len(set(roles.values())) != len(roles):
-            raise ValueError(f"special_tokens gives two roles the same token: {roles}")
+            raise ValueError("special_tokens gives two roles the same token: "
+                             f"{ {role: quote(token) for role, token in roles.items()} }")
         return roles
 
     @staticmethod
@@ -477,24 +574,24 @@ class WordPieceTokenizer:
         else:
             tokens = list(vocab)
         for t in tokens:
-            if not isinstance(t, str) or not t or any(_is_whitespace(c) for c in t):
-                raise ValueError(f"vocab tokens must be non-empty strings without whitespace; "
-                                 f"got {t!r}")
+            _check_token(t, "vocab tokens")
         if len(set(tokens)) != len(tokens):
             dup = next(t for t, c in Counter(tokens).items() if c > 1)
-            raise ValueError(f"vocab has the token {dup!r} more than once")
+            raise ValueError(f"vocab has the token {quote(dup)} more than once")
         return tokens
 
     # -- vocabulary --------------------------------------------------------------------
     @property
     def vocab_size(self) -> int:
-        return len(self.itos)
+        """The WordPiece vocabulary's size: ``len(tok)`` less the added tokens beyond it (as
+        transformers' ``vocab_size``)."""
+        return self._n_base
 
     def __len__(self) -> int:
         return len(self.itos)
 
     def get_vocab(self) -> dict:
-        """A copy of the token -> id mapping."""
+        """A copy of the token -> id mapping (added tokens included)."""
         return dict(self.stoi)
 
     pad_token_id = property(lambda self: self.stoi[self.special_tokens["pad_token"]],
@@ -591,20 +688,21 @@ class WordPieceTokenizer:
 
     # -- persistence ------------------------------------------------------------------
     def save_vocab(self, path) -> str:
-        """Write ``vocab.txt`` (one token per line, line i is id i). ``path`` may be a
-        directory (``vocab.txt`` inside it is written). Returns the file's path."""
+        """Write ``vocab.txt`` (one token per line, line i is id i; the added tokens beyond
+        the vocabulary are not in it). ``path`` may be a directory (``vocab.txt`` inside it
+        is written); a file or symlink there is replaced, never written through. Returns the
+        file's path."""
         path = os.fspath(path)
         if os.path.isdir(path):
             path = os.path.join(path, "vocab.txt")
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
-            for token in self.itos:
-                f.write(token + "\n")
+        text = "".join(token + "\n" for token in self.itos[:self._n_base])
+        write_atomic(path, lambda f: f.write(text.encode("utf-8")))
         return path
 
     @classmethod
     def load(cls, path, lowercase: bool = True,
              max_input_chars_per_word: int = 100) -> WordPieceTokenizer:
-        """Read a ``vocab.txt`` (BERT's format) or a directory holding one."""
+        """Read a ``vocab.txt`` (BERT's format, at most 64 MiB) or a directory holding one."""
         path = os.fspath(path)
         if os.path.isdir(path):
             path = os.path.join(path, "vocab.txt")
@@ -612,52 +710,64 @@ class WordPieceTokenizer:
                    max_input_chars_per_word=max_input_chars_per_word)
 
     @staticmethod
-    def _read_vocab(path: str) -> list[str]:
-        """The tokens of a vocab.txt, in id order."""
+    def _read_vocab(path, max_bytes=None) -> list[str]:
+        """The tokens of a vocab.txt, in id order (lines end as for Python's text files:
+        \\n, \\r\\n or \\r); refused when they would take more than ``max_bytes``."""
+        data = read_bytes(path, _VOCAB_FILE_BYTES)
+        lines = data.count(b"\n") + data.count(b"\r") + 1
+        if max_bytes is not None and lines * _TOKEN_BYTES > max_bytes:
+            raise ValueError(f"'{path}' has up to {lines} lines: as tokens they would take "
+                             f"about {lines * _TOKEN_BYTES} bytes, more than max_bytes="
+                             f"{max_bytes}; pass a larger max_bytes if you trust the file")
         try:
-            with open(path, encoding="utf-8") as f:
-                tokens = [line.rstrip("\r\n") for line in f]
+            text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise _not_utf8(path, exc) from None
+            raise _not_utf8(path, data, exc) from None
+        tokens = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         while tokens and tokens[-1] == "":
             tokens.pop()
         return tokens
 
     # -- Hugging Face folders ----------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, folder) -> WordPieceTokenizer:
+    def from_pretrained(cls, folder, *, max_bytes=MAX_BYTES) -> WordPieceTokenizer:
         """The tokenizer of a Hugging Face folder (e.g. ``huggingface-cli download
-        bert-base-uncased --local-dir FOLDER``), read without the network.
+        bert-base-uncased --local-dir FOLDER``), read offline as transformers'
+        BertTokenizerFast reads it: its encodings equal that one's, or the folder is refused.
 
-        The vocabulary comes from ``vocab.txt`` (or, when the folder has none, from the
-        WordPiece model of ``tokenizer.json``, as transformers 5 writes it); the settings
-        from ``tokenizer_config.json`` when present: ``do_lower_case``, ``strip_accents``,
-        ``tokenize_chinese_chars``, the special tokens (``unk_token``, ``sep_token``,
-        ``pad_token``, ``cls_token``, ``mask_token``), ``model_max_length`` and
-        ``clean_up_tokenization_spaces`` (transformers' defaults for absent fields).
-        Encodings then equal transformers' BertTokenizerFast ones (ids, token types,
-        attention masks, truncation and padding). Errors name the file and the field.
+        Reads ``vocab.txt`` (or, without one, ``tokenizer.json``'s WordPiece model and BERT
+        normalizer); the added tokens (``tokenizer_config.json``'s ``added_tokens_decoder``,
+        else ``tokenizer.json``'s ``added_tokens``); ``tokenizer_config.json``'s settings
+        (``do_lower_case``, ``strip_accents``, ``tokenize_chinese_chars``,
+        ``model_max_length``, ``clean_up_tokenization_spaces``) and special tokens (every
+        ``*_token`` field, ``additional_special_tokens``); ``special_tokens_map.json``,
+        whose tokens win over the config's when it has no ``added_tokens_decoder``.
+
+        The folder is untrusted: only regular files are read (vocab.txt and tokenizer.json
+        up to 64 MiB, the others up to 16 MiB), every field must have the JSON type
+        transformers and the tokenizers package accept, and what nnkit cannot match is
+        refused: a ``tokenizer_class`` other than BERT's, a pipeline other than BERT's, a
+        vocab.txt disagreeing with tokenizer.json, an added token with ``single_word`` or
+        with an id transformers would not give it, a special token outside the vocabulary,
+        a non-empty ``added_tokens.json``. Errors name the file and the field and quote at
+        most a short prefix of what it holds.
+
+        Parameters
+        ----------
+        folder : str or os.PathLike
+        max_bytes : int >= 0 or None, default 256 MiB
+            What the folder may make nnkit allocate: a vocabulary whose tokens and prefix
+            tables, or a ``model_max_length`` whose one padded encoding (80 bytes a token),
+            would take more is refused at load. None: no limit, for a trusted folder (as
+            ``nk.load(path, max_bytes=None)``).
         """
+        if max_bytes is not None:
+            check_scalar(max_bytes, name="max_bytes", kind=numbers.Integral, low=0)
         folder = Path(os.fspath(folder))
         if not folder.is_dir():
             raise FileNotFoundError(f"'{folder}' is not a folder: from_pretrained reads a "
                                     "tokenizer folder holding vocab.txt (or tokenizer.json)")
-        config_path = folder / "tokenizer_config.json"
-        config = _read_json(config_path) if config_path.is_file() else {}
-        settings = {}
-        if (folder / "vocab.txt").is_file():
-            vocab = cls._read_vocab(str(folder / "vocab.txt"))
-        elif (folder / "tokenizer.json").is_file():
-            vocab, settings = _read_tokenizer_json(folder / "tokenizer.json")
-        else:
-            raise FileNotFoundError(f"'{folder / 'vocab.txt'}' does not exist (nor "
-                                    "tokenizer.json): a WordPiece tokenizer folder needs its "
-                                    "vocabulary")
-        fields = _tokenizer_settings(config_path, config)  # over tokenizer.json's
-        specials = {**settings.pop("special_tokens", {}), **fields.pop("special_tokens", {})}
-        settings.update(fields)
-        if specials:
-            settings["special_tokens"] = specials
+        vocab, settings = _folder_arguments(folder, max_bytes)
         try:
             return cls(vocab, **settings)
         except (TypeError, ValueError) as exc:
@@ -665,21 +775,26 @@ class WordPieceTokenizer:
 
     def save_pretrained(self, folder) -> Path:
         """Write ``vocab.txt`` and ``tokenizer_config.json`` to ``folder`` (created when
-        missing), which transformers' ``BertTokenizerFast.from_pretrained`` and nnkit's
-        ``from_pretrained`` read back into the same tokenizer. Returns the folder."""
-        folder = Path(os.fspath(folder))
-        folder.mkdir(parents=True, exist_ok=True)
+        missing; ValueError when it is a file), which transformers'
+        ``BertTokenizerFast.from_pretrained`` and nnkit's ``from_pretrained`` read back into
+        the same tokenizer. A file or symlink under either name is replaced, never written
+        through. Returns the folder."""
+        folder = ensure_folder(folder)
         self.save_vocab(folder / "vocab.txt")
+        added = {str(self.stoi[t]): {"content": t, "lstrip": False, "normalized": normalized,
+                                     "rstrip": False, "single_word": False, "special": special}
+                 for t, (special, normalized) in sorted(self._added.items(),
+                                                        key=lambda item: self.stoi[item[0]])}
         config = {"tokenizer_class": "BertTokenizer", "do_lower_case": self.lowercase,
                   "strip_accents": self.strip_accents,
                   "tokenize_chinese_chars": self.tokenize_chinese_chars,
                   **self.special_tokens,
-                  "clean_up_tokenization_spaces": self.clean_up_tokenization_spaces}
+                  "clean_up_tokenization_spaces": self.clean_up_tokenization_spaces,
+                  "added_tokens_decoder": added}
         if self.model_max_length is not None:
             config["model_max_length"] = self.model_max_length
-        with open(folder / "tokenizer_config.json", "w", encoding="utf-8") as f:
-            json.dump(config, f, indent=2, ensure_ascii=False)
-            f.write("\n")
+        text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
+        write_atomic(folder / "tokenizer_config.json", lambda f: f.write(text.encode("utf-8")))
         return folder
 
     # -- encoding ----------------------------------------------------------------------
@@ -687,61 +802,80 @@ class WordPieceTokenizer:
         """The words of ``text`` after basic tokenization, joined as ``decode`` joins
         tokens: what ``decode(encode(text).ids)`` gives back when every word is in the
         vocabulary (special tokens written in ``text`` dropped)."""
-        return _join_tokens([w for w in self._words(text) if w not in self._specials])
+        words, added = self._words(text)
+        return _join_tokens([w for i, w in enumerate(words)
+                             if not (i in added and w in self._specials)])
 
-    def _words(self, text: str) -> list[str]:
-        """``basic_tokenize`` with this tokenizer's settings and special tokens."""
+    def _words(self, text: str) -> tuple[list[str], set]:
+        """The words of ``text`` and the positions of the added tokens among them: those
+        written in the raw text are cut out first, the rest normalized, the normalized added
+        tokens cut out of it, and what is left split on whitespace and around punctuation."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        strip = self.lowercase if self.strip_accents is None else self.strip_accents
-        words = []
-        for segment, special in _split_specials(text, self._pattern):
-            if special:
+        words, added = [], set()
+        for segment, is_added in self._raw.split(text):
+            if is_added:
+                added.add(len(words))
                 words.append(segment)
                 continue
-            normal = _normalize(segment, self.lowercase, strip, self.tokenize_chinese_chars)
-            for chunk in normal.split(" "):
-                if chunk:
-                    words.extend(_split_punctuation(chunk))
-        return words
+            for part, found in self._normalized.split(self._normal(segment)):
+                if found:
+                    added.add(len(words))
+                    words.append(part)
+                    continue
+                for chunk in part.split(" "):
+                    if chunk:
+                        words.extend(_split_punctuation(chunk))
+        return words, added
 
     def _word_pieces(self, word: str) -> list[str]:
         """Greedy longest-match-first pieces of one basic token ([UNK] when impossible)."""
         pieces = self._cache.get(word)
         if pieces is not None:
             return pieces
-        if word in self._specials:
-            pieces = [word]
-        elif len(word) > self.max_input_chars_per_word:
-            pieces = [self._unk]
+        if len(word) <= self.max_input_chars_per_word:
+            pieces = self._cut(word) or [self._unk]
         else:
-            pieces, start = [], 0
-            while start < len(word):
-                end = len(word)
-                while end > start:
-                    piece = word[start:end] if start == 0 else PREFIX + word[start:end]
-                    if piece in self.stoi:
-                        break
-                    end -= 1
-                if end == start:  # no piece matches here: the whole word is unknown
-                    pieces = [self._unk]
-                    break
-                pieces.append(piece)
-                start = end
+            pieces = [self._unk]
         if len(self._cache) < 100_000:
             self._cache[word] = pieces
         return pieces
 
+    def _cut(self, word: str) -> list[str] | None:
+        """The pieces of ``word``, each the longest the vocabulary has at its start (None when
+        a start has none): from each start, a walk of a prefix table that stops where no
+        piece goes on, so a word costs its length times the longest piece's at most."""
+        piece = _longest(self._starts, word, 0)
+        if word[:len(PREFIX)] == PREFIX:  # a ## token written at the start: the longer one
+            piece = max(piece, _longest(self._continuations, word, len(PREFIX)), key=len)
+        if not piece:
+            return None
+        pieces, start, stop, get = [piece], len(piece), len(word), self._continuations.get
+        while start < stop:  # _longest, inlined: a 1 MB word makes 500k pieces
+            piece, end = "", start + 1
+            while end <= stop:
+                hit = get(word[start:end])
+                if hit is None:
+                    break
+                piece = hit or piece
+                end += 1
+            if not piece:
+                return None
+            pieces.append(piece)
+            start += len(piece) - len(PREFIX)
+        return pieces
+
     def tokenize(self, text: str) -> list[str]:
         """The WordPiece tokens of ``text`` (no special tokens added)."""
-        return [p for w in self._words(text) for p in self._word_pieces(w)]
+        return self._pieces_with_words(text)[0]
 
     def _pieces_with_words(self, text: str) -> tuple[list[str], list[int]]:
         pieces, words = [], []
-        for i, w in enumerate(self._words(text)):
-            for p in self._word_pieces(w):
-                pieces.append(p)
-                words.append(i)
+        text_words, added = self._words(text)
+        for i, w in enumerate(text_words):
+            word_pieces = [w] if i in added else self._word_pieces(w)
+            pieces += word_pieces
+            words += [i] * len(word_pieces)
         return pieces, words
 
     def encode(self, text: str, pair: str | None = None, max_length: int | None = None,
@@ -933,89 +1067,391 @@ class WordPieceTokenizer:
         return (f"WordPieceTokenizer(vocab_size={self.vocab_size}, lowercase={self.lowercase})")
 
 
-def _read_json(path) -> dict:
-    """A JSON object from ``path``; ValueError naming the file otherwise."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except RecursionError:
-        raise ValueError(f"'{path}' nests JSON too deeply") from None
-    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError
-        raise ValueError(f"'{path}' is not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"'{path}' holds a JSON {type(data).__name__}, not an object")
-    return data
+def _check_token(token, what: str) -> None:
+    """A token must be a non-empty str without whitespace (BERT's pre-tokenizer splits there)."""
+    if not isinstance(token, str) or not token or any(_is_whitespace(c) for c in token):
+        raise ValueError(f"{what} must be non-empty strings without whitespace; got "
+                         f"{_shown(token)}")
 
 
-def _field(path, data: dict, name: str, check, expected: str):
-    """``data[name]`` when ``check`` accepts it; ValueError naming the file and field."""
+def _bare(token: str) -> str:
+    """``quote(token)`` without the quotes: short and escaped, for lists of tokens."""
+    return repr(token[:40])[1:-1] + ("..." if len(token) > 40 else "")
+
+
+def _shown(value) -> str:
+    """A JSON value for a message: ``quote`` of a scalar; a list's or object's kind and size,
+    never its repr (it may hold megabytes, which quote would render whole first)."""
+    if isinstance(value, dict):
+        kind = value.get("type")
+        return f"an object of {len(value)} fields" + (
+            f" of type {quote(kind)}" if isinstance(kind, str) else "")
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)} items"
+    return quote(value)
+
+
+# ----------------------------------------------------------------------------------------
+# Hugging Face tokenizer folders: untrusted, so every file is bounded and every field checked
+# ----------------------------------------------------------------------------------------
+_VOCAB_FILE_BYTES = 64 << 20  # vocab.txt, tokenizer.json (a multilingual one is ~10 MB)
+_CONFIG_FILE_BYTES = 16 << 20  # tokenizer_config.json, special_tokens_map.json, ...
+_NO_LIMIT = 2**63  # a model_max_length from here up is transformers' "no limit" marker
+# Upper bounds of what a vocabulary costs at the peak of building a tokenizer (tracemalloc on
+# ASCII, CJK and astral vocabularies): a token (its str, list slot and dict entry), a
+# prefix-table entry (dict slot, str header), each plus its characters (1 or 4 bytes each).
+_TOKEN_BYTES = 224
+_PREFIX_BYTES = 144
+# The tokenizer_class names transformers 5.24's AutoTokenizer resolves to BertTokenizer itself
+_BERT_CLASSES = frozenset(f"{model}Tokenizer{fast}" for fast in ("", "Fast") for model in
+                          ("Bert", "Electra", "LayoutLM", "Lxmert", "MobileBert", "SqueezeBert"))
+
+
+class _Added(NamedTuple):
+    """An added or special token read from a folder; ``where`` names its file and field."""
+
+    content: str
+    special: bool
+    normalized: bool
+    where: str
+
+
+_REQUIRED = object()
+
+
+def _field(path, data: dict, name: str, check, expected: str, label: str | None = None,
+           default=_REQUIRED):
+    """``data[name]`` (``default`` when absent, if given) when ``check`` accepts it; else a
+    ValueError naming the file and the field (``label``, default ``name``)."""
+    label = label or name
+    if name not in data:
+        if default is not _REQUIRED:
+            return default
+        raise ValueError(f"'{path}': field '{label}' is missing: expected {expected}")
     value = data[name]
     if not check(value):
-        raise ValueError(f"'{path}': field '{name}' = {value!r:.100}: expected {expected}")
+        raise ValueError(f"'{path}': field '{label}' = {_shown(value)}: expected {expected}")
     return value
 
 
-def _tokenizer_settings(path, config: dict) -> dict:
-    """WordPieceTokenizer's keyword arguments from a tokenizer_config.json's fields."""
-    out, specials = {}, {}
-    is_bool = (lambda v: type(v) is bool, "true or false")
-    for name, arg, (check, expected) in (
-            ("do_lower_case", "lowercase", is_bool),
-            ("strip_accents", "strip_accents", (lambda v: v is None or type(v) is bool,
-                                                "true, false or null")),
-            ("tokenize_chinese_chars", "tokenize_chinese_chars", is_bool),
-            ("clean_up_tokenization_spaces", "clean_up_tokenization_spaces", is_bool)):
-        if name in config:
-            out[arg] = _field(path, config, name, check, expected)
-    for role in SPECIAL_ROLES:
-        if config.get(role) is not None:
-            token = config[role]
-            if isinstance(token, dict):  # an AddedToken, as older transformers write them
-                token = token.get("content")
-            if not isinstance(token, str) or not token:
-                raise ValueError(f"'{path}': field '{role}' = {config[role]!r:.100}: "
-                                 "expected a token string (or an object with its content)")
-            specials[role] = token
-    if specials:
-        out["special_tokens"] = specials
-    length = config.get("model_max_length")
-    if type(length) is int and 1 <= length <= _MAX_PAD_LENGTH:  # else: "no limit" markers
-        out["model_max_length"] = length
+def _is_bool(value) -> bool:
+    return type(value) is bool
+
+
+def _is_u32(value) -> bool:  # the tokenizers package's ids
+    return type(value) is int and 0 <= value < 2**32
+
+
+def _is_token(value) -> bool:
+    return isinstance(value, str) and bool(value) and not any(map(_is_whitespace, value))
+
+
+_TOKEN = "a non-empty token without whitespace"
+
+
+def _optional_json(path) -> dict:
+    """The JSON object of ``path``, {} when there is no such file (a symlink counts)."""
+    return read_json(path, _CONFIG_FILE_BYTES) if os.path.lexists(path) else {}
+
+
+def _folder_arguments(folder: Path, max_bytes) -> tuple[list, dict]:
+    """The vocabulary and WordPieceTokenizer's keyword arguments of a tokenizer folder."""
+    config_path = folder / "tokenizer_config.json"
+    config = _optional_json(config_path)
+    name = config.get("tokenizer_class")
+    if name is not None and (not isinstance(name, str) or name not in _BERT_CLASSES):
+        raise ValueError(f"'{config_path}': field 'tokenizer_class' = {_shown(name)}: nnkit "
+                         "reads BERT's WordPiece tokenizer only: expected one of "
+                         f"{', '.join(sorted(_BERT_CLASSES))}, or none")
+    vocab, settings, json_added, vocab_path = _folder_vocab(folder, max_bytes)
+    settings.update(_config_settings(config_path, config, max_bytes))
+    index = {t: i for i, t in enumerate(vocab)}
+    added = _added_tokens(folder, config_path, config, json_added, index)
+    roles, extras = _special_fields(config_path, config)
+    if "added_tokens_decoder" not in config:  # transformers reads the map only then, over it
+        map_path = folder / "special_tokens_map.json"
+        map_roles, map_extras = _special_fields(map_path, _optional_json(map_path))
+        roles.update(map_roles)
+        extras += map_extras
+    if roles:
+        settings["special_tokens"] = {**settings.get("special_tokens", {}),
+                                      **{role: e.content for role, e in roles.items()}}
+    for e in roles.values():  # one not in the vocabulary: the constructor names it
+        if e.content not in added and e.content in index:
+            added[e.content] = e
+    for e in extras:
+        if e.content not in added and e.content not in index:
+            raise ValueError(f"{e.where} = {quote(e.content)}: a special token outside the "
+                             "vocabulary, which transformers gives a new id and nnkit does "
+                             "not; add it to vocab.txt (or to tokenizer.json's added_tokens)")
+        added.setdefault(e.content, e)
+    _check_normalized(added.values(), settings)
+    settings["added_tokens"] = [{"content": e.content, "special": e.special,
+                                 "normalized": e.normalized} for e in added.values()]
+    _check_memory(vocab_path, vocab, added, settings, max_bytes)
+    return vocab, settings
+
+
+def _folder_vocab(folder: Path, max_bytes):
+    """(vocabulary, settings from tokenizer.json, its added tokens or None, the file read)."""
+    txt, js = folder / "vocab.txt", folder / "tokenizer.json"
+    has_txt, has_js = os.path.lexists(txt), os.path.lexists(js)
+    if not (has_txt or has_js):
+        raise FileNotFoundError(f"'{txt}' does not exist (nor tokenizer.json): a WordPiece "
+                                "tokenizer folder needs its vocabulary")
+    from_js, settings, added = [], {}, None
+    if has_js:
+        from_js, settings, added = _read_tokenizer_json(js, pipeline=not has_txt)
+    if not has_txt:
+        return from_js, settings, added, js
+    vocab = WordPieceTokenizer._read_vocab(txt, max_bytes)
+    if has_js and from_js != vocab:
+        i = next((i for i, pair in enumerate(zip(vocab, from_js, strict=False))
+                  if pair[0] != pair[1]), min(len(vocab), len(from_js)))
+        at = [quote(tokens[i]) if i < len(tokens) else "no token" for tokens in (vocab, from_js)]
+        raise ValueError(f"'{txt}' and '{js}' (field 'model.vocab') hold different "
+                         f"vocabularies: at id {i}, {at[0]} and {at[1]}; transformers reads "
+                         "tokenizer.json's: remove the stale file")
+    return vocab, {}, added, txt
+
+
+def _read_tokenizer_json(path, pipeline: bool) -> tuple[list, dict, dict | None]:
+    """(vocabulary in id order, settings, added tokens {id: _Added} or None) of a
+    tokenizers-package file holding a WordPiece model, and with ``pipeline`` BERT's
+    normalizer and pre-tokenizer; each field of the JSON type that package requires."""
+    data = read_json(path, _VOCAB_FILE_BYTES, unique_keys=True)
+    model = _field(path, data, "model", lambda v: isinstance(v, dict), "an object")
+    if model.get("type") != "WordPiece":
+        raise ValueError(f"'{path}': field 'model.type' = {_shown(model.get('type'))}: "
+                         "nnkit's WordPieceTokenizer reads WordPiece models only")
+    vocab = _json_vocab(path, _field(path, model, "vocab", lambda v: isinstance(v, dict),
+                                     "an object token -> id", "model.vocab"))
+    added = _json_added(path, data["added_tokens"]) if "added_tokens" in data else None
+    return vocab, _pipeline_settings(path, data, model) if pipeline else {}, added
+
+
+def _pipeline_settings(path, data: dict, model: dict) -> dict:
+    """WordPieceTokenizer's settings from a tokenizer.json's model, normalizer and
+    pre-tokenizer, which must be BERT's."""
+    _field(path, model, "continuing_subword_prefix", lambda v: v == PREFIX,
+           f"'{PREFIX}' (nnkit's)", "model.continuing_subword_prefix")
+    normalizer = _field(path, data, "normalizer", lambda v: isinstance(v, dict) and
+                        v.get("type") == "BertNormalizer",
+                        "BERT's normalizer, an object of type BertNormalizer")
+    pre = _field(path, data, "pre_tokenizer", lambda v: isinstance(v, dict),
+                 "BERT's pre-tokenizer, an object of type BertPreTokenizer")
+    _field(path, pre, "type", lambda v: v == "BertPreTokenizer", "BertPreTokenizer",
+           "pre_tokenizer.type")
+    _field(path, normalizer, "clean_text", lambda v: v is True, "true (nnkit always cleans)",
+           "normalizer.clean_text")
+
+    def flag(name):
+        return _field(path, normalizer, name, _is_bool, "true or false", f"normalizer.{name}")
+
+    return {"lowercase": flag("lowercase"),
+            "strip_accents": _field(path, normalizer, "strip_accents",
+                                    lambda v: v is None or _is_bool(v), "true, false or null",
+                                    "normalizer.strip_accents", default=None),
+            "tokenize_chinese_chars": flag("handle_chinese_chars"),
+            "max_input_chars_per_word": _field(
+                path, model, "max_input_chars_per_word",
+                lambda v: type(v) is int and 1 <= v < 2**64, "an integer >= 1",
+                "model.max_input_chars_per_word"),
+            "special_tokens": {"unk_token": _field(path, model, "unk_token", _is_token, _TOKEN,
+                                                   "model.unk_token")}}
+
+
+def _json_vocab(path, vocab: dict) -> list[str]:
+    """The tokens of ``model.vocab`` in id order; its ids must be exactly 0..n-1."""
+    tokens = [None] * len(vocab)
+    for token, i in vocab.items():
+        if not _is_u32(i) or i >= len(tokens) or tokens[i] is not None:
+            raise ValueError(f"'{path}': field 'model.vocab' gives {quote(token)} the id "
+                             f"{_shown(i)}: expected the ids 0..{len(tokens) - 1}, each once")
+        tokens[i] = token
+    return tokens
+
+
+def _json_added(path, value) -> dict:
+    """{id: _Added} of tokenizer.json's ``added_tokens`` (every field required, as there)."""
+    if not isinstance(value, list):
+        raise ValueError(f"'{path}': field 'added_tokens' = {_shown(value)}: expected a list")
+    added = {}
+    for j, entry in enumerate(value):
+        where = f"added_tokens[{j}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"'{path}': field '{where}' = {_shown(entry)}: expected an object")
+        i = _field(path, entry, "id", _is_u32, "an id 0..2**32-1", f"{where}.id")
+        if i in added:
+            raise ValueError(f"'{path}': field '{where}.id' = {i}: that id is given twice")
+        added[i] = _added_entry(path, where, entry, required=True)
+    return added
+
+
+def _added_entry(path, where: str, entry: dict, *, required: bool, special=None) -> _Added:
+    """An AddedToken-like object: its content and flags (each a JSON bool; all ``required``
+    in tokenizer.json). ``special`` forces the flag (a special token); ``normalized``
+    defaults to ``not special``, as AddedToken's; ``single_word`` is refused."""
+    content = _field(path, entry, "content", _is_token, _TOKEN, f"{where}.content")
+    flags = {flag: _field(path, entry, flag, _is_bool, "true or false", f"{where}.{flag}")
+             for flag in ("special", "normalized", "lstrip", "rstrip", "single_word")
+             if required or flag in entry}
+    if flags.get("single_word"):
+        raise ValueError(f"'{path}': field '{where}.single_word' = true: nnkit cannot match "
+                         "single-word tokens as transformers does (it tests its neighbours "
+                         "against a Unicode word class); expected false")
+    special = flags.get("special", False) if special is None else special
+    return _Added(content, special, flags.get("normalized", not special),
+                  f"'{path}': field '{where}'")
+
+
+def _added_tokens(folder, config_path, config, json_added, index) -> dict:
+    """{content: _Added} of the folder's added tokens, in id order, from the config's
+    ``added_tokens_decoder`` when it has one (transformers then skips tokenizer.json's,
+    which must agree) else from tokenizer.json; each id must be the one transformers gives:
+    the vocabulary's, or the next new one."""
+    if "added_tokens_decoder" in config:
+        added = _config_added(config_path, config["added_tokens_decoder"])
+        if json_added is not None and _flags_by_id(json_added) != _flags_by_id(added):
+            raise ValueError(f"'{config_path}' (field 'added_tokens_decoder') and "
+                             f"'{folder / 'tokenizer.json'}' (field 'added_tokens') list "
+                             "different added tokens; transformers' classes read one or the "
+                             "other: remove the stale one")
+    else:
+        legacy = folder / "added_tokens.json"
+        if _optional_json(legacy):
+            raise ValueError(f"'{legacy}': nnkit does not read this legacy file of added "
+                             "tokens; move them into tokenizer.json's added_tokens")
+        added = json_added or {}
+    out, new = {}, len(index)
+    for i in sorted(added):
+        e = added[i]
+        want = index.get(e.content, new)
+        if i != want or e.content in out:
+            raise ValueError(f"{e.where} = {quote(e.content)} with the id {i}: transformers "
+                             f"gives it the id {want} (the vocabulary's, or the next one "
+                             "after it), once; fix the id")
+        new += e.content not in index
+        out[e.content] = e
     return out
 
 
-def _read_tokenizer_json(path) -> tuple[dict, dict]:
-    """(vocab {token: id}, settings) of a tokenizers-package file holding a BERT WordPiece
-    pipeline; anything else is refused naming its field."""
-    data = _read_json(path)
-    model = data.get("model")
-    if not isinstance(model, dict) or model.get("type") != "WordPiece":
-        raise ValueError(f"'{path}': field 'model.type' = "
-                         f"{model.get('type') if isinstance(model, dict) else model!r:.100}: "
-                         "nnkit's WordPieceTokenizer reads WordPiece models only")
-    if model.get("continuing_subword_prefix", PREFIX) != PREFIX:
-        raise ValueError(f"'{path}': field 'model.continuing_subword_prefix' = "
-                         f"{model['continuing_subword_prefix']!r:.100}: nnkit uses '{PREFIX}'")
-    vocab = model.get("vocab")
-    if not isinstance(vocab, dict) or not all(type(i) is int for i in vocab.values()):
-        raise ValueError(f"'{path}': field 'model.vocab' must map tokens to integer ids")
-    normalizer = data.get("normalizer") or {}
-    if normalizer.get("type") != "BertNormalizer" or normalizer.get("clean_text") is False:
-        raise ValueError(f"'{path}': field 'normalizer' = {normalizer!r:.200}: nnkit runs "
-                         "BERT's normalizer (BertNormalizer with clean_text) only")
-    pre = data.get("pre_tokenizer") or {}
-    if pre.get("type") != "BertPreTokenizer":
-        raise ValueError(f"'{path}': field 'pre_tokenizer' = {pre!r:.200}: nnkit runs BERT's "
-                         "pre-tokenizer (BertPreTokenizer) only")
-    settings = {"lowercase": bool(normalizer.get("lowercase", True)),
-                "strip_accents": normalizer.get("strip_accents"),
-                "tokenize_chinese_chars": bool(normalizer.get("handle_chinese_chars", True))}
-    chars = model.get("max_input_chars_per_word", 100)
-    if type(chars) is int and chars >= 1:
-        settings["max_input_chars_per_word"] = chars
-    if isinstance(model.get("unk_token"), str):
-        settings["special_tokens"] = {"unk_token": model["unk_token"]}
-    return vocab, settings
+def _flags_by_id(added: dict) -> dict:
+    return {i: e[:3] for i, e in added.items()}
+
+
+def _config_added(path, value) -> dict:
+    """{id: _Added} of tokenizer_config.json's ``added_tokens_decoder`` {"id": {...}}."""
+    if not isinstance(value, dict):
+        raise ValueError(f"'{path}': field 'added_tokens_decoder' = {_shown(value)}: expected "
+                         "an object id -> token")
+    added = {}
+    for key, entry in value.items():
+        where = f"added_tokens_decoder.{key}"
+        if not (key.isascii() and key.isdigit()) or int(key) >= 2**32 or int(key) in added:
+            raise ValueError(f"'{path}': field '{_bare(where)}': expected a decimal id "
+                             "0..2**32-1, each once")
+        if not isinstance(entry, dict):
+            raise ValueError(f"'{path}': field '{_bare(where)}' = {_shown(entry)}: expected an "
+                             "object")
+        added[int(key)] = _added_entry(path, _bare(where), entry, required=False)
+    return added
+
+
+def _special_fields(path, fields: dict) -> tuple[dict, list]:
+    """({role: _Added}, [_Added]) of a config's or special_tokens_map.json's special tokens:
+    the five roles, then the other tokens transformers makes special (every ``*_token``
+    field holding a token, ``additional_special_tokens``, ``extra_special_tokens``)."""
+    roles, extras = {}, []
+    for key, value in fields.items():
+        if key in ("additional_special_tokens", "extra_special_tokens") and value is not None:
+            items = list(value.values()) if isinstance(value, dict) else value
+            if not isinstance(items, list):
+                raise ValueError(f"'{path}': field '{key}' = {_shown(value)}: expected a list "
+                                 "of tokens")
+            extras += [_special_entry(path, f"{key}[{j}]", v) for j, v in enumerate(items)]
+        elif key in SPECIAL_ROLES:
+            roles[key] = _special_entry(path, key, value)
+        elif key.endswith("_token") and value is not None and (
+                key in ("bos_token", "eos_token") or isinstance(value, str)
+                or isinstance(value, dict) and "content" in value):  # else no token: ignored
+            extras.append(_special_entry(path, _bare(key), value))
+    return roles, extras
+
+
+def _special_entry(path, field: str, value) -> _Added:
+    """A special token: a string, or an AddedToken-like object (``normalized`` default
+    false)."""
+    if isinstance(value, dict):
+        return _added_entry(path, field, value, required=False, special=True)
+    _field(path, {field: value}, field, _is_token,
+           f"{_TOKEN}, or an object with its \"content\"")
+    return _Added(value, True, False, f"'{path}': field '{field}'")
+
+
+def _config_settings(path, config: dict, max_bytes) -> dict:
+    """WordPieceTokenizer's settings from a tokenizer_config.json's fields."""
+    out = {}
+    for name, arg, check, expected in (
+            ("do_lower_case", "lowercase", _is_bool, "true or false"),
+            ("strip_accents", "strip_accents", lambda v: v is None or _is_bool(v),
+             "true, false or null"),
+            ("tokenize_chinese_chars", "tokenize_chinese_chars", _is_bool, "true or false"),
+            ("clean_up_tokenization_spaces", "clean_up_tokenization_spaces", _is_bool,
+             "true or false")):
+        if name in config:
+            out[arg] = _field(path, config, name, check, expected)
+    length = config.get("model_max_length")
+    if length is None or (type(length) in (int, float) and length >= _NO_LIMIT):
+        return out  # transformers' "no limit"
+    _field(path, config, "model_max_length", lambda v: type(v) is int and v >= 1,
+           "an integer >= 1 (or null)")
+    if max_bytes is not None and length * _PAD_TOKEN_BYTES > max_bytes:
+        raise ValueError(f"'{path}': field 'model_max_length' = {length}: one encoding padded "
+                         f"to it (padding='max_length') takes {length * _PAD_TOKEN_BYTES} "
+                         f"bytes, more than max_bytes={max_bytes}; pass a larger max_bytes (or "
+                         "None) to from_pretrained if you trust the folder")
+    out["model_max_length"] = length
+    return out
+
+
+def _check_normalized(entries, settings: dict) -> None:
+    """Refuse a normalized added token that normalizing changes: transformers would match
+    its normalized form, which nnkit does not."""
+    lowercase = settings.get("lowercase", True)
+    strip = settings.get("strip_accents")
+    for e in entries:
+        normal = _normalize(e.content, lowercase, lowercase if strip is None else strip,
+                            settings.get("tokenize_chinese_chars", True))
+        if e.normalized and normal != e.content:
+            raise ValueError(f"{e.where} = {quote(e.content)} is normalized, and normalizing "
+                             f"makes it {quote(normal)}: nnkit matches normalized tokens "
+                             "that normalizing leaves as they are; write it normalized")
+
+
+def _token_bytes(token: str, limit: int, cut: int = 0) -> int:
+    """An upper bound of what ``token`` costs: its str, and the entries of its prefixes (up
+    to ``limit`` characters, after its first ``cut``) in a prefix table."""
+    width = 1 if token.isascii() else 4
+    m = max(0, min(len(token) - cut, limit))
+    return _TOKEN_BYTES + width * len(token) + m * _PREFIX_BYTES + width * m * (m + 1) // 2
+
+
+def _check_memory(path, vocab, added, settings, max_bytes) -> None:
+    """Refuse a vocabulary whose tokens and prefix tables would take more than
+    ``max_bytes`` (a long piece costs the square of its length)."""
+    if max_bytes is None:
+        return
+    limit = settings.get("max_input_chars_per_word", 100)
+    cut = len(PREFIX)
+    need = sum(_token_bytes(t, limit, cut if t[:cut] == PREFIX else 0) for t in vocab)
+    need += sum(_token_bytes(t, len(t)) for t in added)
+    if need > max_bytes:
+        raise ValueError(f"'{path}': its {len(vocab)} tokens (up to "
+                         f"{max(map(len, vocab), default=0)} characters) would take about "
+                         f"{need} bytes with the lookup tables of their prefixes (up to "
+                         f"max_input_chars_per_word={limit}), more than max_bytes="
+                         f"{max_bytes}; pass a larger max_bytes if you trust the folder")
 
 
 # The WordPiece decoder's clean-up of each token (its leading space included), and
@@ -1040,16 +1476,10 @@ def _join_tokens(tokens) -> str:
     return "".join(parts)
 
 
-def _not_utf8(path: str, exc: UnicodeDecodeError) -> ValueError:
+def _not_utf8(path, data: bytes, exc: UnicodeDecodeError) -> ValueError:
     """The error for a vocabulary file that is not UTF-8: the file, the first bad byte's
-    offset in the file and its line (``exc`` counts from the start of a read chunk)."""
-    data, start, reason = exc.object, exc.start, exc.reason
-    with open(path, "rb") as f:
-        whole = f.read()
-    try:
-        whole.decode("utf-8")
-    except UnicodeDecodeError as full:
-        data, start, reason = whole, full.start, full.reason
+    offset in the file and its line (``data`` is the whole file)."""
+    start, reason = exc.start, exc.reason
     line = data.count(b"\n", 0, start) + 1
     return ValueError(f"'{path}' is not UTF-8 text: byte 0x{data[start]:02x} at offset {start} "
                       f"(line {line}) cannot be decoded ({reason}); expected a vocab.txt "

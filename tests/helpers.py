@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import re
+import time
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -71,6 +74,31 @@ def import_transformers():
     dependencies (for the Hugging Face checkpoint comparisons), never nnkit's."""
     import_torch()
     return pytest.importorskip("transformers")
+
+
+def edit_config(folder, **fields):
+    """Set fields of ``folder/config.json`` (a checkpoint folder); a value of None removes
+    the field."""
+    path = folder / "config.json"
+    config = {**json.loads(path.read_text()), **fields}
+    path.write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+
+
+def peak_and_seconds(fn, *args, **kwargs):
+    """``(result or the exception raised, peak bytes allocated, seconds)`` of one call:
+    Python's and NumPy's allocations as tracemalloc sees them. For the hostile-input tests:
+    a refusal must come before the memory (or the time) is spent."""
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        result = fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the caller asserts on it
+        result = exc
+    finally:
+        seconds = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return result, peak, seconds
 
 
 # ---- CUDA kernels under Numba's simulator, in a child process -------------------------------

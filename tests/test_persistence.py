@@ -751,7 +751,7 @@ def test_killed_writer_leaves_previous_checkpoint(tmp_path):
 def test_live_writers_temporary_files_are_kept(tmp_path):
     """Only a dead writer's temporary file is garbage: a live one's, or another host's,
     may still become the file."""
-    from nnkit._safetensors import _HOST
+    from nnkit._files import _HOST
 
     live = tmp_path / f".ckpt.safetensors.{_HOST}-{os.getpid()}-00000000.tmp"
     other_host = tmp_path / ".ckpt.safetensors.otherhost-1-00000000.tmp"

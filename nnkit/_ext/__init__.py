@@ -40,3 +40,13 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _install_cache_locator() -> None:
+    """Before any kernel module compiles: see ``_numba_cache`` for where the cache goes."""
+    from ._numba_cache import install_locator
+
+    install_locator()
+
+
+_install_cache_locator()

@@ -25,9 +25,11 @@ them back, without transformers or torch, and without the network:
   file that the model has no place for (the MLM head when loading ``Bert``) are listed in an
   ``UnusedWeightsWarning``.
 - Nothing is half-loaded: a bad folder, config field or tensor raises (naming the file and
-  the field or tensor) before a model is returned, and the model is built under nnkit's
-  allocation budget, so a config that asks for more memory than its weights file holds is
-  refused before it allocates.
+  the field or tensor) before a model is returned. The folder is untrusted: a config whose
+  encoder needs more parameters than the file holds is refused before anything is built;
+  the rest (new heads, label names) is built under nnkit's allocation budget (the file's
+  tensors the model uses, plus ``max_bytes``); tensors are read only after their dtype and
+  shape are checked, and only those the model uses.
 
 Shapes: BERT's embeddings (V, H), (P, H), (types, H); each layer's q/k/v (H, H) -> in_proj
 (3H, H), feed-forward (I, H) and (H, I); ViT's ``cls_token`` (1, 1, D), ``position_embeddings``
@@ -36,6 +38,7 @@ Shapes: BERT's embeddings (V, H), (P, H), (types, H); each layer's q/k/v (H, H) 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import numbers
@@ -47,8 +50,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .._budget import BudgetExceeded, allocation_budget
-from .._safetensors import read_file, write_file
+from .._budget import MAX_BYTES, BudgetExceeded, allocation_budget, reserve
+from .._files import ensure_folder, quote, read_json, write_atomic
+from .._safetensors import read_header, write_file
 from ..nn.layers import _dtype
 from .bert import (
     Bert,
@@ -80,7 +84,6 @@ INDEX_FILE = "model.safetensors.index.json"  # sharded checkpoints: name -> shar
 _PICKLED = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
             "flax_model.msgpack")
 _MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few kB; refuse to parse a huge one
-MAX_BYTES = 256 << 20  # what building may allocate beyond the weights' elements
 
 
 class NewlyInitializedWarning(UserWarning):
@@ -104,40 +107,29 @@ def _folder(folder) -> Path:
 def read_config(folder) -> tuple[Path, dict]:
     """``(path, fields)`` of ``folder/config.json``; FileNotFoundError or ValueError naming it."""
     path = _folder(folder) / CONFIG_FILE
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"'{path}' does not exist: a checkpoint folder needs "
                                 f"{CONFIG_FILE} (the architecture) beside {WEIGHTS_FILE}")
-    return path, _read_json(path)
-
-
-def _read_json(path: Path) -> dict:
-    """The JSON object of a (small) config file; ValueError naming it otherwise."""
-    if path.stat().st_size > _MAX_CONFIG_BYTES:
-        raise ValueError(f"'{path}' is {path.stat().st_size} bytes long, more than the "
-                         f"{_MAX_CONFIG_BYTES} a config file may have; it is not a config")
-    try:
-        fields = json.loads(path.read_text(encoding="utf-8"))
-    except RecursionError:
-        raise ValueError(f"'{path}' nests JSON too deeply to be a config") from None
-    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError
-        raise ValueError(f"'{path}' is not valid JSON ({exc})") from None
-    if not isinstance(fields, dict):
-        raise ValueError(f"'{path}' holds a JSON {type(fields).__name__}, not an object of "
-                         "config fields")
-    return fields
+    return path, read_json(path, _MAX_CONFIG_BYTES)
 
 
 def read_weights(folder) -> tuple[Path, dict]:
     """``(path, {name: ndarray})`` of ``folder/model.safetensors`` (or of the shards that
     ``model.safetensors.index.json`` lists), read by nnkit's safetensors reader (bfloat16
     as float32). A folder with pickled weights only is refused: convert them first."""
+    path, entries = _weight_entries(folder)
+    return path, {name: entry.read() for name, entry in entries.items()}
+
+
+def _weight_entries(folder) -> tuple[Path, dict]:
+    """``(path, {name: TensorEntry})``: the checkpoint's tensors described, none read."""
     folder = _folder(folder)
     path = folder / WEIGHTS_FILE
-    if path.is_file():
-        return path, read_file(path)[0]
+    if path.exists():
+        return path, read_header(path)[0]
     index = folder / INDEX_FILE
-    if index.is_file():
-        return index, _read_shards(index)
+    if index.exists():
+        return index, _shard_entries(index)
     pickled = [name for name in _PICKLED if (folder / name).is_file()]
     if pickled:
         raise FileNotFoundError(
@@ -150,27 +142,26 @@ def read_weights(folder) -> tuple[Path, dict]:
                             f"{WEIGHTS_FILE} (the weights) beside {CONFIG_FILE}")
 
 
-def _read_shards(index: Path) -> dict:
+def _shard_entries(index: Path) -> dict:
     """The tensors of a sharded checkpoint: every shard file its weight_map names."""
-    try:
-        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map")
-    except (ValueError, AttributeError, RecursionError):
-        weight_map = None
+    weight_map = read_json(index, _MAX_CONFIG_BYTES).get("weight_map")
     if not isinstance(weight_map, dict) or not all(
-            isinstance(v, str) and v == Path(v).name for v in weight_map.values()):
+            isinstance(v, str) and v == Path(v).name and v not in ("", ".", "..")
+            for v in weight_map.values()):
         raise ValueError(f"'{index}': field 'weight_map' must map tensor names to shard files "
                          "in the same folder")
     tensors = {}
     for shard in sorted(set(weight_map.values())):
-        part = read_file(index.parent / shard)[0]
+        part = read_header(index.parent / shard)[0]
         for name in part:
             if name in tensors:
-                raise ValueError(f"'{index}': tensor '{name}' is in more than one shard")
+                raise ValueError(f"'{index}': tensor {quote(name, 80)} is in more than one "
+                                 "shard")
         tensors.update(part)
     missing = sorted(set(weight_map) - set(tensors))
     if missing:
-        raise ValueError(f"'{index}': field 'weight_map' lists tensor '{missing[0]}', which "
-                         "no shard holds")
+        raise ValueError(f"'{index}': field 'weight_map' lists tensor {quote(missing[0], 80)}, "
+                         "which no shard holds")
     return tensors
 
 
@@ -260,25 +251,47 @@ def _heads_divide(fields: _Fields, hidden: int, heads: int) -> None:
                                                   f"{hidden}")
 
 
-def _labels(fields: _Fields, num_labels=None) -> tuple[int, dict]:
-    """``(num_labels, id2label {int: str})`` from id2label (or num_labels, default 2)."""
+_LABEL_BYTES = 160  # one {i: "LABEL_i"} entry: dict slot, int and str (135 measured)
+_ID = re.compile(r"[0-9]{1,9}")  # a label id key of id2label (ASCII digits only)
+
+
+def _id2label(fields: _Fields) -> dict | None:
+    """config.json's id2label as {int: str} (checked), or None when it has none."""
     id2label = fields.data.get("id2label")
-    if id2label is not None:
-        if not isinstance(id2label, dict) or not all(
-                isinstance(k, str) and k.isdigit() and isinstance(v, str)
-                for k, v in id2label.items()) or \
-                sorted(int(k) for k in id2label) != list(range(len(id2label))):
-            raise fields.error("id2label", 'expected {"0": label, "1": label, ...} numbering '
-                                           "the labels from 0")
-        labels = {int(k): v for k, v in id2label.items()}
-    else:
-        n = fields.get("num_labels", "int", 2)
-        labels = {i: f"LABEL_{i}" for i in range(n)}
-    if num_labels is not None and num_labels != len(labels):
-        labels = {i: f"LABEL_{i}" for i in range(num_labels)}
-    if not labels:
-        raise fields.error("id2label", "a classifier needs at least one label")
-    return len(labels), labels
+    if id2label is None:
+        return None
+    if not isinstance(id2label, dict) or not all(
+            isinstance(k, str) and _ID.fullmatch(k) and isinstance(v, str)
+            for k, v in id2label.items()) or \
+            sorted(int(k) for k in id2label) != list(range(len(id2label))):
+        raise fields.error("id2label", 'expected {"0": label, "1": label, ...} numbering '
+                                       "the labels from 0 (ASCII digits)")
+    return {int(k): v for k, v in id2label.items()}
+
+
+def _label_count(fields: _Fields, num_labels=None) -> int:
+    """``num_labels`` when given, else how many labels id2label names, else the
+    num_labels field (default 2)."""
+    id2label = _id2label(fields)
+    if num_labels is not None:
+        return num_labels
+    n = len(id2label) if id2label is not None else fields.get("num_labels", "int", 2)
+    if n < 1:
+        raise fields.error("id2label" if id2label is not None else "num_labels",
+                           "a classifier needs at least one label")
+    return n
+
+
+def _labels(fields: _Fields, num_labels=None) -> dict:
+    """id2label {int: str} of a classifier: the file's names when their count is the
+    model's, else LABEL_0, LABEL_1, ... (counted against the loading budget before they
+    are made: a config may ask for 10**9 of them)."""
+    n = _label_count(fields, num_labels)
+    id2label = _id2label(fields)
+    if id2label is not None and len(id2label) == n:
+        return id2label
+    reserve(n * _LABEL_BYTES, f"the names of num_labels={n} labels")
+    return {i: f"LABEL_{i}" for i in range(n)}
 
 
 def bert_arguments(fields: _Fields) -> dict:
@@ -319,7 +332,7 @@ def vit_arguments(fields: _Fields, num_labels=None) -> dict:
     return dict(image_size=fields.get("image_size", "pair", 224),
                 patch_size=fields.get("patch_size", "pair", 16),
                 in_channels=fields.get("num_channels", "int", 3),
-                num_classes=_labels(fields, num_labels)[0], dim=hidden,
+                num_classes=_label_count(fields, num_labels), dim=hidden,
                 depth=fields.get("num_hidden_layers", "int", 12), heads=heads,
                 mlp_dim=fields.get("intermediate_size", "int", 3072),
                 dropout=_dropout(fields, 0.0), pool="cls",
@@ -492,48 +505,125 @@ def _canonical(tensors: dict, base: str, path: Path) -> dict:
         for pattern, replace in _VIT_RENAMES:
             new = pattern.sub(replace, new)
         if new in out:
-            raise ValueError(f"'{path}' holds both '{name}' and another name of the same "
-                             f"tensor ('{new}'); the file is inconsistent")
+            raise ValueError(f"'{path}' holds both {quote(name, 80)} and another name of the "
+                             f"same tensor ({quote(new, 80)}); the file is inconsistent")
         out[new] = array
     return out
 
 
 def _layer_count(tensors: dict, base: str) -> int:
-    """How many encoder layers the file holds (1 + the largest index)."""
-    pattern = re.compile(rf"^{base}\.encoder\.layer\.(\d+)\.")
+    """How many encoder layers the file holds (1 + the largest index; an index of more than
+    9 digits is no layer's, and the name is refused later as one the model has no place for)."""
+    pattern = re.compile(rf"^{base}\.encoder\.layer\.([0-9]{{1,9}})\.")
     indices = {int(m[1]) for m in map(pattern.match, tensors) if m}
     return max(indices) + 1 if indices else 0
 
 
-# ----- loading ---------------------------------------------------------------------------------
-def _build(cls, base, fields: _Fields, dtype, num_labels):
-    """The nnkit model of class ``cls`` that ``fields`` describe (fresh weights)."""
+def _body_elements(base, args: dict) -> int:
+    """The parameters of the encoder that ``args`` describe, without the optional pooler
+    and heads: what the checkpoint must hold for the model to load."""
     if base is ViT:
-        model = cls(**vit_arguments(fields, num_labels), dtype=dtype)
-        model.id2label = _labels(fields, num_labels)[1]
+        D, I, L = args["dim"], args["mlp_dim"], args["depth"]
+        (H, W), (ph, pw) = (_pair(args["image_size"]), _pair(args["patch_size"]))
+        patches = (H // ph) * (W // pw)
+        embeddings = D + (patches + 1) * D + D * args["in_channels"] * ph * pw + D
+        qkv_bias = 3 * D if args["qkv_bias"] else 0
+        layer = 4 * D * D + qkv_bias + D + 2 * I * D + I + D + 4 * D  # attention, MLP, norms
+        return embeddings + L * layer + 2 * D
+    H, I, L = args["hidden_size"], args["intermediate_size"], args["num_layers"]
+    embeddings = (args["vocab_size"] + args["max_position"] + args["type_vocab_size"]) * H + 2 * H
+    layer = 4 * H * H + 4 * H + 2 * I * H + I + H + 4 * H  # attention, MLP, norms
+    return embeddings + L * layer
+
+
+def _pair(value) -> tuple:
+    return (value, value) if isinstance(value, int) else tuple(value)
+
+
+def _table_names(base, arch: _Architecture, layers: int) -> set:
+    """Every checkpoint name the tables give a model of ``layers`` encoder layers."""
+    if base is ViT:
+        table = _vit_entries(layers)
+    else:
+        table = _bert_entries("" if base is Bert else "bert.", layers) + list(arch.heads)
+    return {name for entry in table for name in entry.theirs}
+
+
+def _sizes(fields: _Fields) -> str:
+    """The config's sizing fields, for messages."""
+    names = ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size",
+             "max_position_embeddings", "image_size", "patch_size", "num_labels")
+    return ", ".join(f"{n}={fields.data[n]!r:.40}" for n in names if n in fields.data)
+
+
+def _check_paid(base, args: dict, tensors: dict, names: set, config_path: Path,
+                weights_path: Path, fields: _Fields) -> int:
+    """The elements of the file's tensors that the model has a place for; refuses a config
+    whose encoder needs more (whatever max_bytes: the config and the file disagree)."""
+    paid = sum(tensors[n].size for n in names if n in tensors)
+    need = _body_elements(base, args)
+    if need > paid:
+        raise ValueError(f"'{config_path}' describes an encoder of {need} parameters "
+                         f"({_sizes(fields)}) but '{weights_path}' holds {paid} elements for "
+                         "it; the config and the weights do not match")
+    return paid
+
+
+# ----- loading ---------------------------------------------------------------------------------
+def _build(cls, base, args: dict, fields: _Fields, dtype, num_labels):
+    """The nnkit model of class ``cls`` with the base model ``args`` (fresh weights)."""
+    if base is ViT:
+        model = cls(**args, dtype=dtype)
+        model.id2label = _labels(fields, num_labels)
         return model
-    args = bert_arguments(fields)
     if base in (Bert, BertForPreTraining):
         if base is BertForPreTraining:
             fields.require("tie_word_embeddings", (True,), True,
                            "nnkit's MLM decoder is the word embedding itself (tied)")
         return cls(**args, dtype=dtype)
-    bert = Bert(**args, dtype=dtype)
     if base is BertForQuestionAnswering:
-        if _labels(fields)[0] != 2:
+        if _label_count(fields) != 2:
             raise fields.error("id2label" if "id2label" in fields.data else "num_labels",
                                "question answering has 2 labels (start, end)")
-        return cls(bert)
-    n, id2label = _labels(fields, num_labels)
+        return cls(Bert(**args, dtype=dtype))
+    id2label = _labels(fields, num_labels)
     dropout = fields.get("classifier_dropout", "float", None, nullable=True)
-    model = cls(bert, n, dropout)
+    model = cls(Bert(**args, dtype=dtype), len(id2label), dropout)
     model.id2label = id2label
     return model
 
 
+def _built(cls, base, args: dict, fields: _Fields, dtype, num_labels, budget,
+           weights_path: Path):
+    """``_build`` under the allocation ``budget`` (None: no limit); its refusals as
+    ValueErrors naming config.json (and the field where one is to blame)."""
+    config_path = fields.path
+    try:
+        with allocation_budget(budget) if budget is not None else contextlib.nullcontext():
+            return _build(cls, base, args, fields, dtype, num_labels)
+    except BudgetExceeded as exc:
+        raise ValueError(f"'{config_path}' describes a model that needs {exc.nbytes} bytes for "
+                         f"{exc.what} ({_sizes(fields)}), more than '{weights_path}' holds "
+                         f"plus max_bytes; pass a larger max_bytes (or None) if you trust the "
+                         "folder") from None
+    except MemoryError:
+        raise MemoryError(f"'{config_path}' describes a model ({_sizes(fields)}) that this "
+                          f"machine could not allocate") from None
+    except (TypeError, ValueError) as exc:
+        if str(exc).startswith(f"'{config_path}'"):
+            raise
+        raise ValueError(f"'{config_path}': its fields do not make a valid {cls.__name__} "
+                         f"({exc})") from None
+
+
+def _arguments(base, fields: _Fields, num_labels) -> dict:
+    """The base model's constructor arguments (BERT's or ViT's), checked."""
+    return vit_arguments(fields, num_labels) if base is ViT else bert_arguments(fields)
+
+
 def _gather(entry: _Entry, tensors: dict, path: Path, fields: _Fields, shape, dtype):
-    """The nnkit array of ``entry`` from the file's tensors, shape checked; None when an
-    optional entry is absent."""
+    """The nnkit array of ``entry`` from the file's tensors (``TensorEntry``s: dtype and
+    shape checked before any is read); None when an optional entry is absent."""
     present = [name in tensors for name in entry.theirs]
     if not any(present):
         if entry.optional:
@@ -546,19 +636,20 @@ def _gather(entry: _Entry, tensors: dict, path: Path, fields: _Fields, shape, dt
         name = entry.theirs[present.index(False)]
         raise ValueError(f"'{path}' lacks the tensor '{name}' beside "
                          f"'{entry.theirs[present.index(True)]}'")
-    arrays = [tensors[name] for name in entry.theirs]
-    for name, array in zip(entry.theirs, arrays, strict=True):
-        if array.dtype.kind != "f":
-            raise ValueError(f"'{path}': tensor '{name}' has dtype {array.dtype}; weights "
+    found = [tensors[name] for name in entry.theirs]
+    for name, tensor in zip(entry.theirs, found, strict=True):
+        if tensor.dtype.kind != "f":
+            raise ValueError(f"'{path}': tensor '{name}' has dtype {tensor.dtype}; weights "
                              "must be floating-point")
     expected = _their_shapes(entry, shape)
-    for name, array, want in zip(entry.theirs, arrays, expected, strict=True):
-        if tuple(array.shape) != want:
-            sizes = ", ".join(f"{f}={fields.data[f]}" for f in entry.fields
+    for name, tensor, want in zip(entry.theirs, found, expected, strict=True):
+        if tuple(tensor.shape) != want:
+            sizes = ", ".join(f"{f}={fields.data[f]!r:.40}" for f in entry.fields
                               if f in fields.data)
-            raise ValueError(f"'{path}': tensor '{name}' has shape {tuple(array.shape)} but "
+            raise ValueError(f"'{path}': tensor '{name}' has shape {tuple(tensor.shape)} but "
                              f"'{fields.path}' ({sizes or ', '.join(entry.fields)}) needs "
                              f"{want}; the config and the weights do not match")
+    arrays = [tensor.read() for tensor in found]
     array = np.concatenate(arrays, axis=0) if entry.kind == "qkv" else arrays[0]
     return np.asarray(array, dtype=dtype)
 
@@ -577,7 +668,8 @@ def _patch_shape(model: ViT) -> tuple:
 def _tied_decoder(tensors: dict, used: set) -> None:
     """The MLM decoder tensors a file may hold beside what they are tied to (the word
     embedding, the MLM bias): used when equal to it, reported as unused otherwise (as
-    transformers, which ties them after loading); an older file's only MLM bias is taken."""
+    transformers, which ties them after loading); an older file's only MLM bias is taken.
+    Read only when their shapes are the same (so the file pays for them)."""
     pairs = (("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight"),
              ("cls.predictions.decoder.bias", "cls.predictions.bias"))
     for name, tied in pairs:
@@ -587,7 +679,7 @@ def _tied_decoder(tensors: dict, used: set) -> None:
             tensors[tied] = tensors[name]
             used.add(name)
         elif tied in tensors and tensors[name].shape == tensors[tied].shape and \
-                np.array_equal(tensors[name], tensors[tied]):
+                np.array_equal(tensors[name].read(), tensors[tied].read()):
             used.add(name)
 
 
@@ -595,11 +687,17 @@ def _check_unused(unused: list, base: str, path: Path, fields: _Fields) -> None:
     """Unused tensors of the encoder itself mean the config and the file disagree."""
     body = [n for n in unused if n.startswith((f"{base}.encoder.", f"{base}.embeddings."))]
     if body:
-        raise ValueError(f"'{path}' holds the tensor '{body[0]}', which the model that "
-                         f"'{fields.path}' describes has no place for (num_hidden_layers="
-                         f"{fields.data.get('num_hidden_layers')}, qkv_bias="
-                         f"{fields.data.get('qkv_bias', True)}); the config and the weights "
-                         "do not match")
+        raise ValueError(f"'{path}' holds the tensor {quote(body[0], 80)}, which the model "
+                         f"that '{fields.path}' describes has no place for (num_hidden_layers="
+                         f"{fields.data.get('num_hidden_layers')!r:.40}, qkv_bias="
+                         f"{fields.data.get('qkv_bias', True)!r:.40}); the config and the "
+                         "weights do not match")
+
+
+def _listed(names: list, most: int = 20) -> str:
+    """Names for a warning: each cut short, at most ``most`` of them."""
+    shown = ", ".join(quote(n, 80) for n in names[:most])
+    return f"[{shown}{f', ... ({len(names)} in all)' if len(names) > most else ''}]"
 
 
 def load_pretrained(cls, folder, *, dtype=None, num_labels=None, max_bytes=MAX_BYTES,
@@ -616,9 +714,11 @@ def load_pretrained(cls, folder, *, dtype=None, num_labels=None, max_bytes=MAX_B
     num_labels : int, optional
         A classifier of this many labels instead of the checkpoint's (a new head: the file
         must then not hold one of another size).
-    max_bytes : int >= 0
-        What building may allocate beyond the file's elements in ``dtype`` (new heads,
-        temporaries); a config that asks for more is refused before it allocates.
+    max_bytes : int >= 0 or None
+        What loading may allocate beyond the file's tensors that the model uses (new heads,
+        label names, a preprocessor's images); a config that asks for more is refused
+        before it allocates. None lifts the limit (for folders you trust). A config whose
+        encoder needs more parameters than the file holds is refused whatever the limit.
     output_loading_info : bool
         Also return ``{"missing_keys": [...], "unexpected_keys": [...]}``: the nnkit
         parameters left at their initialisation and the file's unused tensors.
@@ -633,39 +733,39 @@ def load_pretrained(cls, folder, *, dtype=None, num_labels=None, max_bytes=MAX_B
                                    not isinstance(num_labels, numbers.Integral) or
                                    num_labels < 1):
         raise ValueError(f"num_labels must be an int >= 1, got {num_labels!r:.100}")
+    if max_bytes is not None and (isinstance(max_bytes, bool) or
+                                  not isinstance(max_bytes, numbers.Integral) or max_bytes < 0):
+        raise ValueError(f"max_bytes must be an int >= 0 or None, got {max_bytes!r:.100}")
     config_path, data = read_config(folder)
     fields = _Fields(config_path, data)
     _model_type(fields, arch.model_type)
-    weights_path, raw = read_weights(folder)
-    tensors = _canonical(raw, arch.model_type, weights_path)
+    weights_path, found = _weight_entries(folder)
+    tensors = _canonical(found, arch.model_type, weights_path)
     layers = _layer_count(tensors, arch.model_type)
     declared = fields.get("num_hidden_layers", "int", 12)
     if layers != declared:
         raise fields.error("num_hidden_layers", f"but '{weights_path}' holds {layers} encoder "
                                                 "layers; the config and the weights do not "
                                                 "match")
-    elements = sum(int(a.size) for a in tensors.values())
-    try:
-        with allocation_budget(elements * dtype.itemsize + max_bytes):
-            model = _build(cls, base, fields, dtype, num_labels)
-    except BudgetExceeded as exc:
-        raise ValueError(f"'{config_path}' describes a model that needs {exc.nbytes} bytes "
-                         f"for {exc.what}, more than '{weights_path}' holds plus max_bytes="
-                         f"{max_bytes}; the config does not match the weights (pass a larger "
-                         "max_bytes if you trust them)") from None
-    except (TypeError, ValueError) as exc:
-        if str(exc).startswith(f"'{config_path}'"):
-            raise
-        raise ValueError(f"'{config_path}': its fields do not make a valid {cls.__name__} "
-                         f"({exc})") from None
-    if base is ViT and (config_path.parent / PREPROCESSOR_FILE).is_file():
+    args = _arguments(base, fields, num_labels)
+    paid = _check_paid(base, args, tensors, _table_names(base, arch, layers), config_path,
+                       weights_path, fields)
+    budget = None if max_bytes is None else paid * dtype.itemsize + max_bytes
+    model = _built(cls, base, args, fields, dtype, num_labels, budget, weights_path)
+    if base is ViT and (config_path.parent / PREPROCESSOR_FILE).exists():
         path = config_path.parent / PREPROCESSOR_FILE
-        model.preprocessing = preprocess_arguments(path, _read_json(path))
+        model.preprocessing = preprocess_arguments(
+            path, read_json(path, _MAX_CONFIG_BYTES), num_channels=model.in_channels,
+            max_bytes=max_bytes)
     own = model.state_dict()
-    used, state, missing = set(), {}, []
+    table = _entries(model)
+    used = {name for entry in table for name in entry.theirs if name in tensors}
     if base is BertForPreTraining:
         _tied_decoder(tensors, used)
-    for entry in _entries(model):
+    unused = [name for name in tensors if name not in used]
+    _check_unused(unused, arch.model_type, weights_path, fields)
+    state, missing = {}, []
+    for entry in table:
         shape = _patch_shape(model) if entry.kind == "patch" else own[entry.ours].shape
         array = _gather(entry, tensors, weights_path, fields, shape, dtype)
         if array is None:
@@ -675,9 +775,6 @@ def load_pretrained(cls, folder, *, dtype=None, num_labels=None, max_bytes=MAX_B
         if entry.kind == "patch":
             array = array.reshape(own[entry.ours].shape)
         state[entry.ours] = array
-        used.update(entry.theirs)
-    unused = [name for name in tensors if name not in used]
-    _check_unused(unused, arch.model_type, weights_path, fields)
     model.load_state_dict(state, strict=False)
     model.eval()
     if missing:
@@ -685,9 +782,9 @@ def load_pretrained(cls, folder, *, dtype=None, num_labels=None, max_bytes=MAX_B
                       "parameters are newly initialised: train the model before using it "
                       "for predictions", NewlyInitializedWarning, stacklevel=3)
     if unused:
-        warnings.warn(f"{cls.__name__}: tensors of '{weights_path}' not used: {unused} (the "
-                      f"checkpoint holds parts that {cls.__name__} does not have)",
-                      UnusedWeightsWarning, stacklevel=3)
+        warnings.warn(f"{cls.__name__}: tensors of '{weights_path}' not used: "
+                      f"{_listed(unused)} (the checkpoint holds parts that {cls.__name__} "
+                      "does not have)", UnusedWeightsWarning, stacklevel=3)
     if output_loading_info:
         return model, {"missing_keys": missing, "unexpected_keys": unused}
     return model
@@ -774,8 +871,7 @@ def save_pretrained(model, folder) -> Path:
     base, arch = _architecture(type(model))
     config = _config(model, base, arch)
     tensors = {name: np.ascontiguousarray(a) for name, a in _tensors(model, base, arch).items()}
-    folder = Path(os.fspath(folder))
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = ensure_folder(folder)
     write_file(folder / WEIGHTS_FILE, tensors, {"format": "pt"})
     _write_json(folder / CONFIG_FILE, config)
     if base is ViT and getattr(model, "preprocessing", None):
@@ -799,12 +895,6 @@ def _preprocessor_config(args: dict) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    """Write ``data`` as indented JSON, atomically (temporary file + rename)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
+    """Write ``data`` as indented JSON, atomically (a symlink at ``path`` is replaced)."""
+    text = json.dumps(data, indent=2, sort_keys=False) + "\n"
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")))

@@ -32,17 +32,32 @@ def calculate_fan_in_and_fan_out(tensor):
     return shape[1] * receptive, shape[0] * receptive
 
 
-def _fill(tensor, values):
-    tensor.data[...] = np.asarray(values, dtype=tensor.data.dtype)
+_CHUNK = 1 << 18  # values drawn at a time: the float64 temporary stays at 2 MiB
+
+
+def _fill(tensor, draw):
+    """Fill ``tensor.data`` in C order with ``draw(n)`` (float64 values), a chunk at a time;
+    the values equal one draw of them all (NumPy's generators draw sequentially), and a
+    large parameter needs no temporary of its size (under ``nk.load``'s budget too)."""
+    data = tensor.data
+    if not data.flags.c_contiguous:
+        data[...] = np.asarray(draw(data.shape), dtype=data.dtype)
+        return tensor
+    flat = data.reshape(-1)  # (n,) view
+    for start in range(0, flat.size, _CHUNK):
+        part = flat[start:start + _CHUNK]
+        part[...] = np.asarray(draw(part.size), dtype=data.dtype)
     return tensor
 
 
 def uniform_(tensor, a: float = 0.0, b: float = 1.0, rng=None):
-    return _fill(tensor, get_rng(rng).uniform(a, b, tensor.shape))
+    rng = get_rng(rng)
+    return _fill(tensor, lambda n: rng.uniform(a, b, n))
 
 
 def normal_(tensor, mean: float = 0.0, std: float = 1.0, rng=None):
-    return _fill(tensor, get_rng(rng).normal(mean, std, tensor.shape))
+    rng = get_rng(rng)
+    return _fill(tensor, lambda n: rng.normal(mean, std, n))
 
 
 def constant_(tensor, value: float):

@@ -7,6 +7,7 @@ assignment order; ``named_parameters()`` walks them depth-first with dotted name
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 
 import numpy as np
@@ -47,6 +48,17 @@ def _host_array(value):
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without torch
         return value.detach().cpu().numpy()
     return value if hasattr(value, "__cuda_array_interface__") else np.asarray(value)
+
+
+def deepcopies(module: Module, n: int) -> list:
+    """``n`` deep copies of ``module``. Under ``nk.load``'s allocation budget the copies'
+    parameters and buffers are counted first, so a file asking for too many copies is
+    refused before any is made (a deep copy makes no ``Parameter`` through its
+    constructor, which is where the budget counts otherwise)."""
+    arrays = [p.data for p in module.parameters()] + [b for _, b in module.named_buffers()]
+    each = sum(int(getattr(a, "nbytes", 0)) for a in {id(a): a for a in arrays}.values())
+    reserve(n * each, f"{n} copies of a {type(module).__name__} of {each} bytes")
+    return [copy.deepcopy(module) for _ in range(n)]
 
 
 class Module:

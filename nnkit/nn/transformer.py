@@ -20,7 +20,6 @@ is computed.
 
 from __future__ import annotations
 
-import copy
 import numbers
 
 import numpy as np
@@ -32,7 +31,7 @@ from ..autograd import Tensor, as_tensor
 from . import init
 from .attention import MultiheadAttention
 from .layers import Dropout, LayerNorm, Linear, _dtype
-from .module import Module, ModuleList
+from .module import Module, ModuleList, deepcopies
 
 __all__ = [
     "TransformerEncoderLayer",
@@ -271,7 +270,7 @@ class TransformerDecoderLayer(Module):
 
 
 def _clones(module: Module, n: int) -> ModuleList:
-    return ModuleList([copy.deepcopy(module) for _ in range(n)])
+    return ModuleList(deepcopies(module, n))
 
 
 class TransformerEncoder(Module):
