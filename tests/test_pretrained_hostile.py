@@ -71,7 +71,7 @@ def _refused(fn, *args, match, error=ValueError, peak=16 * MB, seconds=5.0, **kw
 
 
 # ----- allocation bounded by what the file pays for ---------------------------------------------
-@pytest.mark.parametrize("layers", [400, 2000])
+@pytest.mark.parametrize("layers", [400, 2000, 10**9])
 def test_a_config_asking_for_thousands_of_layers_is_refused_before_building(bert_folder,
                                                                             layers):
     """A tiny file whose config says 2000 layers of a BERT-large width, plus one 1-element
@@ -139,6 +139,19 @@ def test_nk_load_counts_the_copies_of_an_encoder_layer(tmp_path, layers):
              match=rf"TransformerEncoder\(TransformerEncoderLayer\(\.\.\.\), {layers}\) .* "
                    rf"would allocate \d+ bytes for {layers} copies of a "
                    r"TransformerEncoderLayer")
+
+
+def test_layer_copies_count_their_python_objects_too():
+    """Ten thousand layers of width 2 hold 2 MB of parameters but about 130 MB of Python
+    objects: the budget counts both, before the first copy."""
+    from nnkit._budget import BudgetExceeded, allocation_budget
+
+    layer = nk.nn.TransformerEncoderLayer(2, 1, 4)
+    with allocation_budget(10 * MB), pytest.raises(BudgetExceeded,
+                                                   match="10000 copies of a Transformer"):
+        nk.nn.TransformerEncoder(layer, 10**4)
+    with allocation_budget(10 * MB):
+        assert len(nk.nn.TransformerEncoder(layer, 100).layers) == 100
 
 
 def test_body_elements_count_the_built_encoders_parameters():

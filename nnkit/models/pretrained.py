@@ -540,13 +540,23 @@ def _pair(value) -> tuple:
     return (value, value) if isinstance(value, int) else tuple(value)
 
 
-def _table_names(base, arch: _Architecture, layers: int) -> set:
-    """Every checkpoint name the tables give a model of ``layers`` encoder layers."""
-    if base is ViT:
-        table = _vit_entries(layers)
-    else:
-        table = _bert_entries("" if base is Bert else "bert.", layers) + list(arch.heads)
-    return {name for entry in table for name in entry.theirs}
+def _has_place(base, arch: _Architecture, layers: int):
+    """A test of checkpoint names: is this one in the tables of a model of ``layers``
+    encoder layers? Costs the file's names, not the layers (a config may say 10**9)."""
+    def names(n):
+        if base is ViT:
+            return {t for e in _vit_entries(n) for t in e.theirs}
+        table = _bert_entries("" if base is Bert else "bert.", n) + list(arch.heads)
+        return {t for e in table for t in e.theirs}
+
+    outside = names(0)
+    layer = re.compile(rf"^{arch.model_type}\.encoder\.layer\.([0-9]{{1,9}})\.(.*)$")
+    inside = {layer.match(t)[2] for t in names(1) - outside}
+
+    def test(name: str) -> bool:
+        m = layer.match(name)
+        return name in outside if m is None else int(m[1]) < layers and m[2] in inside
+    return test
 
 
 def _sizes(fields: _Fields) -> str:
@@ -556,11 +566,11 @@ def _sizes(fields: _Fields) -> str:
     return ", ".join(f"{n}={fields.data[n]!r:.40}" for n in names if n in fields.data)
 
 
-def _check_paid(base, args: dict, tensors: dict, names: set, config_path: Path,
+def _check_paid(base, args: dict, tensors: dict, has_place, config_path: Path,
                 weights_path: Path, fields: _Fields) -> int:
     """The elements of the file's tensors that the model has a place for; refuses a config
     whose encoder needs more (whatever max_bytes: the config and the file disagree)."""
-    paid = sum(tensors[n].size for n in names if n in tensors)
+    paid = sum(tensor.size for name, tensor in tensors.items() if has_place(name))
     need = _body_elements(base, args)
     if need > paid:
         raise ValueError(f"'{config_path}' describes an encoder of {need} parameters "
@@ -748,7 +758,7 @@ def load_pretrained(cls, folder, *, dtype=None, num_labels=None, max_bytes=MAX_B
                                                 "layers; the config and the weights do not "
                                                 "match")
     args = _arguments(base, fields, num_labels)
-    paid = _check_paid(base, args, tensors, _table_names(base, arch, layers), config_path,
+    paid = _check_paid(base, args, tensors, _has_place(base, arch, layers), config_path,
                        weights_path, fields)
     budget = None if max_bytes is None else paid * dtype.itemsize + max_bytes
     model = _built(cls, base, args, fields, dtype, num_labels, budget, weights_path)

@@ -50,13 +50,18 @@ def _host_array(value):
     return value if hasattr(value, "__cuda_array_interface__") else np.asarray(value)
 
 
+_OBJECT_BYTES = 1024  # a copied module or parameter's Python objects (about 600 measured)
+
+
 def deepcopies(module: Module, n: int) -> list:
     """``n`` deep copies of ``module``. Under ``nk.load``'s allocation budget the copies'
-    parameters and buffers are counted first, so a file asking for too many copies is
-    refused before any is made (a deep copy makes no ``Parameter`` through its
-    constructor, which is where the budget counts otherwise)."""
+    parameters, buffers and Python objects are counted first, so a file asking for too
+    many copies (a million layers of width 1) is refused before any is made (a deep copy
+    makes no ``Parameter`` through its constructor, where the budget counts otherwise)."""
     arrays = [p.data for p in module.parameters()] + [b for _, b in module.named_buffers()]
-    each = sum(int(getattr(a, "nbytes", 0)) for a in {id(a): a for a in arrays}.values())
+    objects = len(arrays) + sum(1 for _ in module.modules())
+    each = sum(int(getattr(a, "nbytes", 0)) for a in {id(a): a for a in arrays}.values()) + \
+        objects * _OBJECT_BYTES
     reserve(n * each, f"{n} copies of a {type(module).__name__} of {each} bytes")
     return [copy.deepcopy(module) for _ in range(n)]
 
