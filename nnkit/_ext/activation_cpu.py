@@ -116,7 +116,7 @@ gelu_backward = serial_or_parallel(_gelu_backward)
 # 2^-53 (``simd_math.splitmix64``, ``uniform53``): no generator state, so the pass is
 # parallel, and a seed gives the same mask on the CPU as on the GPU. (Drawing with NumPy's
 # Generator, building a float mask and multiplying took several times as long:
-# benchmarks/RESULTS.md, "BERT and ViT", stop 14.)
+# benchmarks/RESULTS.md, "BERT and ViT".)
 
 
 def _dropout_forward(x, seed, p, scale, y, mask):

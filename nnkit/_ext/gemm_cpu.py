@@ -4,7 +4,7 @@ A recurrent layer multiplies a few rows of the hidden state by the same W_hh at 
 step: (B, H) x (H, G H) with B of 4-32 rows. BLAS packs its right-hand operand again at
 each call and the product is too small to hide it: at these shapes the kernel below runs
 near the core's FMA peak where OpenBLAS reaches a quarter to two thirds of it
-(benchmarks/RESULTS.md, "Recurrent networks", stop 14). So W is packed once per
+(benchmarks/RESULTS.md, "Recurrent networks"). So W is packed once per
 sequence (``pack_panels``) and every step calls ``step_gemm``: a C kernel (gemm_packed.h,
 built by setup.py for AVX-512 / AVX2+FMA / baseline, chosen for this CPU at import) whose
 tiles of 4 rows (8 with AVX-512's 32 registers) x 32 columns keep their accumulators in

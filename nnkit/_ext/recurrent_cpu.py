@@ -44,7 +44,7 @@ chosen from the argument type. NaN propagates; inputs beyond the clamp give the 
 (sigmoid(-inf) is 6e-39 in float32, not 0). ``error_model="numpy"`` drops Python's
 ZeroDivisionError check, whose branch alone kept the sigmoid loop scalar (about 10x slower).
 The fused multiply-adds made the LSTM cell ~15% faster and its backward ~30%
-(benchmarks/RESULTS.md, "Recurrent networks", stop 16).
+(benchmarks/RESULTS.md, "Recurrent networks").
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def one_like(a):
     """The number 1 in the dtype of array a: float32 for float32 arrays. A literal 1.0 is
     float64 to Numba, so ``1.0 - g[j]`` ran the float32 cells in float64 (half the SIMD
     lanes, plus conversions): the LSTM cell backward was ~1.7x slower
-    (benchmarks/RESULTS.md, "Recurrent networks", stop 17)."""
+    (benchmarks/RESULTS.md, "Recurrent networks")."""
     return 1.0
 
 
@@ -118,7 +118,7 @@ prev = numba.njit(cache=True, inline="always", error_model="numpy")(_prev)
 # rows, then the cell's elementwise work row by row, in short loops over 0-based views of
 # one gate (a loop indexed g[2 * H + j] or writing many arrays LLVM cannot prove distinct is
 # left scalar: the LSTM gate loop ran ~3x slower with offset indexing;
-# benchmarks/RESULTS.md, "Recurrent networks", stop 14). The state of step t is read back
+# benchmarks/RESULTS.md, "Recurrent networks"). The state of step t is read back
 # from the outputs (y[t-1], c[t-1]) instead of being copied.
 
 
@@ -423,7 +423,7 @@ def _gru_backward(dy, dh_T, h0, y, gates, hn, w_hh, w_ih, reverse, dx, gpx, gph,
 # thread's block of rows at a time as the loop produces them, so the weight gradients
 # dW^T = [x; h_prev]^T dA run on step_gemm with no copy of dA (packing it afterwards cost
 # as much as the product). The product runs near the core's FMA peak
-# (benchmarks/RESULTS.md, "Recurrent networks", stop 15).
+# (benchmarks/RESULTS.md, "Recurrent networks").
 
 def _store_packed(rows, gp, n0):
     """Rows n0, n0 + 1, ... of the packed matrix gp (P, N, NR) = rows (m, G):

@@ -55,7 +55,7 @@ _TYPE_NAMES = {types.float32: "f32", types.float64: "f64", types.complex64: "c64
 # Output arrays of at least this many bytes are written with non-temporal stores: from 4 MB
 # per array on, streamed stores were as fast as plain ones forward and faster backward, and
 # below it slower (a sweep of (16, T, 256) float32: benchmarks/RESULTS.md, "Linear
-# recurrences", stop 15, and "Figures moved from docstrings").
+# recurrences" and "Figures moved from docstrings").
 STREAM_MIN_BYTES = 1 << 22
 
 

@@ -20,7 +20,7 @@
  * each step's elements in descending order too, so that every input is one descending
  * stream: read ascending within a step and descending across steps, the hardware
  * prefetcher lost them (the reverse forward scan ran 4x slower, the backward 3x:
- * benchmarks/RESULTS.md, "Linear recurrences", stop 15).
+ * benchmarks/RESULTS.md, "Linear recurrences").
  *
  * With one feature (stride = n = one element) the kernels hand over to the scan
  * vectorised along T of scan_time_body.h: a single chain of multiply-adds would wait ~4 ns

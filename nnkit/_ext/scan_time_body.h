@@ -24,7 +24,7 @@
 /* Blocks of the walk end where the output is 64-byte aligned (t = phase + k SR_CHUNK), so
  * the streamed stores of two blocks never share a cache line: partly streamed lines cost
  * (fresh NumPy arrays start 16 bytes into a line; misaligned blocks made the 1-feature
- * backward about 3x slower: benchmarks/RESULTS.md, "Linear recurrences", stop 18). */
+ * backward about 3x slower: benchmarks/RESULTS.md, "Linear recurrences"). */
 static inline ptrdiff_t st_phase(const void *out, size_t size)
 {
     return (ptrdiff_t)(((64 - (uintptr_t)out % 64) % 64) / size);

@@ -52,7 +52,7 @@ workers spin between the steps. The batch-wide im2col path, around the GEMMs:
   the valid column range of each row, so LLVM vectorises the copy (Numba's negative-index
   wraparound check blocked it): about twice as fast as slice copies, bit-identical output.
 
-Figures: benchmarks/RESULTS.md, "Convolution algorithms by shape" (issue 24), "Convolution"
+Figures: benchmarks/RESULTS.md, "Convolution algorithms by shape", "Convolution"
 (against torch) and "Figures moved from docstrings".
 
 GPU arrays (CuPy) run the batch-wide im2col: ``im2col`` and ``col2im`` are Numba CUDA kernels

@@ -21,7 +21,7 @@ CPU backends (``nnkit._ext.scan_cpu``), chosen by ``_plan``:
   vectorises along T instead (``scan_time_body.h``: each vector of 1-16 steps is composed
   in registers, and only one multiply-add per vector waits for the previous state), so a
   single sequence streams at memory speed on one core, 5-10x the one-chain loop
-  (benchmarks/RESULTS.md, "Linear recurrences", stop 18). Its
+  (benchmarks/RESULTS.md, "Linear recurrences"). Its
   products of consecutive coefficients reassociate the loop: equal to rounding, NaN
   reaches every later step, but an infinite coefficient may give NaN where the loop gives
   +-inf.
@@ -30,7 +30,7 @@ CPU backends (``nnkit._ext.scan_cpu``), chosen by ``_plan``:
   core), for D = 1 problems with B < ``CHUNK_MAX_SEQUENCES`` and T >= ``CHUNK_MIN_T``, and
   only with at least ``CHUNK_MIN_THREADS`` = 16 threads. Against the one-thread vectorised
   kernel the chunks on two threads lose 2.7-12x at (1, 10^7, 1) (benchmarks/RESULTS.md,
-  "Linear recurrences", stop 18). They move 5 arrays instead of 3 and walk each chunk as a
+  "Linear recurrences"). They move 5 arrays instead of 3 and walk each chunk as a
   scalar chain, so they need several times the threads just to draw level, and then the
   memory bandwidth of more than one core to win: 16 is an estimate of where that starts,
   not a measurement (the machine measured has 2 cores). The chunked kernels are held to
