@@ -8,11 +8,13 @@ CuPy and numba.cuda are imported lazily, so a CPU-only install never touches the
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 
 import numpy as np
 
 __all__ = ["is_gpu_array", "backend", "describe_device", "kernels_for", "load_kernels",
+           "numpy_on_gpu_route",
            "array_module", "cuda_available", "unbroadcast", "matmul", "SMALL_GEMM_FLOPS",
            "ROWS_PARALLEL_MIN_ROWS", "ROWS_PARALLEL_MIN_FLOPS", "to_host"]
 
@@ -50,22 +52,39 @@ def describe_device(x) -> str:
 
 
 _LOADED: dict = {}
+_NUMPY_ON_GPU_ROUTE = False
 
 
 def load_kernels(name: str):
-    """The kernel module ``nnkit._ext.<name>``, imported on first use (a CUDA module only
-    when it is asked for: importing it imports numba.cuda)."""
+    """The kernel module ``nnkit._ext.<name>`` (or ``name`` itself when it is a full
+    ``nnkit.`` path), imported on first use (a CUDA module only when it is asked for:
+    importing it imports numba.cuda)."""
     module = _LOADED.get(name)
     if module is None:
-        module = _LOADED[name] = importlib.import_module(f"{__package__}._ext.{name}")
+        path = name if name.startswith(f"{__package__}.") else f"{__package__}._ext.{name}"
+        module = _LOADED[name] = importlib.import_module(path)
     return module
 
 
+@contextlib.contextmanager
+def numpy_on_gpu_route():
+    """Within the block ``kernels_for`` picks the CUDA kernels for NumPy arrays too: how
+    tests run the GPU kernels under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1)."""
+    global _NUMPY_ON_GPU_ROUTE
+    previous, _NUMPY_ON_GPU_ROUTE = _NUMPY_ON_GPU_ROUTE, True
+    try:
+        yield
+    finally:
+        _NUMPY_ON_GPU_ROUTE = previous
+
+
 def kernels_for(cpu: str | None, cuda: str | None, x, *, name: str = "x"):
-    """The kernel module of ``nnkit._ext`` for ``x``'s device: ``cuda`` for a GPU array,
-    ``cpu`` otherwise. None for a device the family has no kernels for: a ``TypeError``
-    naming ``name`` then (a CPU-only family given a CuPy array, say)."""
-    if is_gpu_array(x):
+    """The kernel module for ``x``'s device (``load_kernels``): ``cuda`` for a GPU array,
+    ``cpu`` otherwise; the one place where a call's backend is chosen, so the CPU and CUDA
+    modules of a family expose the same launcher names. None for a device the family has
+    no kernels for: a ``TypeError`` naming ``name`` then (a CPU-only family given a CuPy
+    array, say)."""
+    if is_gpu_array(x) or (_NUMPY_ON_GPU_ROUTE and cuda is not None):
         if cuda is None:
             raise TypeError(f"{name} must be a NumPy array (these kernels run on the CPU "
                             f"only), got {describe_device(x)}")

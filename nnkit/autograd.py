@@ -632,33 +632,63 @@ def apply_op(name: str, forward, backward, parents, *args, release=None, with_ca
     """One differentiable op from a kernel pair: the one way nnkit writes an op.
 
     ``forward(*datas, *args, **kwargs) -> (out, cache)`` gets the parents' arrays (None for
-    an absent optional parent, such as a missing bias); ``backward(dy, cache, needs)``
-    returns one gradient (or None) per parent, a tuple (the array alone for one parent),
-    where ``needs[i]`` says whether parent i needs one, so that it computes only those.
-    The ``nk.kernels`` pairs have these signatures and are passed as they are. The node is
-    recorded only when grad mode is on and some parent requires grad; otherwise
-    ``release(cache)``, if given, frees what only a backward would read. Validation belongs
-    to the public function before this call; ``backward`` trusts its cache. Returns the
-    output Tensor, or ``(Tensor, cache)`` with ``with_cache`` (for an op that also returns
+    an absent optional parent, such as a missing bias); ``out`` is one array or a tuple of
+    them (an LSTM's (y, h_T, c_T)). ``backward(dy, cache, needs)`` returns one gradient (or
+    None) per parent, a tuple (the array alone for one parent), where ``needs[i]`` says
+    whether parent i needs one, so that it computes only those; for a tuple ``out``, ``dy``
+    is a tuple too, None for an output no gradient reached. The ``nk.kernels`` pairs have
+    these signatures and are passed as they are. The node is recorded only when grad mode
+    is on and some parent requires grad; otherwise ``release(cache)``, if given, frees what
+    only a backward would read. Validation belongs to the public function before this
+    call; ``backward`` trusts its cache. Returns the output Tensor (a tuple of Tensors for a
+    tuple ``out``), or ``(result, cache)`` with ``with_cache`` (for an op that also returns
     something its cache holds).
     """
     present = tuple(p for p in parents if p is not None)
     out, cache = forward(*(None if p is None else p.data for p in parents), *args, **kwargs)
+    several = isinstance(out, tuple)
     if not records(present):
         if release is not None:
             release(cache)
-        result = make_result(out, present, None, name)
+        result = tuple(make_result(o, present, None, name) for o in out) if several else \
+            make_result(out, present, None, name)
     else:
         needs = tuple(p is not None and p.requires_grad for p in parents)
 
         def grad_fn(g):
-            grads = backward(g, cache, needs)
+            grads = backward(g.parts if several else g, cache, needs)
             if len(parents) == 1 and not isinstance(grads, tuple):
                 grads = (grads,)
             return tuple(grad for p, grad in zip(parents, grads, strict=True) if p is not None)
 
-        result = make_result(out, present, grad_fn, name)
+        if several:
+            joint = make_result(None, present, grad_fn, name)
+            result = tuple(make_result(o, (joint,), _OutputGrads.picker(i, len(out)), name)
+                           for i, o in enumerate(out))
+        else:
+            result = make_result(out, present, grad_fn, name)
     return (result, cache) if with_cache else result
+
+
+class _OutputGrads:
+    """The gradients reaching the outputs of a multi-output op, None for an output none
+    reached: what one output hands the op's shared node, summed by merging."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def __add__(self, other):
+        return _OutputGrads(tuple(a if b is None else b if a is None else a + b
+                                  for a, b in zip(self.parts, other.parts, strict=True)))
+
+    @staticmethod
+    def picker(i, n):
+        """Output i's backward: its gradient in slot i of n."""
+        def pick(g):
+            return (_OutputGrads(tuple(g if j == i else None for j in range(n))),)
+        return pick
 
 
 def as_tensor(value, like: Tensor | None = None, name: str | None = None) -> Tensor:
