@@ -1,4 +1,4 @@
-"""nk.approx targets (issue 4), not timed tests:
+"""nk.approx targets, not timed tests:
 
 * ``count_linear_regions`` of a one-hidden-layer ReLU net with m = 64 units on a 2-D box,
   exact (line arrangement): under one second. The sampling estimate on a 1024^2 grid is

@@ -6,7 +6,7 @@ BERT-mini (Turc et al. 2019): 4 layers, hidden 256, 4 heads, feed-forward 1024, 
 loss, backward, AdamW. Two variants, each the same computation in both libraries: the MLM
 head at every position (as Hugging Face's BertForPreTraining) and only at the ~15% masked
 positions (as the original BERT's pretraining, which gathers them first; nnkit's
-``masked_only=True``). Target (issue 9): nnkit at least as fast (ratio torch/nnkit >= 1).
+``masked_only=True``). Target: nnkit at least as fast (ratio torch/nnkit >= 1).
 
 Each contender runs in its own worker process and the workers alternate (nnkit, torch,
 nnkit, ...), as in bench_mlp.py: torch's OpenMP pool and numba's/OpenBLAS's spinning workers

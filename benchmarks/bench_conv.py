@@ -2,11 +2,11 @@
 vs torch CPU (oneDNN) with the same thread count, plus the machine's SGEMM rate (numpy
 2048^3) measured in the same run for the GFLOP/s comparison.
 
-Rows: conv2d 3x3 padding 1 at three shapes (the targets of issues 5 and 24: torch/nnkit >=
-1.0), then issue 24's other shapes (target >= 0.8): 1x1, 3x3 stride 2, 7x7 stride 2 padding
-3 (a ResNet's first layer), depthwise 3x3 (groups = C), max and average pooling 2x2 and 3x3
-stride 2, conv1d; and one training step of the digits CNN (``nnkit.training.lenet_digits``,
-Adam, batch 32, target >= 1.0) against the same network in torch.
+Rows: conv2d 3x3 padding 1 at three shapes (target torch/nnkit >= 1.0), then other shapes
+(target >= 0.8): 1x1, 3x3 stride 2, 7x7 stride 2 padding 3 (a ResNet's first layer),
+depthwise 3x3 (groups = C), max and average pooling 2x2 and 3x3 stride 2, conv1d; and one
+training step of the digits CNN (``nnkit.training.lenet_digits``, Adam, batch 32, target
+>= 1.0) against the same network in torch.
 
 Each contender runs in its own worker process and the workers alternate (nnkit, torch,
 nnkit, ...): in one process torch's OpenMP pool and numba's/OpenBLAS's spinning threads slow
@@ -17,8 +17,8 @@ alike (harness.same_allocator(); the environment line says so).
         [--quick] [--threads N] [--only SUBSTRING-OF-A-CASE-NAME]
 
 ``--algorithms`` instead times every CPU path that applies at each of ``ALGORITHM_SHAPES``
-(the shapes ``nnkit.kernels.conv._cpu_algorithm`` was decided on), forced in turn, on one
-thread: ms of CPU time, forward / forward+backward.
+(the shapes the table of ``nnkit.kernels.conv.algorithms`` was decided on), forced in turn,
+on one thread: ms of CPU time, forward / forward+backward.
 """
 
 from __future__ import annotations
@@ -294,11 +294,12 @@ ALGORITHM_SHAPES = [
 
 def algorithms(repeats: int = 7) -> list[dict]:
     """Every CPU path that applies to each of ``ALGORITHM_SHAPES``, forced in turn
-    (``nnkit.kernels.conv.ALGORITHM``), interleaved, float32: the minimum CPU time
+    (``nnkit.kernels.conv.algorithms.ALGORITHM``), interleaved, float32: the minimum CPU time
     (``time.process_time``, which a busy machine's other processes do not inflate) of
     forward and forward+backward. Run on one thread (numba and OpenBLAS), so CPU time is
     the work each path does."""
     from nnkit.kernels import conv as K
+    from nnkit.kernels.conv import algorithms as A
 
     rng = np.random.default_rng(0)
     rows = []
@@ -308,24 +309,24 @@ def algorithms(repeats: int = 7) -> list[dict]:
         b = np.zeros(ws[0], np.float32)
         paths = []
         for name in ("im2col", "image", "packed", "window", "pointwise", "winograd", "direct"):
-            K.ALGORITHM = name
+            A.ALGORITHM = name
             y, cache = K.conv2d_forward(x, w, b, **kw)
             if cache.algorithm == name:
                 paths.append(name)
-        K.ALGORITHM = None
+        A.ALGORITHM = None
         chosen = K.conv2d_forward(x, w, b, **kw)[1].algorithm
         dy = rng.standard_normal(y.shape).astype(np.float32)
         best = {p: [np.inf, np.inf] for p in paths}
         for _ in range(repeats):
             for p in paths:
-                K.ALGORITHM = p
+                A.ALGORITHM = p
                 for m in (0, 1):
                     start = time.process_time()
                     y, cache = K.conv2d_forward(x, w, b, **kw)
                     if m:
                         K.conv2d_backward(dy, cache)
                     best[p][m] = min(best[p][m], time.process_time() - start)
-        K.ALGORITHM = None
+        A.ALGORITHM = None
         rows.append({"x, weight, kw": f"{xs} {ws} {kw}", "chosen": chosen,
                      **{p: f"{best[p][0] * 1e3:.2f} / {best[p][1] * 1e3:.2f}" for p in paths}})
     return rows

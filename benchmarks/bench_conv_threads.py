@@ -23,12 +23,12 @@ from harness import environment, same_allocator  # noqa: E402
 def main() -> None:
     same_allocator()
     from nnkit._ext import conv_window
-    from nnkit.kernels.conv import _window_pack
+    from nnkit.kernels.conv.cpu_window import pack
     from nnkit.tour import format_table
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((32, 3, 32, 32)).astype(np.float32)
-    wp = _window_pack(rng.standard_normal((16, 27)).astype(np.float32))
+    wp = pack(rng.standard_normal((16, 27)).astype(np.float32))
     y = np.empty((32, 16, 32, 32), np.float32)
     geometry = (3, 32, 32, 16, 3, 3, 1, 1, 1, 1, 32, 32, 1, 1)
     default_spin = conv_window.set_spin(0)

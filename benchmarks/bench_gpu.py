@@ -266,9 +266,9 @@ def recurrent(roof, size):
                 return fwd(x, *states, *w)
 
             def run_fwd_bwd(run_fwd=run_fwd, bwd=bwd, dy=dy, cell=cell):
-                out = run_fwd()
+                _, cache = run_fwd()
                 extra = (None, None) if cell == "lstm" else (None,)
-                return bwd(dy, *extra, out[-1])
+                return bwd((dy, *extra), cache)
 
             flops = 2 * T * B * G * H * (D + H)
             t_f, t_fb = gpu_time(run_fwd, repeats=10, inner=2), gpu_time(run_fwd_bwd,

@@ -1,4 +1,4 @@
-"""Pretrained-checkpoint workloads (issue 25): BERT-base and ViT-B/16 inference, nnkit vs
+"""Pretrained-checkpoint workloads: BERT-base and ViT-B/16 inference, nnkit vs
 torch (transformers' models, eager, on the CPU with the same thread count), and tokenizing
 10,000 sentences, nnkit's WordPieceTokenizer vs the tokenizers package's Rust WordPiece.
 

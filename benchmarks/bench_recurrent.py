@@ -1,7 +1,7 @@
 """Recurrent layers, float32, forward and forward+backward: nnkit vs torch.nn.LSTM/GRU/RNN.
 
 Shapes (T, B, input, hidden) = (128, 32, 64, 128) and (512, 16, 128, 256), one layer, one
-direction, loss = output.sum(). Targets (issue 6): LSTM >= 1.0x torch, GRU >= 2x, RNN >= 1.5x
+direction, loss = output.sum(). Targets: LSTM >= 1.0x torch, GRU >= 2x, RNN >= 1.5x
 (ratio = torch time / nnkit time). Also reported: the GEMM throughput the layers reach
 (the FLOPs of every matrix product over the measured time) next to numpy's matmul roof on
 one GEMM of the same total size.

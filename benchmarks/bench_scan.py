@@ -3,7 +3,7 @@ memory-bandwidth bound measured in the same run, a NumPy loop over T, and torch 
 cumsum-of-log trick; and the single long sequence (1, 10^7, 1), float32 and complex64, by
 both CPU strategies.
 
-Targets (issue 7): >= 85% of the bandwidth bound; >= 20x the NumPy loop.
+Targets: >= 85% of the bandwidth bound; >= 20x the NumPy loop.
 
 The bound: the bytes of a, b, h read/written once (forward: 3 arrays; backward: dh, a, h read
 and da, db written, 5 arrays) at the bandwidth of a Numba prange copy timed in the same run.
@@ -113,12 +113,11 @@ def _rows_for(dtype, quick):
 
 def _one_sequence(dtype, T, n_chunks):
     from nnkit._ext import scan_cpu
-    from nnkit.kernels import scan as K
 
     a, b = _problem((1, T, 1), dtype)
     h0, out = np.zeros((1, 1), dtype), np.empty_like(a)
     rows = _median(lambda: scan_cpu.scan_rows(a, b, h0, out, False, 1), 5)
-    chunks = _median(lambda: K._scan_chunked(a, b, h0, out, False, n_chunks), 5)
+    chunks = _median(lambda: scan_cpu.scan_chunked(a, b, h0, out, False, n_chunks), 5)
     return {"work": f"fwd (1, {T}, 1) {np.dtype(dtype).name}", "ms": f"rows {rows * 1e3:.1f}",
             "bound_ms": f"chunks {chunks * 1e3:.1f}", "%bound": "",
             "numpy_loop/nnkit": f"rows/chunks {rows / chunks:.2f}",
@@ -129,10 +128,9 @@ def _single_sequence(quick):
     """(1, T, 1): the row kernel on one thread (vectorised along T) vs the chunked scan on
     all threads."""
     from nnkit._ext import scan_cpu
-    from nnkit.kernels import scan as K
 
     T = 10**6 if quick else 10**7
-    n = K.CHUNK_LANES * scan_cpu.num_threads()
+    n = scan_cpu.CHUNK_LANES * scan_cpu.num_threads()
     return [_one_sequence(dtype, T, n) for dtype in (np.float32, np.complex64)]
 
 

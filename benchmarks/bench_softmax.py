@@ -32,11 +32,6 @@ from nnkit._ext import softmax_cpu
 from nnkit.kernels import reference
 from nnkit.kernels.softmax import softmax_forward
 
-try:
-    from nnkit._ext import softmax_cy
-except ImportError:  # not built
-    softmax_cy = None
-
 
 def _copy_rows(x, out):
     R, C = x.shape
@@ -65,7 +60,7 @@ def run(quick: bool = False) -> list[dict]:
     pause = 0.01 if quick else 0.05
     rng = np.random.default_rng(0)
     x = rng.standard_normal((R, C)).astype(np.float32)
-    out = {k: np.empty_like(x) for k in ("nnkit", "numba", "cython", "numpy", "torch", "copy")}
+    out = {k: np.empty_like(x) for k in ("nnkit", "numba", "numpy", "torch", "copy")}
     cands = {
         "nnkit softmax_forward": lambda: softmax_forward(x, out=out["nnkit"]),
         "numba softmax_rows": lambda: softmax_cpu.softmax_rows(x, out["numba"]),
@@ -73,8 +68,6 @@ def run(quick: bool = False) -> list[dict]:
         "np.copyto": lambda: np.copyto(out["copy"], x),
         "numpy (max, exp, sum, divide)": lambda: numpy_softmax(x, out["numpy"]),
     }
-    if softmax_cy is not None:
-        cands["cython softmax_rows (1 thread)"] = lambda: softmax_cy.softmax_rows(x, out["cython"])
     med = median_times(cands, repeats=reps, warmup=1, pause=pause)
     bound = min(med["numba prange copy"], med["np.copyto"])
     nbytes = 2 * x.nbytes

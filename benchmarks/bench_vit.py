@@ -4,7 +4,7 @@ built from torch.nn layers, PyTorch eager on the CPU with the same thread count.
 The model is ``nnkit.training.DIGITS_VIT`` (8x8 images, 2x2 patches -> 16 tokens + [CLS],
 width 64, 3 pre-norm GELU layers, 8 heads, MLP 128); the torch twin has the same parameter
 names and starts from nnkit's weights (a state_dict copy), so both do the same arithmetic.
-Batches of 32 (the training batch) and 128 images. Target (issue 9): nnkit at least as
+Batches of 32 (the training batch) and 128 images. Target: nnkit at least as
 fast as PyTorch (ratio torch/nnkit >= 1, torch on numba's thread count). Rows: nnkit as is
 (its GEMMs under ``nnkit._backend.SMALL_GEMM_FLOPS`` run on numba's threads or on one BLAS
 thread, see ``nnkit._backend.matmul``), nnkit with BLAS on one thread, nnkit all on one

@@ -39,6 +39,7 @@ def main(argv=None) -> None:
     import numba
 
     import nnkit as nk
+    from nnkit._ext import recurrent_cpu as kern
     from nnkit._ext.gemm_cpu import pack_panels, step_gemm
     from nnkit.kernels import recurrent as K
     from nnkit.nn import recurrent as R
@@ -53,12 +54,11 @@ def main(argv=None) -> None:
     w_ih, w_hh = (rng.uniform(-bound, bound, (4 * H, n)).astype(f32) for n in (D, H))
     b_ih, b_hh = (rng.uniform(-bound, bound, 4 * H).astype(f32) for _ in range(2))
     dy = np.ones((T, B, H), f32)
-    kern = K._cpu_kernels()
-    _, _, _, cache = K.lstm_forward(x, None, None, w_ih, w_hh, b_ih, b_hh)
+    _, cache = K.lstm_forward(x, None, None, w_ih, w_hh, b_ih, b_hh)
     zeros = np.zeros((B, H), f32)
 
     def bptt():
-        dx, (gp,), (work,) = K._cpu_grad_buffers(cache, 1)
+        dx, (gp,), (work,) = kern._grad_buffers(cache, 1)
         kern.lstm_backward_cpu(dy, zeros, zeros, cache.c0, cache.saved["gates"],
                                cache.saved["c"], w_hh, w_ih, False, dx, gp, work,
                                np.empty_like(zeros), np.empty_like(zeros),
@@ -84,9 +84,9 @@ def main(argv=None) -> None:
         "forward keeping the cache": lambda: K.lstm_forward(x, None, None, w_ih, w_hh, b_ih,
                                                             b_hh),
         "BPTT kernel": bptt,
-        "weight gradients": lambda: K._cpu_weight_grads(cache, dx, gp, gp),
+        "weight gradients": lambda: kern._weight_grads(cache, gp, gp),
         "  of which transposed inputs": transposed_inputs,
-        "backward (lstm_backward)": lambda: K.lstm_backward(dy, None, None, cache),
+        "backward (lstm_backward)": lambda: K.lstm_backward((dy, None, None), cache),
         "module forward, no graph": module_forward,
         "module forward + backward": lambda: model(xt)[0].sum().backward(),
     }

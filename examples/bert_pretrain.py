@@ -1,6 +1,6 @@
 """Pretrain a small BERT on three books, then fine-tune its three kinds of head on Alice.
 
-Pretraining (notes, section 6.5) reads sentence pairs [CLS] a [SEP] b [SEP] from the
+Pretraining (notes §6.5) reads sentence pairs [CLS] a [SEP] b [SEP] from the
 documents that ship with nnkit (nnkit.datasets.text.load_documents: Alice in Wonderland,
 Shakespeare's As You Like It, Milton's Paradise Lost, equal shares): 15% of the tokens are
 masked (nk.models.mask_tokens) and the model predicts them (masked LM), and it predicts

@@ -7,7 +7,7 @@ For each n and load alpha, s random patterns are stored (Hebbian); each probe st
 stored pattern and runs asynchronously to a fixed point. Below alpha ~ 0.138 the fixed point
 stays within a few percent of the pattern (overlap ~ 0.97 and above); beyond it errors
 avalanche and the overlap collapses, more sharply as n grows. The one-step flip rate of the
-stored bits follows the notes' (1 - erf(sqrt(1 / (2 alpha)))) / 2. Prints the overlap on
+stored bits follows (1 - erf(sqrt(1 / (2 alpha)))) / 2 of notes §1.4. Prints the overlap on
 both sides of the transition for the largest n, the load where the share of retrieved probes
 (final overlap >= 0.9) falls below 1/2 for each n (it moves down toward 0.138 as n grows), and
 writes the two curves.

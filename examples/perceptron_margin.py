@@ -4,8 +4,8 @@
     python examples/perceptron_margin.py --small    # a few margins (the smoke test)
 
 For each margin, data in the unit ball (R <= 1) separated by a hyperplane through the origin
-with margin >= gamma; the perceptron without bias (the setting of the notes' proof) runs until
-it makes no mistake. Prints the largest ratio updates / bound (always <= 1) and writes
+with margin >= gamma; the perceptron without bias (the setting of the proof in notes §1.2) runs
+until it makes no mistake. Prints the largest ratio updates / bound (always <= 1) and writes
 perceptron_margin.png.
 """
 

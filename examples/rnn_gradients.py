@@ -1,4 +1,4 @@
-"""Vanishing and exploding gradients through time (notes, section 5), and how gates help.
+"""Vanishing and exploding gradients through time (notes §5), and how gates help.
 
 For an Elman RNN z_t = phi(U z_{t-1} + V x_t) and a loss on the last state,
 ||dL/dz_t|| <= ||dL/dz_T|| (alpha sigma_1(U))^(T-t), alpha = sup |phi'|. With phi = ReLU,

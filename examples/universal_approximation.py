@@ -1,7 +1,7 @@
-"""Universal approximation by construction (book appendix B, notes Theorem 2.11).
+"""Universal approximation by construction (appendix B, notes §2.5, Theorem 2.11).
 
 Steps -> bins -> m bins of sigmoid units approximate g = sin on [0, 10]; the measured mean
-squared error is printed next to the appendix's Figure F.B.3 caption and next to the
+squared error is printed next to the caption of appendix fig. F.B.3 and next to the
 prediction Delta^2 mean(g'^2) / 12; then the same widths trained with Adam from random init.
 
     python examples/universal_approximation.py [--small] [--out universal_approximation.png]
@@ -18,7 +18,7 @@ import numpy as np
 import nnkit as nk
 from nnkit import approx
 
-CAPTION = {5: 0.02, 15: 0.002, 50: 0.00016}  # Figure F.B.3: "approximately"
+CAPTION = {5: 0.02, 15: 0.002, 50: 0.00016}  # appendix fig. F.B.3: "approximately"
 G, INTERVAL = np.sin, (0.0, 10.0)
 
 
@@ -56,7 +56,7 @@ def main():
         ax.set_title(f"{m} bins ({2 * m} sigmoid units): MSE {measured:.2g}")
     print("The measured MSE follows Delta^2 mean(g'^2) / 12 (O(1/m^2)); the caption's figures\n"
           "are about 10x smaller (close to MSE / (hi - lo), i.e. a different normalisation -\n"
-          "our guess, the book does not say), and its 'decreases exponentially' and 'MSE\n"
+          "our guess, appendix B does not say), and its 'decreases exponentially' and 'MSE\n"
           "inversely proportional to m' do not match either: the error falls as 1/m^2.\n"
           "At m = 5 the bins are too wide for the leading-order prediction (9% off).\n"
           "Adam from random init reaches a far lower error where it converges (smooth sigmoids\n"

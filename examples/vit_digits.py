@@ -5,7 +5,7 @@
 
 Each image is cut into 16 patches of 2x2 pixels, projected to 64 features, prefixed with a
 [CLS] token and run through 3 pre-norm encoder layers (8 heads); the head classifies the
-[CLS] token's final state (notes, section 6.6). Prints the test accuracy and the training
+[CLS] token's final state (notes §6.6). Prints the test accuracy and the training
 time and writes vit_digits.png: a few test digits, each with the last layer's attention from
 [CLS] to the 4x4 grid of patches (mean over heads).
 """

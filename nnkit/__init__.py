@@ -4,9 +4,13 @@
 ``nnkit._ext`` (compiled kernels) <- ``nk.kernels`` (validated forward/backward kernels and
 their naive twins in ``nk.kernels.reference``) <- ``nk.Tensor`` and autograd,
 ``nk.functional``, ``nk.nn``, ``nk.optim`` <- models, estimators and the ``nnkit`` command.
+
+The formulas come from two texts, named here once and cited everywhere else by section:
+"notes §5.2" is section 5.2 of ``NOTES``, "appendix eq. E.B.2" an equation of ``APPENDIX``.
 """
 
 __version__ = "0.1.0"
+
 
 from . import (
     _malloc,
@@ -46,8 +50,15 @@ from .persistence import load, save
 tune_malloc = _malloc.tune  # opt-in, process-wide: glibc keeps freed memory for reuse
 _malloc.tune_from_environment()  # only under NNKIT_MALLOC_TUNING=1 (see nnkit/_malloc.py)
 
+NOTES = ("C. Perez Jensen, Deep Learning: notes on the lecture course at ETH Zurich "
+         "(31 December 2024)")
+APPENDIX = ("S. Scardapane, Alice's Adventures in a Differentiable Wonderland (2024), "
+            "appendix B: 1D universal approximation")
+
 __all__ = [
     "__version__",
+    "NOTES",
+    "APPENDIX",
     "Tensor",
     "tensor",
     "no_grad",

@@ -19,15 +19,16 @@ __all__ = ["is_gpu_array", "backend", "describe_device", "kernels_for", "load_ke
            "ROWS_PARALLEL_MIN_ROWS", "ROWS_PARALLEL_MIN_FLOPS", "to_host"]
 
 # A matrix product under this many flops (a few ms on one core) runs on one BLAS thread
-# (``matmul``). Alone, OpenBLAS's second thread makes such a product up to 2x faster; but
-# numba's OpenMP workers spin for a while after each parallel kernel, and a two-thread BLAS
-# call made then waits for a core: a ViT training step (many such GEMMs between numba
-# kernels) ran over 2x faster with this guard, which costs a step of few parallel kernels
-# (bench_mlp.py) ~15%. Larger products run on numba's threads too when ``_blocks`` can split
-# them: OpenBLAS's threads (each spinning ~0.1 s after its call) and numba's workers took
-# cores from each other, and a BERT-mini step took ~30% less time with its products on numba's
-# threads although alone OpenBLAS is the faster. Products above it that ``_blocks`` cannot
-# split keep both BLAS threads. Figures: benchmarks/RESULTS.md, "BERT and ViT".
+# (``matmul``). Alone, OpenBLAS's second thread makes such a product faster; but numba's
+# OpenMP workers spin for a while after each parallel kernel, and a two-thread BLAS call made
+# then waits for a core: a ViT training step (many such GEMMs between numba kernels) ran far
+# faster with this guard, which slows a step of few parallel kernels (bench_mlp.py) a little.
+# Larger products run on numba's threads too when ``_blocks`` can split them: OpenBLAS's
+# threads (each spinning for a while after its call) and numba's workers took cores from each
+# other, and a BERT-mini step took less time with its products on numba's threads although
+# alone OpenBLAS is the faster. Products above it that ``_blocks`` cannot split keep both BLAS
+# threads. Figures: benchmarks/RESULTS.md, "BERT and ViT" and "Figures moved from code
+# comments".
 SMALL_GEMM_FLOPS = 1 << 28
 
 
@@ -145,7 +146,8 @@ def unbroadcast(grad, shape):
 
 
 # The threaded paths of ``matmul``: at least this many rows (or inner dimension) and flops
-# (waking numba's pool costs ~10-30 us).
+# (below them, waking numba's pool costs more than the second thread gains:
+# benchmarks/RESULTS.md, "Figures moved from code comments").
 ROWS_PARALLEL_MIN_ROWS = 128
 ROWS_PARALLEL_MIN_FLOPS = 1 << 22
 
@@ -181,11 +183,12 @@ def matmul(a, b):
     packed-panel kernel, or blocks of the inner dimension of a transposed ``a`` (g^T x) with
     one-thread BLAS each (``nnkit._ext.gemm_cpu``). Both cores, and no BLAS worker left
     spinning. Other products under ``SMALL_GEMM_FLOPS`` run on one BLAS thread. The row
-    blocks made a ViT training step ~10% faster than one BLAS thread for every product; a
+    blocks made a ViT training step faster than one BLAS thread for every product; a
     BERT-mini step: see ``SMALL_GEMM_FLOPS`` (benchmarks/RESULTS.md, "BERT and ViT").
 
-    The switch costs ~1.5 us (threadpoolctl, restored afterwards); CuPy arrays and large
-    products that cannot be split go straight to ``@``.
+    The switch to one BLAS thread (threadpoolctl, restored afterwards) is cheap next to the
+    products it serves (benchmarks/RESULTS.md, "Figures moved from code comments"); CuPy
+    arrays and large products that cannot be split go straight to ``@``.
     """
     if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim and b.ndim:
         parts, how = _blocks(a, b)

@@ -4,7 +4,7 @@ A training step allocates and frees the same large temporaries every step. With 
 defaults each one above the (dynamic, at most 32 MiB) mmap threshold is a fresh ``mmap``
 and each free that leaves more than the trim threshold at the top of the heap gives the
 pages back, so the next step pays for them again in page faults. Raising both thresholds
-keeps those blocks in the heap: a ViT training step at batch 128 took 7-21% less time
+keeps those blocks in the heap, and a ViT training step at batch 128 takes less time
 (benchmarks/RESULTS.md, "Allocator settings made equal").
 
 The setting is process-wide, so ``import nnkit`` leaves it alone. ``tune()`` (public as

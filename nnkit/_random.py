@@ -5,9 +5,13 @@
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
-__all__ = ["manual_seed", "get_rng", "set_rng", "splitmix64", "uniform53"]
+from ._backend import kernels_for
+
+__all__ = ["manual_seed", "get_rng", "set_rng", "splitmix64", "uniform53", "uniform"]
 
 _state = {"rng": np.random.default_rng()}
 
@@ -75,35 +79,19 @@ def uniform53(z):
     return (np.asarray(z, dtype=np.uint64) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
-# The CuPy kernel's CUDA C (NVRTC) form, self-contained rather than including splitmix64.h:
-# under NVRTC the header's function would have to be __device__ and <stdint.h> is not
-# there. tests/test_activation.py checks its constants, tests/cuda its stream on a GPU.
-_SPLITMIX_BODY = """
-unsigned long long z = seed + (unsigned long long)(i + 1) * 0x9E3779B97F4A7C15ULL;
-z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-z ^= z >> 31;
-u = (double)(z >> 11) * 1.1102230246251565e-16;
-"""
-_device_kernels = {}
-
-
-def device_uniform(shape, rng=None):
-    """Uniform draws in [0, 1), float64, of ``shape``, made on the current GPU (CuPy array).
+def uniform(shape, like, rng=None):
+    """Uniform draws in [0, 1), float64, of ``shape`` (an int or a tuple), made where ``like``
+    (an array) lives: a NumPy array, or a CuPy array on the current GPU made there by one
+    elementwise kernel (no host array, no copy; ``nnkit._ext.elementwise_cuda``).
 
     One seed in [0, 2**63 - 1) comes from nnkit's generator (``rng`` as in ``get_rng``), so
     ``nk.manual_seed`` makes the draws reproducible; element i (C order) is
-    ``splitmix64(seed + (i + 1) * 0x9E3779B97F4A7C15) >> 11`` times 2**-53, computed by one
-    CuPy elementwise kernel: no device generator state, no host array, no copy.
-    """
-    import cupy
+    ``splitmix64(seed + (i + 1) * 0x9E3779B97F4A7C15) >> 11`` times 2**-53 on either device.
 
+    >>> uniform(3, np.zeros(0), rng=np.random.default_rng(7)).shape
+    (3,)
+    """
+    shape = (int(shape),) if isinstance(shape, numbers.Integral) else tuple(shape)
     seed = int(get_rng(rng, "rng").integers(0, 2**63 - 1))
-    kernel = _device_kernels.get("uniform")
-    if kernel is None:
-        kernel = _device_kernels["uniform"] = cupy.ElementwiseKernel(
-            "uint64 seed", "float64 u", _SPLITMIX_BODY, "nnkit_splitmix_uniform")
-    out = cupy.empty(shape, dtype=np.float64)
-    if out.size:
-        kernel(np.uint64(seed), out)
-    return out
+    return kernels_for("elementwise_cpu", "elementwise_cuda", like, name="like").uniform(
+        shape, seed)

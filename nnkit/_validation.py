@@ -35,6 +35,8 @@ __all__ = [
     "check_grad",
     "check_cache",
     "check_scalar",
+    "check_int_tuple",
+    "MAX_GEOMETRY",
     "check_choice",
     "axis_or_dim",
     "check_bool",
@@ -281,6 +283,29 @@ def check_scalar(
         op = "<=" if high_inclusive else "<"
         raise ValueError(f"{name} must be {op} {high}, got {value!r}")
     return value
+
+
+# Largest kernel_size, stride, padding or dilation accepted: the convolution and pooling
+# kernels compute indices such as ``a * stride - padding + i * dilation`` and the products of
+# two of these in int64, which stay far below 2^63 when each factor is at most 2^31 - 1 (the
+# output sizes and array extents are bounded by memory).
+MAX_GEOMETRY = 2**31 - 1
+
+
+def check_int_tuple(value, n: int, *, name: str, low: int) -> tuple:
+    """A window's geometry (kernel_size, stride, padding or dilation of a convolution or a
+    pooling, layers and kernels alike): an int or a length-``n`` sequence of ints in
+    [``low``, ``MAX_GEOMETRY``], returned as a tuple of ``n`` ints."""
+    if isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool):
+        value = (value,) * n
+    if not isinstance(value, (tuple, list)) or len(value) != n:
+        raise TypeError(f"{name} must be an int or a tuple of {n} ints, got {value!r}")
+    for v in value:
+        check_scalar(v, name=name, kind=numbers.Integral, low=low)
+        if v > MAX_GEOMETRY:
+            raise ValueError(f"{name} must be at most 2**31 - 1 = {MAX_GEOMETRY}, got "
+                             f"{value!r}")
+    return tuple(int(v) for v in value)
 
 
 def axis_or_dim(axis, dim, *, default, op: str):

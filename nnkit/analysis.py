@@ -1,14 +1,14 @@
 """Diagnostics of trained or untrained networks: gradient flow through time.
 
-``hidden_gradient_norms`` measures the notes' dL/dz_t (section 5): the total gradient of the
+``hidden_gradient_norms`` measures dL/dz_t of notes §5: the total gradient of the
 loss with respect to the hidden state at every step, direct part plus everything that flows
-back through later steps. For an Elman RNN the notes bound how it decays with the distance
+back through later steps. For an Elman RNN notes §5 bounds how it decays with the distance
 i - t from where the loss is taken::
 
     || dz_i / dz_t ||_2 <= (alpha sigma_1(U))^(i - t),   alpha = sup |phi'|
 
 so a loss on the last state gives norms that shrink geometrically backwards in time when
-alpha sigma_1(U) < 1 (vanishing) and may grow when sigma_1(U) is large (exploding). The notes
+alpha sigma_1(U) < 1 (vanishing) and may grow when sigma_1(U) is large (exploding). Notes §5
 print the vanishing condition with its inequality reversed ("vanish if sigma_1(U) >= 1/alpha");
 the bound forces vanishing when sigma_1(U) < 1/alpha.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._backend import to_host
 from .autograd import Tensor
 from .nn.recurrent import GRU, LSTM, RNN, record_hidden_grads
 
@@ -48,7 +49,7 @@ def hidden_gradient_norms(model, x, loss_fn):
     -------
     ndarray (T,), float64
         ``norms[t] = || dL/dh_t ||_F`` over the batch and hidden features, where h_t is the
-        hidden state (the notes' z_t; zeta_t for the LSTM) after step t, and the gradient
+        hidden state (z_t of notes §5; zeta_t for the LSTM) after step t, and the gradient
         is total (through every later step). The model's ``.grad`` fields are left as they
         were.
 
@@ -76,8 +77,10 @@ def hidden_gradient_norms(model, x, loss_fn):
         for p, g in saved:
             p.grad = g
     key = (id(layer), layer.num_layers - 1, 0)
-    if key not in store:  # no gradient reached the layer: every dL/dh_t is zero
-        T = x.shape[1 if layer.batch_first and np.ndim(x) == 3 else 0]
-        return np.zeros(T)
-    g = store[key].astype(np.float64)  # (T, B, H)
+    if key not in store:
+        raise ValueError(f"model's forward did not run its {type(layer).__name__} (the "
+                         "first recurrent layer in model.modules()), whose gradients are "
+                         "measured")
+    # zeros where no gradient reached the layer (record_hidden_grads)
+    g = to_host(store[key]).astype(np.float64)  # (T, B, H)
     return np.sqrt((g * g).sum(axis=(1, 2)))

@@ -8,9 +8,9 @@ in reverse, summing the gradients that reach a tensor along several paths.
 
 Each closure is the backward half of a forward/backward pair; closures are dropped after
 use, so calling ``backward`` twice through the same graph raises unless
-``retain_graph=True``. An op over a kernel pair is written with ``apply_op`` (forward ->
-(out, cache), backward(dy, cache, needs)); ``make_result`` is its primitive, used directly
-by the elementwise Tensor methods.
+``retain_graph=True``. Every op, the Tensor methods' included, is written one way: a pair
+(forward -> (out, cache), backward(dy, cache, needs)) given to ``apply_op``; its
+primitive ``make_result`` is public for users' own closures.
 
 Examples
 --------
@@ -30,9 +30,8 @@ import sys
 import threading
 
 import numpy as np
-from scipy import special
 
-from ._backend import array_module, matmul, unbroadcast
+from ._backend import array_module, is_gpu_array, kernels_for, matmul, to_host, unbroadcast
 from ._validation import axis_or_dim, check_real
 
 __all__ = [
@@ -108,7 +107,7 @@ def _to_array(data, dtype=None, copy=False, name=None):
     argument it came from) is named in the errors."""
     if isinstance(data, Tensor):
         data = data.data
-    if hasattr(data, "__cuda_array_interface__") and not isinstance(data, np.ndarray):
+    if is_gpu_array(data):
         xp = array_module(data)
         arr = xp.asarray(data, dtype=dtype)
         return arr.copy() if copy else arr
@@ -213,7 +212,7 @@ class Tensor:
     def numpy(self):
         """The data as a NumPy array (copied to the host for a GPU tensor)."""
         data = self.data
-        return data if isinstance(data, np.ndarray) else data.get()
+        return to_host(data)
 
     def item(self):
         return self.data.item()
@@ -229,8 +228,7 @@ class Tensor:
 
     def astype(self, dtype) -> Tensor:
         """A differentiable cast (the gradient is cast back)."""
-        src = self.data.dtype
-        return make_result(self.data.astype(dtype), (self,), lambda g: (g.astype(src),), "cast")
+        return apply_op("cast", _cast_forward, _cast_backward, (self,), dtype)
 
     def float(self) -> Tensor:
         return self.astype(np.float32)
@@ -309,7 +307,7 @@ class Tensor:
         return _div(as_tensor(other, like=self), self)
 
     def __neg__(self):
-        return make_result(-self.data, (self,), lambda g: (-g,), "neg")
+        return apply_op("neg", _neg_forward, _neg_backward, (self,))
 
     def __pos__(self):
         return self
@@ -341,78 +339,46 @@ class Tensor:
 
     # ----- elementwise ------------------------------------------------------------------
     def exp(self):
-        y = array_module(self.data).exp(self.data)
-        return make_result(y, (self,), lambda g: (g * _conj(y),), "exp")
+        return apply_op("exp", _exp_forward, _exp_backward, (self,))
 
     def log(self):
-        x = self.data
-        return make_result(array_module(x).log(x), (self,), lambda g: (g / _conj(x),), "log")
+        return apply_op("log", _log_forward, _log_backward, (self,))
 
     def sqrt(self):
-        y = array_module(self.data).sqrt(self.data)
-        return make_result(y, (self,), lambda g: (g / (2 * _conj(y)),), "sqrt")
+        return apply_op("sqrt", _sqrt_forward, _sqrt_backward, (self,))
 
     def abs(self):
-        x = self.data
-        xp = array_module(x)
-        return make_result(xp.abs(x), (self,), lambda g: (g * xp.sign(x),), "abs")
+        return apply_op("abs", _abs_forward, _abs_backward, (self,))
 
     def tanh(self):
-        y = array_module(self.data).tanh(self.data)
-        return make_result(y, (self,), lambda g: (g * _conj(1 - y * y),), "tanh")
+        return apply_op("tanh", _tanh_forward, _tanh_backward, (self,))
 
     def sigmoid(self):
         """1 / (1 + exp(-x)); complex too, as torch (the gradient conjugated)."""
-        x = self.data
-        if x.dtype.kind == "c":
-            y = 1 / (1 + array_module(x).exp(-x))
-        else:
-            y = special.expit(x) if isinstance(x, np.ndarray) else _gpu_expit(x)
-        return make_result(y, (self,), lambda g: (g * _conj(y * (1 - y)),), "sigmoid")
+        return apply_op("sigmoid", _sigmoid_forward, _sigmoid_backward, (self,))
 
     def relu(self):
-        """max(x, 0): 0 at -inf, NaN stays NaN; the gradient passes where not x <= 0 (at
-        NaN too), as torch's threshold backward."""
-        x = check_real(self, name="input", op="relu").data
-        xp = array_module(x)
-        y = xp.maximum(x, 0).astype(x.dtype, copy=False)
-        return make_result(y, (self,), lambda g: (xp.where(~(x <= 0), g, 0).astype(
-            g.dtype, copy=False),), "relu")
+        """max(x, 0), as torch: relu(-inf) = 0 and NaN stays NaN. The gradient is 0 where
+        x <= 0 (at 0 and -inf too) and the upstream one elsewhere (NaN included), as torch's
+        threshold_backward (``_relu_forward``)."""
+        check_real(self, name="input", op="relu")
+        return apply_op("relu", _relu_forward, _relu_backward, (self,))
 
     def clip(self, min=None, max=None):
         """Clamp to [min, max]; the gradient flows where the value was not clamped."""
-        x = check_real(self, name="input", op="clip").data
-        xp = array_module(x)
-        y = xp.clip(x, min, max)
-        inside = y == x
-        return make_result(y, (self,), lambda g: (g * inside,), "clip")
+        check_real(self, name="input", op="clip")
+        return apply_op("clip", _clip_forward, _clip_backward, (self,), min, max)
 
     # ----- reductions -------------------------------------------------------------------
     def sum(self, axis=None, keepdims: bool = False, *, dim=None):
         """Sum over ``axis`` (NumPy's name) or ``dim`` (torch's); all axes by default."""
         axis = axis_or_dim(axis, dim, default=None, op="sum")
-        x = self.data
-        y = x.sum(axis=axis, keepdims=keepdims)
-        shape = x.shape
-
-        def backward(g):
-            return (_expand_reduced(g, shape, axis, keepdims),)
-
-        return make_result(y, (self,), backward, "sum")
+        return apply_op("sum", _sum_forward, _sum_backward, (self,), axis, keepdims)
 
     def mean(self, axis=None, keepdims: bool = False, *, dim=None):
         """Mean over ``axis`` (NumPy's name) or ``dim`` (torch's); all axes by default."""
         axis = axis_or_dim(axis, dim, default=None, op="mean")
-        x = self.data
-        count = x.size if axis is None else int(np.prod([x.shape[a] for a in _axes(axis)]))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            y = x.sum(axis=axis, keepdims=keepdims) / count  # count 0: NaN, silently (torch)
-        shape = x.shape
-
-        def backward(g):
-            return (_expand_reduced(g, shape, axis, keepdims) / count,)
-
-        return make_result(y, (self,), backward, "mean")
+        return apply_op("mean", _mean_forward, _mean_backward, (self,), axis, keepdims)
 
     def max(self, axis=None, keepdims: bool = False, *, dim=None):
         """Largest value along ``axis`` (or torch's ``dim``); the gradient is split evenly
@@ -425,26 +391,16 @@ class Tensor:
         return self._extreme(axis_or_dim(axis, dim, default=None, op="min"), keepdims, "min")
 
     def _extreme(self, axis, keepdims, kind):
-        x = check_real(self, name="input", op=kind).data
-        if x.size == 0:
+        check_real(self, name="input", op=kind)
+        if self.data.size == 0:
             raise ValueError(f"{kind}() of an empty tensor of shape {self.shape} is undefined")
-        yk = x.max(axis=axis, keepdims=True) if kind == "max" else x.min(axis=axis, keepdims=True)
-        y = yk if keepdims else (yk.reshape(()) if axis is None else yk.squeeze(axis=axis))
-
-        def backward(g):
-            mask = (x == yk) | (array_module(x).isnan(x) & array_module(x).isnan(yk))
-            share = mask / mask.sum(axis=axis, keepdims=True)
-            return (_expand_reduced(g, x.shape, axis, keepdims) * share,)
-
-        return make_result(y, (self,), backward, kind)
+        return apply_op(kind, _extreme_forward, _extreme_backward, (self,), axis, keepdims, kind)
 
     # ----- shape ------------------------------------------------------------------------
     def reshape(self, *shape):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        src = self.data.shape
-        return make_result(self.data.reshape(shape), (self,), lambda g: (g.reshape(src),),
-                           "reshape")
+        return apply_op("reshape", _reshape_forward, _reshape_backward, (self,), shape)
 
     def view(self, *shape):
         return self.reshape(*shape)
@@ -477,9 +433,7 @@ class Tensor:
                 f"transpose needs a permutation of all {self.ndim} axes, got {axes}; "
                 "use swapaxes(a, b) to exchange two axes"
             )
-        inverse = tuple(np.argsort([a % self.ndim for a in axes]))
-        return make_result(self.data.transpose(axes), (self,),
-                           lambda g: (g.transpose(inverse),), "transpose")
+        return apply_op("transpose", _transpose_forward, _transpose_backward, (self,), axes)
 
     def permute(self, *axes):
         """Alias of ``transpose(*axes)`` (torch's name)."""
@@ -504,21 +458,169 @@ class Tensor:
         return self.reshape(self.data.squeeze(axis=axis).shape)
 
     def __getitem__(self, index):
-        index = _data_index(index)
-        x = self.data
-        y = x[index]
-        advanced = _is_advanced(index)
+        return apply_op("getitem", _getitem_forward, _getitem_backward, (self,),
+                        _data_index(index))
 
-        def backward(g):
-            xp = array_module(g)
-            gx = xp.zeros(x.shape, dtype=g.dtype)
-            if advanced:
-                _scatter_add(gx, index, g)
-            else:
-                gx[index] = g
-            return (gx,)
 
-        return make_result(y, (self,), backward, "getitem")
+# ----- the Tensor methods' forward/backward pairs --------------------------------------------
+# Each is (forward(x, *options) -> (y, cache), backward(g, cache, needs) -> dx), as
+# ``apply_op`` takes them; holomorphic rules multiply by conj(f'(z)) (``_conj``).
+def _cast_forward(x, dtype):
+    return x.astype(dtype), x.dtype
+
+
+def _cast_backward(g, src, needs):
+    return g.astype(src)
+
+
+def _neg_forward(x):
+    return -x, None
+
+
+def _neg_backward(g, cache, needs):
+    return -g
+
+
+def _exp_forward(x):
+    y = array_module(x).exp(x)
+    return y, y
+
+
+def _exp_backward(g, y, needs):
+    return g * _conj(y)
+
+
+def _log_forward(x):
+    return array_module(x).log(x), x
+
+
+def _log_backward(g, x, needs):
+    return g / _conj(x)
+
+
+def _sqrt_forward(x):
+    y = array_module(x).sqrt(x)
+    return y, y
+
+
+def _sqrt_backward(g, y, needs):
+    return g / (2 * _conj(y))
+
+
+def _abs_forward(x):
+    return array_module(x).abs(x), x
+
+
+def _abs_backward(g, x, needs):
+    return g * array_module(x).sign(x)
+
+
+def _tanh_forward(x):
+    y = array_module(x).tanh(x)
+    return y, y
+
+
+def _tanh_backward(g, y, needs):
+    return g * _conj(1 - y * y)
+
+
+def _sigmoid_forward(x):
+    if x.dtype.kind == "c":
+        y = 1 / (1 + array_module(x).exp(-x))
+    else:
+        y = _elementwise(x).expit(x)
+    return y, y
+
+
+def _sigmoid_backward(g, y, needs):
+    return g * _conj(y * (1 - y))
+
+
+def _relu_forward(x):
+    """y = max(x, 0), NaN propagated; cached for the backward: y <= 0 exactly where
+    x <= 0 (y is 0 there, x itself elsewhere, NaN at NaN), so no mask is made or kept.
+    Selected, not multiplied by a mask: x * (x > 0) made relu(-inf) = -inf * 0 = NaN, and
+    an infinite upstream gradient NaN where it is off."""
+    y = array_module(x).maximum(x, x.dtype.type(0))
+    return y, y
+
+
+def _relu_backward(g, y, needs):
+    return array_module(y).where(y <= 0, g.dtype.type(0), g)
+
+
+def _clip_forward(x, low, high):
+    y = array_module(x).clip(x, low, high)
+    return y, y == x
+
+
+def _clip_backward(g, inside, needs):
+    return g * inside
+
+
+def _sum_forward(x, axis, keepdims):
+    return x.sum(axis=axis, keepdims=keepdims), (x.shape, axis, keepdims)
+
+
+def _sum_backward(g, cache, needs):
+    return _expand_reduced(g, *cache)
+
+
+def _mean_forward(x, axis, keepdims):
+    count = x.size if axis is None else int(np.prod([x.shape[a] for a in _axes(axis)]))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        y = x.sum(axis=axis, keepdims=keepdims) / count  # count 0: NaN, silently (torch)
+    return y, (x.shape, axis, keepdims, count)
+
+
+def _mean_backward(g, cache, needs):
+    shape, axis, keepdims, count = cache
+    return _expand_reduced(g, shape, axis, keepdims) / count
+
+
+def _extreme_forward(x, axis, keepdims, kind):
+    yk = x.max(axis=axis, keepdims=True) if kind == "max" else x.min(axis=axis, keepdims=True)
+    y = yk if keepdims else (yk.reshape(()) if axis is None else yk.squeeze(axis=axis))
+    return y, (x, yk, axis, keepdims)
+
+
+def _extreme_backward(g, cache, needs):
+    """The gradient split evenly between the ties (NaNs tie with a NaN result)."""
+    x, yk, axis, keepdims = cache
+    mask = (x == yk) | (array_module(x).isnan(x) & array_module(x).isnan(yk))
+    share = mask / mask.sum(axis=axis, keepdims=True)
+    return _expand_reduced(g, x.shape, axis, keepdims) * share
+
+
+def _reshape_forward(x, shape):
+    return x.reshape(shape), x.shape
+
+
+def _reshape_backward(g, src, needs):
+    return g.reshape(src)
+
+
+def _getitem_forward(x, index):
+    return x[index], (x.shape, index, _is_advanced(index))
+
+
+def _getitem_backward(g, cache, needs):
+    """g scattered back: summed where an integer-array index repeats a position."""
+    shape, index, advanced = cache
+    gx = array_module(g).zeros(shape, dtype=g.dtype)
+    if advanced:
+        _elementwise(gx).scatter_add(gx, index, g)
+    else:
+        gx[index] = g
+    return gx
+
+
+def _transpose_forward(x, axes):
+    return x.transpose(axes), tuple(np.argsort([a % x.ndim for a in axes]))
+
+
+def _transpose_backward(g, inverse, needs):
+    return g.transpose(inverse)
 
 
 # ----- graph walking ------------------------------------------------------------------------
@@ -615,15 +717,16 @@ def make_result(data, parents, backward, name: str = "op") -> Tensor:
     that parent's data (broadcast gradients are reduced by the op itself or by
     ``unbroadcast``). No node is recorded under ``no_grad`` or when no parent needs grad.
     """
+    return _wrap(data, parents, backward, name, records(parents))
+
+
+def _wrap(data, parents, backward, name, recorded: bool) -> Tensor:
+    """``make_result`` with the recording decided by the caller."""
     out = Tensor.__new__(Tensor)
     out.data = np.asarray(data) if isinstance(data, np.generic) else data  # 0-d stays an array
     out.grad = None
-    if records(parents):
-        out.requires_grad = True
-        out._ctx = _Node(parents, backward, name)
-    else:
-        out.requires_grad = False
-        out._ctx = None
+    out.requires_grad = recorded
+    out._ctx = _Node(parents, backward, name) if recorded else None
     return out
 
 
@@ -644,35 +747,40 @@ def apply_op(name: str, forward, backward, parents, *args, release=None, with_ca
     tuple ``out``), or ``(result, cache)`` with ``with_cache`` (for an op that also returns
     something its cache holds).
     """
-    present = tuple(p for p in parents if p is not None)
-    out, cache = forward(*(None if p is None else p.data for p in parents), *args, **kwargs)
+    complete = None not in parents  # identity tests: Tensor has no __eq__
+    present = parents if complete else tuple(p for p in parents if p is not None)
+    out, cache = forward(*[None if p is None else p.data for p in parents], *args, **kwargs)
     several = isinstance(out, tuple)
-    if not records(present):
+    needs = [p is not None and p.requires_grad for p in parents]
+    if not (True in needs and is_grad_enabled()):
         if release is not None:
             release(cache)
-        result = tuple(make_result(o, present, None, name) for o in out) if several else \
-            make_result(out, present, None, name)
+        result = tuple(_wrap(o, present, None, name, False) for o in out) if several else \
+            _wrap(out, present, None, name, False)
+        return (result, cache) if with_cache else result
+    needs = tuple(needs)
+    single = len(parents) == 1
+
+    def grad_fn(g):
+        grads = backward(g.parts if several else g, cache, needs)
+        if single and not isinstance(grads, tuple):
+            return (grads,)
+        return grads if complete else \
+            tuple(grad for p, grad in zip(parents, grads, strict=True) if p is not None)
+
+    if several:
+        joint = _wrap(out[0], present, grad_fn, name, True)  # its data: for graph walks
+        result = tuple(_wrap(o, (joint,), _OutputGrads.picker(i, len(out)), name, True)
+                       for i, o in enumerate(out))
     else:
-        needs = tuple(p is not None and p.requires_grad for p in parents)
-
-        def grad_fn(g):
-            grads = backward(g.parts if several else g, cache, needs)
-            if len(parents) == 1 and not isinstance(grads, tuple):
-                grads = (grads,)
-            return tuple(grad for p, grad in zip(parents, grads, strict=True) if p is not None)
-
-        if several:
-            joint = make_result(None, present, grad_fn, name)
-            result = tuple(make_result(o, (joint,), _OutputGrads.picker(i, len(out)), name)
-                           for i, o in enumerate(out))
-        else:
-            result = make_result(out, present, grad_fn, name)
+        result = _wrap(out, present, grad_fn, name, True)
     return (result, cache) if with_cache else result
 
 
 class _OutputGrads:
     """The gradients reaching the outputs of a multi-output op, None for an output none
-    reached: what one output hands the op's shared node, summed by merging."""
+    reached: what one output hands the op's shared node (a Tensor that holds the first
+    output's array, parent of every output), summed by merging."""
 
     __slots__ = ("parts",)
 
@@ -697,10 +805,7 @@ def as_tensor(value, like: Tensor | None = None, name: str | None = None) -> Ten
     if isinstance(value, Tensor):
         return value
     if like is not None and isinstance(value, (numbers.Number, np.bool_)):
-        xp = array_module(like.data)
-        if xp is np:
-            return Tensor(np.asarray(value, dtype=like.data.dtype))
-        return Tensor(xp.full((), value, dtype=like.data.dtype))  # a fill kernel, no copy
+        return Tensor(_elementwise(like.data).full_scalar(value, like.data))
     return Tensor(_to_array(value, name=name))
 
 
@@ -723,23 +828,16 @@ def _on_device_of(value, like):
     """``value`` as a Tensor; a constant joins ``like``'s GPU (with the dtype it would have on
     the CPU; a scalar by a fill kernel, no host copy). CPU tensors: ``as_tensor(value)``."""
     t = as_tensor(value)
-    if like is None or isinstance(value, Tensor) or isinstance(like.data, np.ndarray):
+    if like is None or isinstance(value, Tensor):
         return t
-    xp = array_module(like.data)
-    if isinstance(t.data, np.ndarray) and t.ndim == 0:
-        return Tensor(xp.full((), t.data[()], dtype=t.dtype))
-    return Tensor(xp.asarray(t.data))
+    data = _elementwise(like.data).to_device_of(t.data, like.data)
+    return t if data is t.data else Tensor(data)
 
 
-def _scatter_add(target, index, values):
-    """target[index] += values, repeated positions summed (``np.add.at``; CuPy's
-    ``cupyx.scatter_add`` on the GPU)."""
-    if isinstance(target, np.ndarray):
-        np.add.at(target, index, values)
-    else:
-        import cupyx
-
-        cupyx.scatter_add(target, index, values)
+def _elementwise(x):
+    """The helpers (expit, scatter_add, full_scalar, to_device_of) for ``x``'s device:
+    ``nnkit._ext.elementwise_cpu`` or ``elementwise_cuda``."""
+    return kernels_for("elementwise_cpu", "elementwise_cuda", x)
 
 
 def _axes(axis):
@@ -789,11 +887,6 @@ def _conj(x):
     return x.conj() if getattr(x, "dtype", None) is not None and x.dtype.kind == "c" else x
 
 
-def _gpu_expit(x):
-    xp = array_module(x)
-    return 0.5 * (xp.tanh(0.5 * x) + 1)
-
-
 def _binary(a, b):
     """Operands as (Tensor, Tensor-or-constant array); constants never get a node."""
     if isinstance(b, Tensor):
@@ -803,63 +896,75 @@ def _binary(a, b):
 
 def _add(a, b):
     a, bt, bd = _binary(a, b)
-    y = a.data + bd
-    if bt is None:
-        ash = a.data.shape
-        return make_result(y, (a,), lambda g: (unbroadcast(g, ash),), "add")
-    ash, bsh = a.data.shape, bd.shape
-    return make_result(y, (a, bt), lambda g: (unbroadcast(g, ash), unbroadcast(g, bsh)), "add")
+    return apply_op("add", _add_forward, _add_backward, (a, bt), bd)
+
+
+def _add_forward(a, b, constant):
+    b = constant if b is None else b
+    return a + b, (a.shape, getattr(b, "shape", ()))
+
+
+def _add_backward(g, shapes, needs):
+    return unbroadcast(g, shapes[0]), unbroadcast(g, shapes[1]) if needs[1] else None
 
 
 def _mul(a, b):
     a, bt, bd = _binary(a, b)
-    ad = a.data
-    y = ad * bd
-    if bt is None:
-        return make_result(y, (a,), lambda g: (unbroadcast(g * _conj(bd), ad.shape),), "mul")
+    return apply_op("mul", _mul_forward, _mul_backward, (a, bt), bd)
 
-    def backward(g):
-        return unbroadcast(g * _conj(bd), ad.shape), unbroadcast(g * _conj(ad), bd.shape)
 
-    return make_result(y, (a, bt), backward, "mul")
+def _mul_forward(a, b, constant):
+    b = constant if b is None else b
+    return a * b, (a, b)
+
+
+def _mul_backward(g, cache, needs):
+    a, b = cache
+    return unbroadcast(g * _conj(b), a.shape), \
+        unbroadcast(g * _conj(a), b.shape) if needs[1] else None
 
 
 def _div(a, b):
     a, bt, bd = _binary(a, b)
-    ad = a.data
-    y = ad / bd
-    if bt is None:
-        return make_result(y, (a,), lambda g: (unbroadcast(g / _conj(bd), ad.shape),), "div")
+    return apply_op("div", _div_forward, _div_backward, (a, bt), bd)
 
-    def backward(g):
-        gb = -g * _conj(y / bd)
-        return unbroadcast(g / _conj(bd), ad.shape), unbroadcast(gb, bd.shape)
 
-    return make_result(y, (a, bt), backward, "div")
+def _div_forward(a, b, constant):
+    b = constant if b is None else b
+    y = a / b
+    return y, (a.shape, b, y)
+
+
+def _div_backward(g, cache, needs):
+    a_shape, b, y = cache
+    gb = unbroadcast(-g * _conj(y / b), b.shape) if needs[1] else None
+    return unbroadcast(g / _conj(b), a_shape), gb
 
 
 def _pow(a, exponent):
-    ad = a.data
-    if not isinstance(exponent, Tensor):
-        p = exponent
-        y = ad**p
-        return make_result(y, (a,), lambda g: (unbroadcast(g * _conj(p * ad ** (p - 1)),
-                                                           ad.shape),), "pow")
-    pd = exponent.data
-    y = ad**pd
-    xp = array_module(ad)
+    if isinstance(exponent, Tensor):
+        return apply_op("pow", _pow_forward, _pow_backward, (a, exponent), None)
+    return apply_op("pow", _pow_forward, _pow_backward, (a, None), exponent)
 
-    def backward(g):
-        ga = unbroadcast(g * _conj(pd * ad ** (pd - 1)), ad.shape)
-        if ad.dtype.kind == "c" or pd.dtype.kind == "c":
-            log_a = xp.log(ad.astype(np.complex128))
-        else:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                log_a = xp.where(ad > 0, xp.log(xp.where(ad > 0, ad, 1)), 0)
-        gp = unbroadcast(g * _conj(y * log_a), pd.shape)
-        return ga, gp
 
-    return make_result(y, (a, exponent), backward, "pow")
+def _pow_forward(a, p, constant):
+    p = constant if p is None else p
+    y = a**p
+    return y, (a, p, y)
+
+
+def _pow_backward(g, cache, needs):
+    a, p, y = cache
+    ga = unbroadcast(g * _conj(p * a ** (p - 1)), a.shape)
+    if not needs[1]:
+        return ga, None
+    xp = array_module(a)
+    if a.dtype.kind == "c" or p.dtype.kind == "c":
+        log_a = xp.log(a.astype(np.complex128))
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_a = xp.where(a > 0, xp.log(xp.where(a > 0, a, 1)), 0)
+    return ga, unbroadcast(g * _conj(y * log_a), p.shape)
 
 
 def _matmul(a, b):
@@ -870,25 +975,29 @@ def _matmul(a, b):
     if inner[0] != inner[1]:
         raise ValueError(f"matmul: a has shape {ad.shape} and b has shape {bd.shape}; the last "
                          f"axis of a ({inner[0]}) must match b's rows ({inner[1]})")
-    y = matmul(ad, bd)
+    return apply_op("matmul", _matmul_forward, _matmul_backward, (a, b))
 
-    def backward(g):
-        if ad.ndim == 1 and bd.ndim == 1:  # inner product
-            return g * _conj(bd), _conj(ad) * g
-        a2 = ad[None, :] if ad.ndim == 1 else ad
-        b2 = bd[:, None] if bd.ndim == 1 else bd
-        g2 = g
-        if ad.ndim == 1:
-            g2 = g2[..., None, :]
-        if bd.ndim == 1:
-            g2 = g2[..., None]
-        ga = matmul(g2, _conj(b2.swapaxes(-1, -2)))
-        gb = matmul(_conj(a2.swapaxes(-1, -2)), g2)
-        ga = unbroadcast(ga, a2.shape).reshape(ad.shape)
-        gb = unbroadcast(gb, b2.shape).reshape(bd.shape)
-        return ga, gb
 
-    return make_result(y, (a, b), backward, "matmul")
+def _matmul_forward(a, b):
+    return matmul(a, b), (a, b)
+
+
+def _matmul_backward(g, cache, needs):
+    ad, bd = cache
+    if ad.ndim == 1 and bd.ndim == 1:  # inner product
+        return g * _conj(bd), _conj(ad) * g
+    a2 = ad[None, :] if ad.ndim == 1 else ad
+    b2 = bd[:, None] if bd.ndim == 1 else bd
+    g2 = g
+    if ad.ndim == 1:
+        g2 = g2[..., None, :]
+    if bd.ndim == 1:
+        g2 = g2[..., None]
+    ga = matmul(g2, _conj(b2.swapaxes(-1, -2)))
+    gb = matmul(_conj(a2.swapaxes(-1, -2)), g2)
+    ga = unbroadcast(ga, a2.shape).reshape(ad.shape)
+    gb = unbroadcast(gb, b2.shape).reshape(bd.shape)
+    return ga, gb
 
 
 # ----- functions over several tensors --------------------------------------------------------
@@ -899,14 +1008,17 @@ def concat(tensors, axis: int | None = None, *, dim: int | None = None) -> Tenso
     tensors = [as_tensor(t) for t in tensors]
     if not tensors:
         raise ValueError("concat needs at least one tensor, got an empty sequence")
-    xp = array_module(tensors[0].data)
-    y = xp.concatenate([t.data for t in tensors], axis=axis)
-    bounds = np.cumsum([t.data.shape[axis] for t in tensors])[:-1].tolist()
+    return apply_op("concat", _concat_forward, _concat_backward, tuple(tensors), axis=axis)
 
-    def backward(g):
-        return tuple(xp.split(g, bounds, axis=axis))
 
-    return make_result(y, tuple(tensors), backward, "concat")
+def _concat_forward(*arrays, axis):
+    bounds = np.cumsum([a.shape[axis] for a in arrays])[:-1].tolist()
+    return array_module(arrays[0]).concatenate(arrays, axis=axis), (bounds, axis)
+
+
+def _concat_backward(g, cache, needs):
+    bounds, axis = cache
+    return tuple(array_module(g).split(g, bounds, axis=axis))
 
 
 def stack(tensors, axis: int | None = None, *, dim: int | None = None) -> Tensor:
@@ -916,13 +1028,15 @@ def stack(tensors, axis: int | None = None, *, dim: int | None = None) -> Tensor
     tensors = [as_tensor(t) for t in tensors]
     if not tensors:
         raise ValueError("stack needs at least one tensor, got an empty sequence")
-    xp = array_module(tensors[0].data)
-    y = xp.stack([t.data for t in tensors], axis=axis)
+    return apply_op("stack", _stack_forward, _stack_backward, tuple(tensors), axis=axis)
 
-    def backward(g):
-        return tuple(xp.moveaxis(g, axis, 0))
 
-    return make_result(y, tuple(tensors), backward, "stack")
+def _stack_forward(*arrays, axis):
+    return array_module(arrays[0]).stack(arrays, axis=axis), axis
+
+
+def _stack_backward(g, axis, needs):
+    return tuple(array_module(g).moveaxis(g, axis, 0))
 
 
 def where(condition, x, y) -> Tensor:
@@ -930,15 +1044,18 @@ def where(condition, x, y) -> Tensor:
     cond = _data(condition)
     like = x if isinstance(x, Tensor) else y if isinstance(y, Tensor) else None
     xt, yt = _on_device_of(x, like), _on_device_of(y, like)
-    xp = array_module(xt.data)
-    out = xp.where(cond, xt.data, yt.data)
-    xs, ys = xt.data.shape, yt.data.shape
+    return apply_op("where", _where_forward, _where_backward, (xt, yt), cond)
 
-    def backward(g):
-        zero = xp.zeros_like(g)
-        return (unbroadcast(xp.where(cond, g, zero), xs), unbroadcast(xp.where(cond, zero, g), ys))
 
-    return make_result(out, (xt, yt), backward, "where")
+def _where_forward(x, y, cond):
+    return array_module(x).where(cond, x, y), (cond, x.shape, y.shape)
+
+
+def _where_backward(g, cache, needs):
+    cond, xs, ys = cache
+    xp = array_module(g)
+    zero = xp.zeros_like(g)
+    return unbroadcast(xp.where(cond, g, zero), xs), unbroadcast(xp.where(cond, zero, g), ys)
 
 
 def maximum(x, y) -> Tensor:
@@ -961,14 +1078,18 @@ def complex(real, imag) -> Tensor:  # torch's name; in this module it hides the 
     if re.dtype not in _COMPLEX_OF or im.dtype != re.dtype:
         raise TypeError(f"complex: real and imag must be float32 or float64 of one dtype, got "
                         f"{re.dtype} and {im.dtype}")
-    xp = array_module(re.data)
-    z = (re.data + 1j * im.data).astype(_COMPLEX_OF[re.dtype], copy=False)
+    return apply_op("complex", _complex_forward, _complex_backward, (re, im))
 
-    def backward(g):
-        return unbroadcast(xp.ascontiguousarray(g.real), re.shape), \
-            unbroadcast(xp.ascontiguousarray(g.imag), im.shape)
 
-    return make_result(z, (re, im), backward, "complex")
+def _complex_forward(re, im):
+    z = (re + 1j * im).astype(_COMPLEX_OF[re.dtype], copy=False)
+    return z, (re.shape, im.shape)
+
+
+def _complex_backward(g, shapes, needs):
+    xp = array_module(g)
+    return unbroadcast(xp.ascontiguousarray(g.real), shapes[0]), \
+        unbroadcast(xp.ascontiguousarray(g.imag), shapes[1])
 
 
 def real(z) -> Tensor:
@@ -977,9 +1098,15 @@ def real(z) -> Tensor:
     z = as_tensor(z, name="z")
     if z.dtype.kind != "c":
         return z
-    xp = array_module(z.data)
-    return make_result(xp.ascontiguousarray(z.data.real), (z,),
-                       lambda g: (g.astype(z.dtype),), "real")
+    return apply_op("real", _real_forward, _real_backward, (z,))
+
+
+def _real_forward(z):
+    return array_module(z).ascontiguousarray(z.real), z.dtype
+
+
+def _real_backward(g, dtype, needs):
+    return g.astype(dtype)
 
 
 def imag(z) -> Tensor:
@@ -988,9 +1115,15 @@ def imag(z) -> Tensor:
     z = as_tensor(z, name="z")
     if z.dtype.kind != "c":
         raise TypeError(f"imag is defined for complex tensors only, got dtype {z.dtype}")
-    xp = array_module(z.data)
-    return make_result(xp.ascontiguousarray(z.data.imag), (z,),
-                       lambda g: (1j * g.astype(z.dtype),), "imag")
+    return apply_op("imag", _imag_forward, _imag_backward, (z,))
+
+
+def _imag_forward(z):
+    return array_module(z).ascontiguousarray(z.imag), z.dtype
+
+
+def _imag_backward(g, dtype, needs):
+    return 1j * g.astype(dtype)
 
 
 def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:

@@ -80,7 +80,7 @@ def _threading_layer() -> str:
 
 
 def _cython_status() -> str:
-    return "built" if importlib.util.find_spec("nnkit._ext.softmax_cy") else "NOT BUILT"
+    return "built" if importlib.util.find_spec("nnkit._ext.perceptron") else "NOT BUILT"
 
 
 def _c_kernels_isa() -> str:

@@ -255,6 +255,10 @@ _STEP_TIMEOUT_FLOOR = 30.0  # seconds: the least an adaptive deadline waits
 _STEP_TIMEOUT_FACTOR = 10.0  # the adaptive deadline, in median step times
 _STEP_HISTORY = 20  # the steps that median is taken over
 _SLOW_LINK = 10e6  # bytes/s: moving a shard adds its bytes / this to a deadline
+# Frames between the driver's entry points (place_shards, step) and the user's call to
+# fit_data_parallel (``_start_run`` or ``_optimizer_step``, then fit_data_parallel itself):
+# the driver's warnings point at the user's line.
+_CALLERS = 2
 
 
 def _step_deadline(step_timeout, recent, warm_up):
@@ -317,7 +321,7 @@ class _DataParallel:
                                                                for p in self.params)
         return nbytes / _SLOW_LINK
 
-    def place_shards(self, stacklevel=3):
+    def place_shards(self, stacklevel=_CALLERS + 2):
         """Scatter every shard (rows and a fresh replica) to the live workers that are not
         suspects, round robin, then warm each replica up.
 
@@ -383,7 +387,7 @@ class _DataParallel:
             self.last_retries = attempt
             try:
                 if replace:
-                    self.place_shards(stacklevel=4)
+                    self.place_shards(stacklevel=_CALLERS + 3)
                 start = time.perf_counter()
                 out = self._try_step(idx)
                 self.recent.append(time.perf_counter() - start)
@@ -397,34 +401,50 @@ class _DataParallel:
                     ) from exc
                 warnings.warn(f"data-parallel step lost a worker ({type(exc).__name__}); "
                               "re-placing the shards and retrying the step", RuntimeWarning,
-                              stacklevel=3)
+                              stacklevel=_CALLERS + 2)
                 replace = True
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _try_step(self, idx):
+        """One attempt at the step on global rows ``idx``: every shard holding some of them
+        computes its share, the gradients are summed into the parameters' ``grad``;
+        (loss, worker compute s, bytes)."""
         params = [p.data for p in self.params]
+        rows = self._rows_by_shard(idx)
+        tries = {k: [self._attempt(self.shards[k], self.homes[k], params, local, len(idx),
+                                   pinned=False)]
+                 for k, local in rows.items()}
+        results = self._shard_results(tries, rows, params, len(idx))
+        self._sum_gradients(results)
+        return _step_totals(params, results)
+
+    def _rows_by_shard(self, idx) -> dict:
+        """{shard: its rows of the batch ``idx``, as indices into the shard}, for the shards
+        that hold some."""
         owner = np.searchsorted(self.bounds, idx, side="right") - 1  # shard of each row
-        rows = {}  # shard -> its rows of the batch, as indices into the shard
+        rows = {}
         for k in range(len(self.shards)):
             local = idx[owner == k] - self.bounds[k]
             if len(local):
                 rows[k] = local
-        tries = {k: [self._attempt(self.shards[k], self.homes[k], params, local, len(idx),
-                                   pinned=False)]
-                 for k, local in rows.items()}
+        return rows
+
+    def _shard_results(self, tries, rows, params, batch) -> list:
+        """The (grads, loss, seconds) of every shard in ``tries``, in shard order: its first
+        attempt's, or once the deadline has passed, the first of its recomputations."""
         results = self._results([tries[k][0].future for k in sorted(tries)],
                                 self.last_deadline)
         if results is None:  # the deadline passed: recompute the missing shards elsewhere
-            won = self._first_results(tries, rows, params, len(idx))
+            won = self._first_results(tries, rows, params, batch)
             results = self.client.gather([won[k].future for k in sorted(won)])
-        # in shard order: a fixed summation order, whichever worker computed a shard
+        return results
+
+    def _sum_gradients(self, results) -> None:
+        """Each parameter's ``grad``: the sum of the shards' gradients in shard order (a fixed
+        summation order, whichever worker computed a shard); None where no shard has one."""
         for i, p in enumerate(self.params):
             parts = [r[0][i] for r in results if r[0][i] is not None]
             p.grad = None if not parts else _ordered_sum(parts)
-        loss = sum(r[1] for r in results)
-        nbytes = sum(a.nbytes for a in params) + sum(
-            g.nbytes for g in results[0][0] if g is not None)
-        return loss, max(r[2] for r in results), nbytes
 
     def _attempt(self, shard, worker, params, local, batch, pinned):
         # unpinned: on the shard's worker while it lives, elsewhere if the data moves
@@ -476,7 +496,7 @@ class _DataParallel:
                 warnings.warn(f"data-parallel step: no result for shard {k} within "
                               f"step_timeout={limit:g} s (worker {self.homes[k]}); "
                               f"recomputing it on {worker} (the first result counts)",
-                              RuntimeWarning, stacklevel=5)
+                              RuntimeWarning, stacklevel=_CALLERS + 5)
             due = time.monotonic() + limit + extra
         self.last_recomputed += len(recomputed)
         self._adopt(won, tries)
@@ -591,6 +611,15 @@ def _ordered_sum(parts):
     for part in parts[1:]:
         total += part
     return total
+
+
+def _step_totals(params, results) -> tuple:
+    """(the batch's loss, the longest worker compute seconds, the bytes sent to and received
+    from one worker) of a step's shard ``results``."""
+    loss = sum(r[1] for r in results)
+    nbytes = sum(a.nbytes for a in params) + sum(
+        g.nbytes for g in results[0][0] if g is not None)
+    return loss, max(r[2] for r in results), nbytes
 
 
 def _check_data(X, y):
@@ -710,8 +739,27 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
     """
     _check_fit_args(model, loss_fn, optimizer, callback)
     X, y = _check_data(X, y)
-    batch_size = check_scalar(batch_size, name="batch_size", kind=numbers.Integral, low=1)
-    epochs = check_scalar(epochs, name="epochs", kind=numbers.Integral, low=1)
+    batch_size, epochs = _check_schedule(batch_size, epochs)
+    _check_cluster_options(n_workers, max_retries, timeout, step_timeout, worker_threads)
+    rng = np.random.default_rng(random_state)
+    with _client_context(client, n_workers, timeout) as (cl, threads):
+        run = _start_run(cl, model, loss_fn, X, y, n_workers, max_retries, timeout,
+                         worker_threads or threads, step_timeout)
+        with _progress_bar(epochs * math.ceil(len(X) / batch_size), progress) as bar:
+            batches = _batches(len(X), batch_size, epochs, shuffle, rng)
+            for step, (epoch, idx) in enumerate(batches):
+                _report(_optimizer_step(run, optimizer, idx, step, epoch), bar, callback)
+    return model
+
+
+def _check_schedule(batch_size, epochs) -> tuple[int, int]:
+    """(batch_size, epochs), both ints >= 1, or a TypeError/ValueError naming the argument."""
+    return (check_scalar(batch_size, name="batch_size", kind=numbers.Integral, low=1),
+            check_scalar(epochs, name="epochs", kind=numbers.Integral, low=1))
+
+
+def _check_cluster_options(n_workers, max_retries, timeout, step_timeout, worker_threads):
+    """Raise a TypeError/ValueError naming the first of the cluster options out of range."""
     if n_workers is not None:
         check_scalar(n_workers, name="n_workers", kind=numbers.Integral, low=1)
     check_scalar(max_retries, name="max_retries", kind=numbers.Integral, low=0)
@@ -720,32 +768,49 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
         check_scalar(step_timeout, name="step_timeout", low=0, low_inclusive=False)
     if worker_threads is not None:
         check_scalar(worker_threads, name="worker_threads", kind=numbers.Integral, low=1)
-    rng = np.random.default_rng(random_state)
-    steps_per_epoch = math.ceil(len(X) / batch_size)
-    with _client_context(client, n_workers, timeout) as (cl, threads):
-        shards = n_workers or len(_worker_addresses(cl)) or 1
-        run = _DataParallel(cl, model, loss_fn, X, y, min(shards, len(X)), max_retries,
-                            timeout, worker_threads or threads, step_timeout)
-        run.place_shards()
-        bar = tqdm(total=epochs * steps_per_epoch, desc="data-parallel", unit="step",
-                   disable=not progress)
-        step = 0
-        with bar:
-            for epoch in range(epochs):
-                for idx in minibatches(len(X), batch_size, shuffle, rng):
-                    start = time.perf_counter()
-                    optimizer.zero_grad()
-                    loss, compute, nbytes = run.step(idx)
-                    optimizer.step()
-                    info = StepInfo(step, epoch, loss, time.perf_counter() - start, compute,
-                                    nbytes, run.last_retries, list(run.warm_up_seconds),
-                                    run.last_recomputed, run.last_deadline)
-                    bar.update()
-                    bar.set_postfix(loss=f"{loss:.4f}")
-                    if callback is not None:
-                        callback(info)
-                    step += 1
-    return model
+
+
+def _start_run(client, model, loss_fn, X, y, n_workers, max_retries, timeout, threads,
+               step_timeout) -> _DataParallel:
+    """The driver, its shards placed and warmed up: one shard per worker of ``client`` (or
+    ``n_workers``), at most one per row."""
+    shards = n_workers or len(_worker_addresses(client)) or 1
+    run = _DataParallel(client, model, loss_fn, X, y, min(shards, len(X)), max_retries,
+                        timeout, threads, step_timeout)
+    run.place_shards()
+    return run
+
+
+def _batches(n, batch_size, epochs, shuffle, rng):
+    """(epoch, row indices) of every step: a single process's schedule, ``minibatches`` of
+    the ``n`` rows epoch after epoch."""
+    for epoch in range(epochs):
+        for idx in minibatches(n, batch_size, shuffle, rng):
+            yield epoch, idx
+
+
+def _optimizer_step(run, optimizer, idx, step, epoch) -> StepInfo:
+    """One step on global rows ``idx``: the shards' gradients summed into the parameters,
+    then ``optimizer.step()`` on the driver; what happened, as a StepInfo."""
+    start = time.perf_counter()
+    optimizer.zero_grad()
+    loss, compute, nbytes = run.step(idx)
+    optimizer.step()
+    return StepInfo(step, epoch, loss, time.perf_counter() - start, compute, nbytes,
+                    run.last_retries, list(run.warm_up_seconds), run.last_recomputed,
+                    run.last_deadline)
+
+
+def _progress_bar(total, enabled):
+    return tqdm(total=total, desc="data-parallel", unit="step", disable=not enabled)
+
+
+def _report(info, bar, callback) -> None:
+    """A step's progress: the bar advanced with its loss, then ``callback(info)``."""
+    bar.update()
+    bar.set_postfix(loss=f"{info.loss:.4f}")
+    if callback is not None:
+        callback(info)
 
 
 # ----- experiment grids -----------------------------------------------------------------------

@@ -7,7 +7,7 @@ whose ``grad`` is None, and keeps torch's per-parameter state names (``momentum_
 ``maximize`` negates it), eta = ``lr``, lambda = ``weight_decay``; the update formulas are
 torch's single-tensor ("for-loop") implementations, operation for operation.
 
-Heavy ball (``SGD`` with ``momentum`` = beta). The lecture notes write
+Heavy ball (``SGD`` with ``momentum`` = beta). Notes §3.3 writes
 
     theta_{t+1} = theta_t - eta grad h(theta_t) + beta (theta_t - theta_{t-1}),
     theta_{-1} = theta_0,
@@ -21,23 +21,23 @@ torch keeps a buffer instead of the previous iterate:
 With dampening 0 the two are the same recursion: theta_{t+1} - theta_t = -eta b_t =
 beta (theta_t - theta_{t-1}) - eta g_t. On a constant gradient delta the step after t + 1
 updates is -eta (sum_{tau=0}^{t} beta^tau) delta, so the effective rate grows towards
-eta / (1 - beta) (the notes print the sum from tau = 1 to t - 1, which drops the plain
-gradient step tau = 0). torch's ``nesterov=True`` is Sutskever's rewriting of the notes'
-extrapolate-then-step form chi = theta_t + beta (theta_t - theta_{t-1}),
+eta / (1 - beta) (notes §3.3 prints the sum from tau = 1 to t - 1, which drops the plain
+gradient step tau = 0). torch's ``nesterov=True`` is Sutskever's rewriting of the
+extrapolate-then-step form of notes §3.3, chi = theta_t + beta (theta_t - theta_{t-1}),
 theta_{t+1} = chi - eta grad h(chi), tracked at the extrapolated point.
 
-Adagrad. The notes: gamma_t = gamma_{t-1} + g_t^2, theta_{t+1} = theta_t - eta g_t /
+Adagrad. Notes §3.3: gamma_t = gamma_{t-1} + g_t^2, theta_{t+1} = theta_t - eta g_t /
 sqrt(gamma_t + delta). torch (and here) puts eps outside the root and decays the rate:
 
     sum_t = sum_{t-1} + g_t * g_t,  sum_0 = initial_accumulator_value
     theta_{t+1} = theta_t - eta / (1 + (t - 1) lr_decay) * g_t / (sqrt(sum_t) + eps)
 
-so the notes' form with delta is ``Adagrad(initial_accumulator_value=delta)`` as eps -> 0,
-and the default (0, 1e-10) is the notes' form as delta -> 0.
+so the form of notes §3.3 with delta is ``Adagrad(initial_accumulator_value=delta)`` as
+eps -> 0, and the default (0, 1e-10) is that form as delta -> 0.
 
-Adam (Kingma and Ba, 2014). The notes: m_t = beta m_{t-1} + (1 - beta) g_t, gamma_t =
+Adam (Kingma and Ba, 2014). Notes §3.3: m_t = beta m_{t-1} + (1 - beta) g_t, gamma_t =
 alpha gamma_{t-1} + (1 - alpha) g_t^2, theta_{t+1} = theta_t - eta m_t / sqrt(gamma_t +
-delta) (the notes' rate is 1 / sqrt(gamma_t + delta), i.e. eta = 1). Without bias
+delta) (the rate of notes §3.3 is 1 / sqrt(gamma_t + delta), i.e. eta = 1). Without bias
 correction its first step from m_0 = gamma_0 = 0 (delta = 0) is (1 - beta) / sqrt(1 - alpha)
 times torch's (3.16 at the default betas). torch adds the bias corrections and again puts eps
 outside the root:
@@ -75,10 +75,10 @@ from collections import defaultdict
 
 import numpy as np
 
-from ._backend import array_module, to_host
+from ._backend import array_module, is_gpu_array, to_host
 from ._validation import check_bool, check_scalar, describe_dtype, dtype_names
 from .autograd import Tensor, enable_grad
-from .kernels.optim import adam_step_gpu, adam_update, sgd_step_gpu
+from .kernels.optim import adam_step, fusable, sgd_step
 
 __all__ = ["Optimizer", "SGD", "Adagrad", "Adam", "AdamW", "clip_grad_norm_"]
 
@@ -116,17 +116,6 @@ def _to_numpy(value):
 def _real_view(a):
     """Complex arrays as interleaved real views (torch's ``view_as_real``), others as is."""
     return a.view(a.real.dtype) if a.dtype.kind == "c" else a
-
-
-def _fusable_on_gpu(data, g, *buffers) -> bool:
-    """Whether the multi-tensor CUDA step (``nnkit._ext.optim_cuda``) takes a parameter:
-    CuPy float32/float64 data, a gradient and state buffers (None: made by the step) of its
-    dtype, shape, type and C-contiguous."""
-    if data.dtype.kind != "f" or not type(data).__module__.startswith("cupy"):
-        return False
-    return all(b is None or (type(b) is type(data) and b.dtype == data.dtype and
-                             b.shape == data.shape and b.flags.c_contiguous)
-               for b in (data, g, *buffers))
 
 
 def _buckets(entries):
@@ -318,7 +307,7 @@ class Optimizer(abc.ABC):
                     continue
                 kind = type(p.data)
                 for name, value in state.items():
-                    if hasattr(value, "__cuda_array_interface__") or isinstance(value, np.ndarray):
+                    if isinstance(value, np.ndarray) or is_gpu_array(value):
                         if type(value) is not kind:
                             state[name] = self._cast_state(p, name, value)
 
@@ -535,7 +524,7 @@ class SGD(Optimizer):
             weight_decay = float(group["weight_decay"])
             nesterov = bool(group["nesterov"])
             maximize = bool(group["maximize"])
-            fused = self._sgd_on_gpu(group) if _USE_NUMBA else ()
+            fused = self._sgd_fused(group) if _USE_NUMBA else ()
             for p in group["params"]:
                 g = p.grad
                 if g is None or id(p) in fused:
@@ -568,10 +557,11 @@ class SGD(Optimizer):
                 xp.multiply(g, lr, out=work[1])  # param.add_(grad, alpha=-lr)
                 data -= work[1]
 
-    def _sgd_on_gpu(self, group) -> set:
-        """The group's CuPy parameters the multi-tensor CUDA step takes (``_fusable_on_gpu``),
-        updated in a launch per dtype and first-or-later momentum step (each launch up to
-        22 parameters); returns their ids (the loop skips them)."""
+    def _sgd_fused(self, group) -> set:
+        """The group's parameters a fused SGD step takes (``nnkit.kernels.optim.fusable``:
+        on the GPU), updated by one multi-tensor step per device, dtype and first-or-later
+        momentum step (a launch per 22 parameters); returns their ids (the loop skips
+        them)."""
         momentum = float(group["momentum"])
         entries = []
         for p in group["params"]:
@@ -579,13 +569,13 @@ class SGD(Optimizer):
             if g is None:
                 continue
             buf = self.state[p].get("momentum_buffer") if momentum != 0 else None
-            if _fusable_on_gpu(p.data, g, buf):
-                entries.append(((p.data.dtype, momentum != 0 and buf is None), p))
-        for (_dtype, first), params in _buckets(entries).items():
+            if fusable("sgd", p.data, g, buf):
+                entries.append(((type(p.data), p.data.dtype, momentum != 0 and buf is None), p))
+        for (_kind, _dtype, first), params in _buckets(entries).items():
             if momentum != 0 and first:
                 for p in params:  # written with the gradient by the step (torch's clone)
                     self.state[p]["momentum_buffer"] = array_module(p.data).empty_like(p.data)
-            sgd_step_gpu(
+            sgd_step(
                 [_flat(p.data) for p in params], [_flat(p.grad) for p in params],
                 [_flat(self.state[p]["momentum_buffer"]) for p in params]
                 if momentum != 0 else None,
@@ -724,7 +714,7 @@ class Adam(Optimizer):
     Notes
     -----
     On C-contiguous NumPy arrays the update runs as one fused Numba pass per parameter
-    (about 5x faster than torch.optim.Adam on a small MLP: benchmarks/RESULTS.md, "Foundation");
+    (faster than torch.optim.Adam on a small MLP: benchmarks/RESULTS.md, "Foundation");
     on C-contiguous float CuPy arrays as one multi-tensor Numba CUDA launch per 17 parameters
     of a dtype and step count (``nnkit._ext.optim_cuda``, as torch's ``fused``); on other
     layouts and complex dtypes as in-place ufuncs with ``out=`` into a cached scratch array
@@ -777,7 +767,7 @@ class Adam(Optimizer):
             maximize = bool(group["maximize"])
             decoupled = bool(group["decoupled_weight_decay"])
             w1 = 1 - beta1
-            fused = self._adam_on_gpu(group) if _USE_NUMBA else ()
+            fused = self._adam_fused(group) if _USE_NUMBA else ()
             for p in group["params"]:
                 g = p.grad
                 if g is None or id(p) in fused:
@@ -801,29 +791,15 @@ class Adam(Optimizer):
                 exp_avg = state["exp_avg"]
                 exp_avg_sq = state["exp_avg_sq"]
                 vmax = state["max_exp_avg_sq"] if amsgrad else exp_avg_sq
-                if (_USE_NUMBA and type(data) is np.ndarray and type(g) is np.ndarray
-                        and data.dtype.kind == "f" and g.dtype == data.dtype
-                        and g.shape == data.shape and data.flags.c_contiguous
-                        and g.flags.c_contiguous and exp_avg.flags.c_contiguous
-                        and exp_avg_sq.flags.c_contiguous and vmax.flags.c_contiguous
-                        and exp_avg.dtype == data.dtype):
-                    coef = np.array([weight_decay, 1 - lr * weight_decay, w1, 1 - w1, beta2,
-                                     1 - beta2, bc2_sqrt, eps, -step_size], dtype=data.dtype)
-                    n = data.size
-                    adam_update(data.reshape(n), g.reshape(n), exp_avg.reshape(n),
-                                exp_avg_sq.reshape(n), vmax.reshape(n), coef, w1 < 0.5,
-                                amsgrad, maximize, weight_decay != 0 and not decoupled,
-                                weight_decay != 0 and decoupled)
-                else:
-                    self._adam_arrays(p, g, exp_avg, exp_avg_sq, vmax, lr, weight_decay,
-                                      decoupled, maximize, amsgrad, w1, beta2, bc2_sqrt, eps,
-                                      step_size)
+                self._adam_arrays(p, g, exp_avg, exp_avg_sq, vmax, lr, weight_decay,
+                                  decoupled, maximize, amsgrad, w1, beta2, bc2_sqrt, eps,
+                                  step_size)
 
-    def _adam_on_gpu(self, group) -> set:
-        """The group's CuPy parameters the multi-tensor CUDA step takes (``_fusable_on_gpu``,
-        their state made or moved as the loop would), updated in a launch per dtype and
-        step count (each launch up to 17 parameters, 13 with AMSGrad); returns their ids
-        (the loop skips them)."""
+    def _adam_fused(self, group) -> set:
+        """The group's parameters a fused Adam step takes (``nnkit.kernels.optim.fusable``),
+        their state made as the loop would, updated by one step per device, dtype and step
+        count (one Numba pass per parameter on the CPU; on the GPU a launch per 17
+        parameters, 13 with AMSGrad); returns their ids (the loop skips them)."""
         amsgrad = bool(group["amsgrad"])
         entries = []
         for p in group["params"]:
@@ -832,7 +808,7 @@ class Adam(Optimizer):
                 continue
             state = self.state[p]
             buffers = [state.get(k) for k in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")]
-            if not _fusable_on_gpu(data, g, *buffers[:2 if not amsgrad else 3]):
+            if not fusable("adam", data, g, *buffers[:2 if not amsgrad else 3]):
                 continue
             if not state:
                 state["step"] = 0
@@ -841,10 +817,10 @@ class Adam(Optimizer):
             if amsgrad and "max_exp_avg_sq" not in state:
                 state["max_exp_avg_sq"] = array_module(data).zeros_like(data)
             state["step"] += 1
-            entries.append(((data.dtype, state["step"]), p))
-        for (_dtype, step), params in _buckets(entries).items():
+            entries.append(((type(data), data.dtype, state["step"]), p))
+        for (_kind, _dtype, step), params in _buckets(entries).items():
             states = [self.state[p] for p in params]
-            adam_step_gpu(
+            adam_step(
                 [_flat(p.data) for p in params], [_flat(p.grad) for p in params],
                 [_flat(s["exp_avg"]) for s in states], [_flat(s["exp_avg_sq"]) for s in states],
                 [_flat(s["max_exp_avg_sq"]) for s in states] if amsgrad else None,

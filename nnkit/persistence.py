@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._backend import to_host
+from ._backend import is_gpu_array, to_host
 from ._budget import MAX_BYTES, BudgetExceeded, allocation_budget
 from ._safetensors import FileFormatError, read_file, write_file
 from .autograd import Tensor
@@ -289,7 +289,7 @@ def _where(path):
 
 
 def _is_array(obj):
-    return isinstance(obj, (np.ndarray, Tensor)) or hasattr(obj, "__cuda_array_interface__")
+    return isinstance(obj, (np.ndarray, Tensor)) or is_gpu_array(obj)
 
 
 def _is_dtype(obj):

@@ -1,4 +1,4 @@
-"""1-D discrete convolution and cross-correlation (section 4.1 of the notes).
+"""1-D discrete convolution and cross-correlation (notes §4.1).
 
 - ``convolve(f, h)``: (f * h)[u] = sum_t h[t] f[u - t] (Definition 4.7), equal to
   ``np.convolve``;
@@ -96,7 +96,7 @@ def correlate(f, h, mode: str = "full"):
 
 
 def toeplitz(h, n: int):
-    """The (n + m - 1, n) Toeplitz matrix H of the notes: H[i, j] = h[i - j] (0 elsewhere).
+    """The (n + m - 1, n) Toeplitz matrix H of notes §4.1: H[i, j] = h[i - j] (0 elsewhere).
 
     ``toeplitz(h, n) @ f == convolve(f, h)`` for every f of length n.
 
@@ -213,7 +213,7 @@ def convolution_kernel(op, n=None, atol=None):
     input by one step delays the output by one step, (S f)[u] = f[u - 1], op(S f) = S op(f),
     for every f with room to be delayed (f[n - 1] = 0).
 
-    Proof (the notes leave it as TODO), and the algorithm: f = sum_j f[j] e_j with e_j the
+    Proof (notes §4.1 leaves it as TODO), and the algorithm: f = sum_j f[j] e_j with e_j the
     impulse at j, and e_j = S^j e_0, so by linearity and shift-equivariance
     op(f) = sum_j f[j] S^j op(e_0) = sum_j f[j] h[u - j] = (f * h)[u] with h = op(e_0), the
     impulse response. Conversely ``convolve(., h)`` commutes with shifts (Lemma 4.5).

@@ -1,4 +1,4 @@
-"""WordPiece tokenization for BERT (notes, section 6.5), in plain Python.
+"""WordPiece tokenization for BERT (notes §6.5), in plain Python.
 
 Text goes through two stages, as in BERT's reference tokenizer:
 

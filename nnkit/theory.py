@@ -1,4 +1,4 @@
-"""Counting and capacity results of the notes (sections 1.2, 1.4 and 2.4), as exact numbers.
+"""Counting and capacity results of notes §1.2, §1.4 and §2.5, as exact numbers.
 
 Counts are Python integers computed with ``math.comb`` (no floating point, no overflow);
 ``novikoff_bound`` is the exact floor of R^2/gamma^2 for the given floats;
@@ -53,7 +53,7 @@ def novikoff_bound(R, gamma) -> int:
     """Most updates the perceptron makes on gamma-separable data of radius R (Novikoff, 1962).
 
     floor(R^2 / gamma^2), computed exactly (rational arithmetic on the given floats). The
-    notes' proof assumes no bias; with a bias apply it to the inputs (x, 1), i.e. R and gamma
+    proof in notes §1.2 assumes no bias; with a bias apply it to the inputs (x, 1), i.e. R and gamma
     of the augmented data.
 
     Parameters
@@ -107,7 +107,7 @@ class NovikoffLemmas:
 
 
 def novikoff_lemmas(coef_path, X, y, w_star) -> NovikoffLemmas:
-    """Lemmas 1.1 and 1.2 of the notes along the iterates of a perceptron run (no bias).
+    """Lemmas 1.1 and 1.2 of notes §1.2 along the iterates of a perceptron run (no bias).
 
     For gamma-separable data (a unit w* with y_i w*^T x_i >= gamma > 0) and R = max ||x_i||,
     the perceptron's iterates from w_0 = 0 satisfy w*^T w_t >= t gamma (1.1) and
@@ -166,8 +166,8 @@ def cover_count(s, n) -> int:
 
         C(s, n) = 2 sum_{k=0}^{n-1} binom(s - 1, k),
 
-    the notes' C(s + 1, n) = 2 sum_{i=0}^{n-1} binom(s, i). C(s, n) = 2^s when s <= n;
-    C(0, n) = 1 (the empty labelling).
+    which notes §1.2 (Theorem 1.4) writes C(s + 1, n) = 2 sum_{i=0}^{n-1} binom(s, i).
+    C(s, n) = 2^s when s <= n; C(0, n) = 1 (the empty labelling).
 
     Parameters
     ----------
@@ -224,8 +224,8 @@ def montufar_lower_bound(m, n, L) -> int:
 
         R(m) * floor(m / n)^(n (L - 1))
 
-    linear regions, R(m) = ``zaslavsky_regions(m, n)``. The notes state it for m > n; the
-    paper's construction needs only m >= n (with m = n it is R(n) = 2^n).
+    linear regions, R(m) = ``zaslavsky_regions(m, n)``. Notes §2.5 (Theorem 2.9) states it
+    for m > n; the paper's construction needs only m >= n (with m = n it is R(n) = 2^n).
 
     Parameters
     ----------
@@ -257,7 +257,7 @@ def montufar_lower_bound(m, n, L) -> int:
 def hopfield_flip_probability(alpha):
     """P[a stored bit flips] at load alpha = s/n: (1 - erf(sqrt(1 / (2 alpha)))) / 2.
 
-    The crosstalk C ~ N(0, alpha) of the notes exceeds 1 against the bit with this
+    The crosstalk C ~ N(0, alpha) of notes §1.4 exceeds 1 against the bit with this
     probability. Computed as erfc(sqrt(1 / (2 alpha))) / 2, the same number without the
     cancellation at small alpha; alpha = 0 gives 0.
 
@@ -294,7 +294,7 @@ def hopfield_capacity(n) -> float:
     """Patterns a Hebbian Hopfield net of n neurons retrieves with high probability: n / (2 ln n).
 
     We return McEliece, Posner, Rodemich and Venkatesh (1987)'s n / (2 ln n), the bound for
-    every stored pattern being a fixed point with probability -> 1; the notes write
+    every stored pattern being a fixed point with probability -> 1; notes §1.4 writes
     n / (2 log2 n), which is smaller by the factor ln 2 and is not the published result.
 
     Parameters

@@ -106,12 +106,21 @@ def test_dropout_rate_parallel_build_and_the_gpu_stream():
     activation_cpu.dropout_forward.parallel(x, *args, *outs[1])
     np.testing.assert_array_equal(outs[0][1], outs[1][1])
     np.testing.assert_array_equal(outs[0][1], mask)
-    # the GPU draws u_i from the same hash (nnkit._random._SPLITMIX_BODY): check its text
-    from nnkit import _random
+    # the GPU draws u_i from the same hash (elementwise_cuda._SPLITMIX_BODY): check its text
+    from nnkit._ext import elementwise_cuda
 
     for constant in ("0x9E3779B97F4A7C15", "0xBF58476D1CE4E5B9", "0x94D049BB133111EB",
                      ">> 30", ">> 27", ">> 31", ">> 11"):
-        assert constant in _random._SPLITMIX_BODY
+        assert constant in elementwise_cuda._SPLITMIX_BODY
+    # and the CPU twin of that kernel is the dropout stream: u_i >= p where the mask keeps
+    from nnkit._random import get_rng, uniform
+
+    nk.manual_seed(5)
+    u = uniform(x.shape, x)
+    nk.manual_seed(5)
+    seed = int(get_rng().integers(0, 2**63 - 1))
+    _, again = dropout_forward(x, 0.3, seed)
+    np.testing.assert_array_equal(again.mask > 0, u >= 0.3)
 
 
 def test_functional_dropout_gradient_is_the_mask():

@@ -1,6 +1,6 @@
 """nk.approx: the bin and ReLU constructions against their error predictions, the fast
 evaluation path against a plain loop, region counts against Zaslavsky and Montufar et al.,
-and the identities of the notes' sections 2.3-2.5."""
+and the identities of notes §2.3-2.5."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_bin_is_a_inside_and_zero_outside():
 
 
 def test_appendix_e_b_2_as_printed_has_its_signs_swapped():
-    """The appendix prints E.B.2 as a sigma(w(x - s - Delta/2)) - a sigma(w(x - s + Delta/2)),
+    """Appendix eq. E.B.2 is printed as a sigma(w(x - s - Delta/2)) - a sigma(w(x - s + Delta/2)),
     which is -a on the bin; its text (up at s - Delta/2, down at s + Delta/2) is the negation,
     bin_function's form."""
     a, s, delta, w = 0.8, 0.5, 0.2, 1e4
@@ -324,7 +324,7 @@ def test_region_counting_bad_input():
         approx.montufar_network(1, 2, 2)
 
 
-# ---------------------------------------------------------------- identities of the notes
+# ---------------------------------------------------------------- identities of notes §2.3-2.5
 @given(hnp.arrays(np.float64, st.integers(0, 30), elements=st.floats(-30, 30)))
 def test_tanh_is_a_shifted_scaled_sigmoid(z):
     np.testing.assert_allclose(F.tanh(z).numpy(), (2 * F.sigmoid(2 * z) - 1).numpy(),

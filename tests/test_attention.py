@@ -60,29 +60,27 @@ def _assert_close(actual, expected, dtype, factor, name=""):
 
 
 def _check_against_twin(q, k, v, mask, causal, scale, dtype, factor, dropout_p=0.0, seed=0):
-    """Forward (out, lse) and backward of the kernels equal the twin's (with the twin given
-    the kernels' dropout multipliers, from their plain-Python hash)."""
-    out, cache = K.attention_forward(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
-                                     dropout_p=dropout_p, seed=seed)
+    """Forward (out, lse) and backward (of q, k, v and a float mask) of the kernels equal
+    the twin's (the twin draws the dropout multipliers from its plain-NumPy hash)."""
+    args = dict(attn_mask=mask, is_causal=causal, scale=scale, dropout_p=dropout_p, seed=seed)
+    out, cache = K.attention_forward(q, k, v, **args)
+    want, twin_cache = R.attention_forward(q, k, v, **args)
     batch = cache.batch
     L, Ev = out.shape[-2:]
-    z = None
-    if dropout_p > 0:
-        B, H, _, S = cache.mask.shape
-        z = R.dropout_multipliers_reference(seed, dropout_p, (B, H, L, S)).reshape(
-            batch + (L, S))
-    want, want_lse = R.attention_reference(q, k, v, mask, causal, scale, z)
     _assert_close(out, np.broadcast_to(want, batch + (L, Ev)), dtype, factor, "out")
     lse = cache.lse.reshape(batch + (L,))
-    want_lse = np.broadcast_to(want_lse, batch + (L,))
+    want_lse = np.broadcast_to(twin_cache.lse, batch + (L,))
     np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(want_lse))
     finite = np.isfinite(want_lse)
     _assert_close(lse[finite], want_lse[finite], dtype, factor, "lse")
     dout = np.random.default_rng(1).uniform(-1, 1, out.shape).astype(dtype)
     got = K.attention_backward(dout, cache)
-    want_grads = R.attention_reference_backward(dout, q, k, v, mask, causal, scale, z)[:3]
-    for name, g, w in zip(("dq", "dk", "dv"), got, want_grads, strict=True):
-        _assert_close(g, w, dtype, factor, name)
+    want_grads = R.attention_backward(dout, twin_cache)
+    for name, g, w in zip(("dq", "dk", "dv", "dmask"), got, want_grads, strict=True):
+        if w is None:
+            assert g is None, name
+        else:
+            _assert_close(g, w, dtype, factor, name)
 
 
 # ---- kernels against the twin -------------------------------------------------------------
@@ -160,8 +158,9 @@ def test_rows_without_any_key_give_zeros_and_zero_gradients():
     out, cache = K.attention_forward(q, k, v, attn_mask=mask)
     np.testing.assert_array_equal(out[:, 1], 0.0)
     assert np.isneginf(cache.lse[..., 1]).all()
-    dq, _, _ = K.attention_backward(np.ones_like(out), cache)
+    dq, _, _, dmask = K.attention_backward(np.ones_like(out), cache)
     np.testing.assert_array_equal(dq[:, 1], 0.0)
+    assert dmask is None  # a bool mask has none
     _check_against_twin(q, k, v, mask, True, None, np.float64, 64)
 
 
@@ -169,8 +168,8 @@ def test_empty_key_sequence_gives_zeros():
     q = np.ones((2, 3, 4))
     out, cache = K.attention_forward(q, np.ones((2, 0, 4)), np.ones((2, 0, 6)))
     assert out.shape == (2, 3, 6) and not out.any()
-    dq, dk, dv = K.attention_backward(np.ones_like(out), cache)
-    assert dq.shape == q.shape and not dq.any() and dk.shape == (2, 0, 4)
+    dq, dk, dv, dmask = K.attention_backward(np.ones_like(out), cache)
+    assert dq.shape == q.shape and not dq.any() and dk.shape == (2, 0, 4) and dmask is None
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -206,12 +205,37 @@ def test_backward_key_chunks_cover_every_key_tile():
     q, k, v = (rng.standard_normal((1, 1, n, 4)) for n in (20, 37, 37))
     out, cache = K.attention_forward(q, k, v, is_causal=True)
     dout = rng.standard_normal(out.shape)
-    want = R.attention_reference_backward(dout, q, k, v, causal=True)[:3]
+    want = R.attention_backward(dout, R.attention_forward(q, k, v, is_causal=True)[1])[:3]
     for chunks in (1, 2, 5):
         with tiles(4, 3), _patched(attention_cpu, "backward_chunks", lambda *a, n=chunks: n):
-            got = K.attention_backward(dout, cache)
+            got = K.attention_backward(dout, cache)[:3]
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+def test_backward_gives_only_what_needs_asks_for():
+    """``needs`` over (query, key, value, attn_mask): None where not asked; the mask's only
+    for a float mask; what is given equals the full backward's."""
+    rng = np.random.default_rng(14)
+    q, k, v = (rng.standard_normal(s) for s in ((2, 3, 4), (2, 5, 4), (2, 5, 3)))
+    dout = rng.standard_normal((2, 3, 3))
+    for mask in (rng.standard_normal((3, 5)), rng.random((3, 5)) < 0.7, None):
+        _, cache = K.attention_forward(q, k, v, attn_mask=mask)
+        every = K.attention_backward(dout, cache)
+        float_mask = mask is not None and mask.dtype != bool
+        assert (every[3] is not None) == float_mask
+        if float_mask:
+            assert every[3].shape == mask.shape
+        for needs in ((True, False, False, False), (False, True, True, False),
+                      (False, False, False, True)):
+            got = K.attention_backward(dout, cache, needs)
+            for need, g, want in zip(needs, got, every, strict=True):
+                if need and want is not None:
+                    np.testing.assert_array_equal(g, want)
+                else:
+                    assert g is None
+    with pytest.raises(ValueError, match="needs must say .* 4 bools, got 3"):
+        K.attention_backward(dout, cache, (True, True, True))
 
 
 @contextlib.contextmanager
@@ -249,7 +273,7 @@ def test_mask_varying_along_unfoldable_leading_axes():
 def test_dropout_hash_matches_its_plain_python_twin():
     for p in (0.1, 0.5):
         np.testing.assert_array_equal(attention_cpu.dropout_multipliers(99, p, (2, 3, 4, 5)),
-                                      R.dropout_multipliers_reference(99, p, (2, 3, 4, 5)))
+                                      R.dropout_multipliers(99, p, (2, 3, 4, 5)))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -257,16 +281,17 @@ def test_dropout_hash_matches_its_plain_python_twin():
 def test_dropout_forward_and_backward_match_twin_with_its_mask(dtype, causal):
     rng = np.random.default_rng(7)
     q, k, v = (rng.standard_normal((2, 3, n, 5)).astype(dtype) for n in (9, 11, 11))
-    p, seed = 0.3, 1234
-    z = R.dropout_multipliers_reference(seed, p, (2, 3, 9, 11))
+    mask = rng.standard_normal((3, 9, 11)).astype(dtype)  # its gradient regenerates z too
+    args = dict(attn_mask=mask, is_causal=causal, dropout_p=0.3, seed=1234)
     with tiles(4, 3):
-        out, cache = K.attention_forward(q, k, v, is_causal=causal, dropout_p=p, seed=seed)
+        out, cache = K.attention_forward(q, k, v, **args)
         dout = rng.standard_normal(out.shape).astype(dtype)
         got = K.attention_backward(dout, cache)
-    want, _ = R.attention_reference(q, k, v, causal=causal, dropout_mask=z)
+    want, twin_cache = R.attention_forward(q, k, v, **args)
+    np.testing.assert_array_equal(twin_cache.z, R.dropout_multipliers(1234, 0.3, (2, 3, 9, 11)))
     _assert_close(out, want, dtype, 64, "out")
-    want_grads = R.attention_reference_backward(dout, q, k, v, causal=causal, dropout_mask=z)
-    for name, g, w in zip(("dq", "dk", "dv"), got, want_grads[:3], strict=True):
+    want_grads = R.attention_backward(dout, twin_cache)
+    for name, g, w in zip(("dq", "dk", "dv", "dmask"), got, want_grads, strict=True):
         _assert_close(g, w, dtype, 64, name)
 
 
@@ -471,10 +496,10 @@ def test_boundary_fuzz_only_value_or_type_errors(q, k, v, mask, dropout_p, is_ca
         pass
 
 
-# ---- the notes' claims about attention (section 6) -------------------------------------------
+# ---- the claims of notes §6 about attention ---------------------------------------------------
 
 def test_section_6_self_attention_is_permutation_equivariant_until_positions_are_added(rng):
-    """Section 6: "the attention mechanism is permutation equivariant". Permuting the tokens of
+    """Notes §6.3: "the attention mechanism is permutation equivariant". Permuting the tokens of
     nn.MultiheadAttention's input permutes its output rows and its weights' rows and columns
     the same way; after adding the sinusoidal positional encoding P (X + P) it no longer does."""
     mha = nk.nn.MultiheadAttention(12, 3, batch_first=True, dtype=np.float64)
@@ -493,7 +518,7 @@ def test_section_6_self_attention_is_permutation_equivariant_until_positions_are
 
 @pytest.mark.parametrize("d", [4, 16, 64])
 def test_section_6_2_dot_product_variance_is_d_and_the_scale_restores_one(d):
-    """Section 6.2: Var[x . y] = d for x, y ~ N(0, I_d), hence the division by sqrt(d_k).
+    """Notes §6.2: Var[x . y] = d for x, y ~ N(0, I_d), hence the division by sqrt(d_k).
     Sampled directly, and through nnkit's fused attention: with one query and two keys the
     log-ratio of the two weights is (q . k_1 - q . k_0) * scale, whose variance is 2 for the
     default scale 1/sqrt(d) (2 d without it). 100,000 seeded samples: the relative standard

@@ -142,10 +142,10 @@ def test_twin_matches_reference_attention():
     q, k, v, _ = _problem(5, 2, 1, 5, 6, 3, 4, np.float64)
     mask = _masks(6, 2, 1, 5, 6, np.float64)["bias"]
     for causal in (False, True):
-        want = R.attention_reference(q, k, v, mask=mask, causal=causal, scale=0.5)
+        out, cache = R.attention_forward(q, k, v, attn_mask=mask, is_causal=causal, scale=0.5)
         got = _twin(q, k, v, mask, causal, 0.5)
-        _check("out", got[0], want[0], 1e-12)
-        _check("lse", got[1], want[1], 1e-12)
+        _check("out", got[0], out, 1e-12)
+        _check("lse", got[1], cache.lse, 1e-12)
 
 
 # ---- launch configuration (pure Python) -------------------------------------------------------
@@ -165,6 +165,15 @@ def test_tiles_fit_shared_memory_and_divide(itemsize, E, Ev):
         rows, cols = (BN, BM) if kind == "dkv" else (BM, BN)  # split by TY, by TX
         assert rows % TY == 0 and cols % TX == 0, (kind, BM, BN, TY, TX)
         assert C._shared_bytes(kind, itemsize, BM, BN, TX, EP, EVP) <= C.SHARED_BYTES
+
+
+def test_cpu_and_cuda_modules_expose_the_same_launchers():
+    """``kernels_for`` picks the module; the calls are the same on both devices."""
+    from nnkit._ext import attention_cpu
+    from nnkit._ext import attention_cuda as C
+
+    for name in ("attention_forward", "attention_backward", "fill_dropout_multipliers"):
+        assert callable(getattr(attention_cpu, name)) and callable(getattr(C, name))
 
 
 def test_tiles_refuse_head_dims_too_large():
@@ -339,6 +348,34 @@ def _case_hypothesis():
     kernels_equal_twin()
 
 
+def _case_dropout_multipliers_and_mask_gradient():
+    """``fill_dropout_multipliers`` of both backends agree, and the gradient of a float mask
+    with its dropout multipliers drawn slab by slab on the device (NumPy arrays routed to
+    the CUDA kernels; the fused kernels there need read-only views, ``_run_kernels``) equals
+    the CPU's."""
+    from nnkit import _backend
+    from nnkit._ext import attention_cpu
+    from nnkit._ext import attention_cuda as C
+    from nnkit.kernels import attention as K
+
+    for shape, bh0 in (((2, 3, 4, 5), 0), ((1, 1, 3, 7), 5), ((1, 2, 0, 3), 0)):
+        for dtype in (np.float32, np.float64):
+            got = C.fill_dropout_multipliers(-42, 0.35, np.full(shape, np.nan, dtype), bh0)
+            want = attention_cpu.dropout_multipliers(-42, 0.35, shape, dtype, bh0)
+            assert got.dtype == want.dtype and np.array_equal(got, want), (shape, dtype)
+    rng = np.random.default_rng(16)
+    q, k, v = (rng.standard_normal(s) for s in ((2, 5, 3), (2, 6, 3), (2, 6, 2)))
+    mask = rng.standard_normal((1, 5, 6))
+    dout = rng.standard_normal((2, 5, 2))
+    _, cache = K.attention_forward(q, k, v, attn_mask=mask, is_causal=True, dropout_p=0.3,
+                                   seed=9)
+    want = K.attention_backward(dout, cache)[3]
+    with _backend.numpy_on_gpu_route():
+        got = K.attention_backward(dout, cache, (False, False, False, True))
+    assert got[:3] == (None, None, None)
+    assert np.array_equal(got[3], want)
+
+
 def _case_default_tiles():
     """The launch configuration real GPUs get (``_tiles``: 256-thread blocks, 64-row tiles)."""
     from nnkit._ext import attention_cuda as C
@@ -349,7 +386,9 @@ def _case_default_tiles():
 
 SIM_CASES = {"shapes": _case_shapes, "causal": _case_causal, "masks": _case_masks,
              "dropout": _case_dropout, "empty_and_degenerate": _case_empty_and_degenerate,
-             "hypothesis": _case_hypothesis, "default_tiles": _case_default_tiles}
+             "hypothesis": _case_hypothesis, "default_tiles": _case_default_tiles,
+             "dropout_multipliers_and_mask_gradient":
+                 _case_dropout_multipliers_and_mask_gradient}
 
 
 # ---- on a real GPU (cuda marker: skipped without one) ----------------------------------------
@@ -476,8 +515,9 @@ def test_gpu_public_boundary_matches_cpu_kernels(dtype):
         gpu, gpu_cache = K.attention_forward(*(cupy.asarray(a) for a in (q, k, v)), **gkw)
         assert isinstance(gpu, cupy.ndarray), type(gpu)
         _check(f"out {kw}", cupy.asnumpy(gpu), cpu, GPU_TOL[dtype])
-        for name, c, g in zip("qkv", K.attention_backward(dout, cpu_cache),
-                              K.attention_backward(cupy.asarray(dout), gpu_cache), strict=True):
+        for name, c, g in zip("qkv", K.attention_backward(dout, cpu_cache)[:3],
+                              K.attention_backward(cupy.asarray(dout), gpu_cache)[:3],
+                              strict=True):
             _check(f"d{name} {kw}", cupy.asnumpy(g), c, GPU_TOL[dtype])
 
 

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from op_facts import OP_FACTS
 
 import nnkit as nk
 import nnkit.functional as F
@@ -116,67 +117,27 @@ def test_tensor_rejects_strings(data):
 
 
 # ----- functional -----------------------------------------------------------------------------
-FUNCTIONAL = {
-    "linear": (F.linear, lambda: {"x": _x(2, 4), "weight": _x(3, 4), "bias": _x(3)}),
-    "sigmoid": (F.sigmoid, lambda: {"x": _x(2, 3)}),
-    "tanh": (F.tanh, lambda: {"x": _x(2, 3)}),
-    "relu": (F.relu, lambda: {"x": _x(2, 3)}),
-    "gelu": (F.gelu, lambda: {"x": _x(2, 3), "approximate": "tanh"}),
-    "softmax": (F.softmax, lambda: {"x": _x(2, 3), "axis": -1}),
-    "log_softmax": (F.log_softmax, lambda: {"x": _x(2, 3), "axis": 0}),
-    "cross_entropy": (F.cross_entropy, lambda: {"logits": _x(3, 4), "target": np.array([0, 3, 1]),
-                                                "ignore_index": -100, "reduction": "mean"}),
-    "mse_loss": (F.mse_loss, lambda: {"pred": _x(2, 3), "target": np.ones((2, 3)),
-                                      "reduction": "mean"}),
-    "binary_cross_entropy_with_logits": (
-        F.binary_cross_entropy_with_logits,
-        lambda: {"logits": _x(2, 3), "target": np.ones((2, 3), np.float32),
-                 "weight": np.ones(3, np.float32), "pos_weight": np.ones(3, np.float32),
-                 "reduction": "sum"}),
-    "layer_norm": (F.layer_norm, lambda: {"x": _x(2, 3), "normalized_shape": (3,),
-                                          "weight": _x(3), "bias": _x(3), "eps": 1e-5}),
-    "dropout": (F.dropout, lambda: {"x": _x(2, 3), "p": 0.5, "training": True, "rng": 0}),
-    "embedding": (F.embedding, lambda: {"ids": np.array([[0, 2], [1, 1]]), "weight": _x(4, 3)}),
-    "conv1d": (F.conv1d, lambda: {"x": _x(1, 2, 6), "weight": _x(3, 2, 3), "bias": _x(3),
-                                  "stride": 1, "padding": 1, "dilation": 1, "groups": 1}),
-    "conv2d": (F.conv2d, lambda: {"x": _x(1, 2, 5, 5), "weight": _x(3, 2, 3, 3), "bias": _x(3),
-                                  "stride": 1, "padding": 1, "dilation": 1, "groups": 1}),
-    "max_pool2d": (F.max_pool2d, lambda: {"x": _x(1, 2, 4, 4), "kernel_size": 2, "stride": 2,
-                                          "padding": 0, "dilation": 1, "ceil_mode": False,
-                                          "return_indices": False}),
-    "avg_pool2d": (F.avg_pool2d, lambda: {"x": _x(1, 2, 4, 4), "kernel_size": 2, "stride": None,
-                                          "padding": 0, "ceil_mode": False,
-                                          "count_include_pad": True, "divisor_override": None}),
-    "linear_scan": (F.linear_scan, lambda: {"a": _x(2, 5, 3), "b": _x(2, 5, 3), "h0": _x(2, 3),
-                                            "reverse": False}),
-    "log_linear_scan": (F.log_linear_scan, lambda: {"log_a": _x(2, 5, 3), "log_b": _x(2, 5, 3),
-                                                    "log_h0": _x(2, 3)}),
-    "scaled_dot_product_attention": (
-        F.scaled_dot_product_attention,
-        lambda: {"query": _x(1, 2, 4, 8), "key": _x(1, 2, 4, 8), "value": _x(1, 2, 4, 8),
-                 "attn_mask": np.tril(np.ones((4, 4), bool)), "dropout_p": 0.0,
-                 "is_causal": False, "scale": None}),
-    "sinusoidal_positional_encoding": (
-        F.sinusoidal_positional_encoding,
-        lambda: {"T": 4, "d": 6, "base": 10000.0, "dtype": np.float32}),
-}
+# the sample inputs of tests/op_facts.py, each in turn spoiled
+SAMPLES = [pytest.param(name, i, id=f"{name}-{i}")
+           for name, facts in OP_FACTS.items() for i in range(len(facts.samples))]
 
 
 def test_functional_table_covers_every_public_function():
-    assert set(FUNCTIONAL) == set(F.__all__)
+    assert set(OP_FACTS) == set(F.__all__)
+    assert all(facts.samples for facts in OP_FACTS.values())
 
 
-@pytest.mark.parametrize("name", sorted(FUNCTIONAL))
+@pytest.mark.parametrize(("name", "sample"), SAMPLES)
 @given(data=st.data())
-def test_fuzz_functional(name, data):
-    fn, make_valid = FUNCTIONAL[name]
-    _call(fn, **data.draw(_spoiled(make_valid), label="kwargs"))
+def test_fuzz_functional(name, sample, data):
+    facts = OP_FACTS[name]
+    _call(facts.op, **data.draw(_spoiled(facts.samples[sample]), label="kwargs"))
 
 
-@pytest.mark.parametrize("name", sorted(FUNCTIONAL))
-def test_functional_valid_arguments_work(name):
-    fn, make_valid = FUNCTIONAL[name]
-    out = fn(**make_valid())
+@pytest.mark.parametrize(("name", "sample"), SAMPLES)
+def test_functional_valid_arguments_work(name, sample):
+    facts = OP_FACTS[name]
+    out = facts.op(**facts.samples[sample]())
     assert isinstance(out, nk.Tensor) and np.all(np.isfinite(out.numpy()))
 
 

@@ -16,6 +16,7 @@ import nnkit as nk
 from nnkit._ext import conv_cpu
 from nnkit.functional import conv as FC
 from nnkit.kernels import conv as K
+from nnkit.kernels.conv import algorithms, cpu_images, cpu_threads
 from nnkit.kernels.reference import conv as R
 from nnkit.nn.conv import AvgPool2d, Conv1d, Conv2d, MaxPool2d
 
@@ -103,10 +104,11 @@ def _check_twin(case, algorithm=None):
     args = (case["stride"], case["padding"], case["dilation"], case["groups"])
     with _algorithm(algorithm) if algorithm else contextlib.nullcontext():
         y, cache = _conv_forward(x, w, b, *args)
-    _assert_close(y, R.conv2d(x, w, b, *args), w[0].size + 1, case["dtype"], "y")
+    ry, rcache = R.conv2d_forward(x, w, b, *args)
+    _assert_close(y, ry, w[0].size + 1, case["dtype"], "y")
     dy = rng.uniform(-1, 1, y.shape).astype(case["dtype"])
     dx, dw, db = K.conv2d_backward(dy, cache)
-    rdx, rdw, rdb = R.conv2d_backward(dy, x, w, *args)
+    rdx, rdw, rdb = R.conv2d_backward(dy, rcache)
     _assert_close(dx, rdx, w.size, case["dtype"], "dx")
     _assert_close(dw, rdw, dy[:, 0].size, case["dtype"], "dweight")
     if b is None:
@@ -138,11 +140,11 @@ def test_conv1d_matches_twin(N, Cg, Kg, groups, k, L, stride, dilation, padding,
     w = rng.uniform(-1, 1, (Kg * groups, Cg, k)).astype(dtype)
     b = rng.uniform(-1, 1, Kg * groups).astype(dtype)
     y, cache = K.conv1d_forward(x, w, b, stride, padding, dilation, groups)
-    _assert_close(y, R.conv1d(x, w, b, stride, padding, dilation, groups), w[0].size + 1, dtype)
+    ry, rcache = R.conv1d_forward(x, w, b, stride, padding, dilation, groups)
+    _assert_close(y, ry, w[0].size + 1, dtype)
     dy = rng.uniform(-1, 1, y.shape).astype(dtype)
     got = K.conv1d_backward(dy, cache)
-    for name, a, e in zip(("dx", "dw", "db"), got,
-                          R.conv1d_backward(dy, x, w, stride, padding, dilation, groups),
+    for name, a, e in zip(("dx", "dw", "db"), got, R.conv1d_backward(dy, rcache),
                           strict=True):
         _assert_close(a, e, dy.size + w.size, dtype, name)
 
@@ -176,14 +178,15 @@ def test_pooling_matches_twin(case, seed):
     np.testing.assert_array_equal(y, ry)
     np.testing.assert_array_equal(cache.idx, ridx)
     dy = np.random.default_rng(seed).uniform(-1, 1, y.shape).astype(x.dtype)
-    _assert_close(K.max_pool2d_backward(dy, cache),
-                  R.max_pool2d_backward(dy, x, kernel, stride, padding, dilation, ceil), 9,
+    rcache = R.max_pool2d_forward(x, kernel, stride, padding, dilation, ceil)[1]
+    _assert_close(K.max_pool2d_backward(dy, cache), R.max_pool2d_backward(dy, rcache), 9,
                   x.dtype)
     y, cache = K.avg_pool2d_forward(x, kernel, stride, padding, **avg)
-    _assert_close(y, R.avg_pool2d(x, kernel, stride, padding, **avg), 9, x.dtype, "avg")
+    ry, rcache = R.avg_pool2d_forward(x, kernel, stride, padding, **avg)
+    _assert_close(y, ry, 9, x.dtype, "avg")
     dy = np.random.default_rng(seed).uniform(-1, 1, y.shape).astype(x.dtype)
-    _assert_close(K.avg_pool2d_backward(dy, cache),
-                  R.avg_pool2d_backward(dy, x, kernel, stride, padding, **avg), 9, x.dtype)
+    _assert_close(K.avg_pool2d_backward(dy, cache), R.avg_pool2d_backward(dy, rcache), 9,
+                  x.dtype)
 
 
 @pytest.mark.parametrize("size, k, s, p, d, floor_out, ceil_out", [
@@ -204,13 +207,14 @@ def test_max_pool_nan_wins_as_torch():
     y, cache = K.max_pool2d_forward(x, 2)
     assert np.isnan(y).all()
     dx = K.max_pool2d_backward(np.ones_like(y), cache)
-    np.testing.assert_array_equal(dx, R.max_pool2d_backward(np.ones_like(y), x, 2))
+    np.testing.assert_array_equal(
+        dx, R.max_pool2d_backward(np.ones_like(y), R.max_pool2d_forward(x, 2)[1]))
     assert dx[0, 0, 1, 1] == 1.0  # torch's loop keeps the last NaN
 
 
-# ---- the notes' formulas (section 4.1 and 4.2) -----------------------------------------------
+# ---- the formulas of notes §4.1 and §4.2 -----------------------------------------------------
 def _notes_convolution_2d(image, kernel):
-    """Section 4.2 as printed: (I * W)[i, j] = sum_k sum_l I[i - k, j - l] W[k, l], with I and
+    """Notes §4.2 as printed: (I * W)[i, j] = sum_k sum_l I[i - k, j - l] W[k, l], with I and
     W zero outside their arrays; every (i, j) where it can be non-zero, (H + kh - 1, W + kw - 1)."""
     H, W_ = image.shape
     kh, kw = kernel.shape
@@ -218,7 +222,7 @@ def _notes_convolution_2d(image, kernel):
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
             for k in range(kh):
-                for l in range(kw):  # noqa: E741  (the notes' index)
+                for l in range(kw):  # noqa: E741  (the index of notes §4.2)
                     if 0 <= i - k < H and 0 <= j - l < W_:
                         out[i, j] += image[i - k, j - l] * kernel[k, l]
     return out
@@ -241,10 +245,10 @@ def _notes_cross_correlation_2d(image, kernel):
        kh=st.integers(1, 3), kw=st.integers(1, 3), seed=st.integers(0, 2**31))
 def test_section_4_2_conv2d_is_cross_correlation_and_a_flipped_kernel_gives_convolution(
         C, K_out, H, W, kh, kw, seed):
-    """F.conv2d (torch's) is Definition 4.8's cross-correlation, not the notes' convolution:
-    conv2d(x, w)[a, b] = sum_{k,l} w[k, l] x[a + k, b + l]. With the kernel flipped,
+    """F.conv2d (torch's) is the cross-correlation of notes §4.1 (Definition 4.8), not the
+    convolution: conv2d(x, w)[a, b] = sum_{k,l} w[k, l] x[a + k, b + l]. With the kernel flipped,
     w_bar[k, l] = w[kh-1-k, kw-1-l] (the Remark after Definition 4.8), and padding kh - 1,
-    kw - 1 it equals section 4.2's (I * W)[i, j] = sum_{k,l} I[i - k, j - l] W[k, l] at every
+    kw - 1 it equals (I * W)[i, j] = sum_{k,l} I[i - k, j - l] W[k, l] of notes §4.2 at every
     (i, j); each output channel sums its kernels over the input channels."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((1, C, H, W))
@@ -824,8 +828,10 @@ _SIM_CONV = [  # (N, C, H, W, K, kh, kw, stride, pads, dilation, groups)
 
 def _sim_conv():
     """The GPU composition (im2col and col2im kernels, GEMMs through the array module) on
-    NumPy arrays under the simulator, against the naive twin: with and without bias, a
-    second backward through the same cache (its cols consumed), one gradient at a time."""
+    NumPy arrays routed to the CUDA launchers under the simulator, against the naive twin:
+    with and without bias, a second backward through the same cache (its cols consumed),
+    one gradient at a time."""
+    from nnkit._backend import numpy_on_gpu_route
     from nnkit._ext import conv_cuda
 
     conv_cuda.threads = 4
@@ -836,17 +842,19 @@ def _sim_conv():
             w = rng.uniform(-1, 1, (Kc, C // groups, kh, kw)).astype(dtype)
             b = rng.uniform(-1, 1, Kc).astype(dtype) if has_bias else None
             pad4 = (*pads[0], *pads[1])
-            ref = R.conv2d(x, w, b, stride, pad4, dil, groups)
-            out_hw = ref.shape[2:]
-            cache = K.ConvCache(x, w, has_bias, stride, pads, dil, groups, out_hw)
-            y = K._conv2d_forward_cuda(x, w, b, cache)
+            ref, rcache = R.conv2d_forward(x, w, b, stride, pad4, dil, groups)
+            with numpy_on_gpu_route():
+                assert K._kernels(x) is conv_cuda
+                y, cache = K._forward(x, w, b, stride, pads, dil, groups)
             _assert_close(y, ref, w[0].size + 1, dtype, "y")
             dy = rng.uniform(-1, 1, y.shape).astype(dtype)
-            rdx, rdw, rdb = R.conv2d_backward(dy, x, w, stride, pad4, dil, groups)
-            for needs in ((True, True), (True, True), (False, True), (True, False)):
-                dx, dw, db = K._conv2d_backward_cuda(dy, cache, *needs)
+            rdx, rdw, rdb = R.conv2d_backward(dy, rcache)
+            for needs in ((True, True, True), (True, True, True), (False, True, True),
+                          (True, False, False), (False, False, True), (True, True, False)):
+                with numpy_on_gpu_route():
+                    dx, dw, db = K.conv2d_backward(dy, cache, needs)
                 for name, a, e, needed in (("dx", dx, rdx, needs[0]), ("dw", dw, rdw, needs[1]),
-                                           ("db", db, rdb, needs[1] and has_bias)):
+                                           ("db", db, rdb, needs[2] and has_bias)):
                     if needed:
                         _assert_close(a, e, dy.size, dtype, f"{name} {needs}")
                     else:
@@ -872,17 +880,17 @@ def _sim_pool():
         dy = rng.uniform(-1, 1, y.shape)
         dx = np.empty_like(x)
         conv_cuda.max_pool_backward(dy, idx, kernel, stride, pad, dil, dx)
-        np.testing.assert_allclose(dx, R.max_pool2d_backward(dy, x, kernel, stride, pad, dil,
-                                                             ceil), atol=1e-12)
+        rcache = R.max_pool2d_forward(x, kernel, stride, pad, dil, ceil)[1]
+        np.testing.assert_allclose(dx, R.max_pool2d_backward(dy, rcache), atol=1e-12)
         for include, divisor in ((True, None), (False, None), (True, 5)):
             args = (kernel, stride, pad, ceil, include, divisor)
-            y_ref = R.avg_pool2d(x, *args)
+            y_ref, rcache = R.avg_pool2d_forward(x, *args)
             y = np.empty_like(y_ref)
             conv_cuda.avg_pool(x, kernel, stride, pad, include, divisor or 0, y)
             np.testing.assert_allclose(y, y_ref, atol=1e-12)
             dy = rng.uniform(-1, 1, y.shape)
             conv_cuda.avg_pool_backward(dy, kernel, stride, pad, include, divisor or 0, dx)
-            np.testing.assert_allclose(dx, R.avg_pool2d_backward(dy, x, *args), atol=1e-12)
+            np.testing.assert_allclose(dx, R.avg_pool2d_backward(dy, rcache), atol=1e-12)
     # windows of 2^31 - 1 taps: the kernels visit only the in-bounds ones (the CPU kernels,
     # already checked against torch, are the reference)
     x = rng.uniform(-1, 1, (1, 2, 2, 3))
@@ -991,11 +999,11 @@ if __name__ == "__main__":
 def _algorithm(name):
     """Force the CPU path ``name`` wherever it applies (Winograd: 3x3, stride 1, no
     dilation, groups 1); the shape-based choice again afterwards."""
-    K.ALGORITHM = name
+    algorithms.ALGORITHM = name
     try:
         yield
     finally:
-        K.ALGORITHM = None
+        algorithms.ALGORITHM = None
 
 
 @pytest.fixture
@@ -1040,10 +1048,11 @@ def test_winograd_matches_twin(case):
     with _algorithm("winograd"):
         y, cache = K.conv2d_forward(x, w, b, 1, case["padding"])
     assert cache.algorithm == "winograd"
-    _assert_winograd_close(y, R.conv2d(x, w, b, 1, case["padding"]), case["dtype"], "y")
+    ry, rcache = R.conv2d_forward(x, w, b, 1, case["padding"])
+    _assert_winograd_close(y, ry, case["dtype"], "y")
     dy = rng.uniform(-1, 1, y.shape).astype(case["dtype"])
     dx, dw, db = K.conv2d_backward(dy, cache)
-    rdx, rdw, rdb = R.conv2d_backward(dy, x, w, 1, case["padding"])
+    rdx, rdw, rdb = R.conv2d_backward(dy, rcache)
     _assert_winograd_close(dx, rdx, case["dtype"], "dx")
     _assert_winograd_close(dw, rdw, case["dtype"], "dweight")
     if b is None:
@@ -1176,7 +1185,7 @@ def test_cpu_algorithm_by_shape(monkeypatch, x_shape, w_shape, kw, algorithm):
     x = np.zeros(x_shape, np.float32)
     w = np.zeros(w_shape, np.float32)
     for threads in (1, 2):
-        monkeypatch.setattr(K, "_numba_threads", lambda threads=threads: threads)
+        monkeypatch.setattr(cpu_threads, "numba_threads", lambda threads=threads: threads)
         assert K.conv2d_forward(x, w, None, **kw)[1].algorithm == algorithm
 
 
@@ -1332,7 +1341,7 @@ def test_runs_of_images_on_threads_match_one_run(rng, algorithm):
             try:
                 y, cache = K.conv2d_forward(x, w, None, 1, k // 2)
                 assert cache.algorithm == algorithm
-                assert len(K._image_chunks(5)) == n
+                assert len(cpu_threads.image_chunks(5)) == n
                 results.append((y, *K.conv2d_backward(dy, cache)[:2]))
             finally:
                 numba.set_num_threads(threads)
@@ -1353,11 +1362,11 @@ def test_packed_path_matches_twin(case, block):
     blocks of one panel, a few panels, or the whole image (one block then writes y[n]
     directly; more go through the block buffer), float32 and float64 (panels of 32 and 16
     pixels)."""
-    default, K.PACKED_BLOCK_BYTES = K.PACKED_BLOCK_BYTES, block
+    default, cpu_images.PACKED_BLOCK_BYTES = cpu_images.PACKED_BLOCK_BYTES, block
     try:
         cache = _check_twin(case, "packed")
     finally:
-        K.PACKED_BLOCK_BYTES = default
+        cpu_images.PACKED_BLOCK_BYTES = default
     assert cache.algorithm == ("packed" if case["groups"] == 1 else "im2col")
 
 

@@ -17,6 +17,7 @@ import nnkit as nk
 from nnkit._ext import conv_window as CW
 from nnkit.functional import conv as FC
 from nnkit.kernels import conv as K
+from nnkit.kernels.conv import algorithms, cpu_window
 from nnkit.kernels.reference import conv as R
 
 FLOATS = [np.float32, np.float64]
@@ -94,8 +95,8 @@ def _direct_args(case):
     pt, _, pl, _ = case["pads"]
     (dh, dw), (_, _, H, W) = case["dilation"], x.shape
     Ho, Wo = _out(case)
-    wp = K._window_pack(w.reshape(Kout, -1))
-    wfp = K._window_pack(np.ascontiguousarray(
+    wp = cpu_window.pack(w.reshape(Kout, -1))
+    wfp = cpu_window.pack(np.ascontiguousarray(
         w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)).reshape(C, -1))
     dy = rng.uniform(-1, 1, (x.shape[0], Kout, Ho, Wo)).astype(x.dtype)
     return x, wp, b, dy, wfp, (C, H, W, Kout, kh, kw, pt, pl, dh, dw, Ho, Wo, *case["stride"])
@@ -167,12 +168,13 @@ def test_isa_names_cover_the_levels():
     ((2, 4, 7, 10), 9, (2, 4), dict(padding="same")),  # asymmetric: bottom/right pad more
     ((2, 6, 8, 8), 12, (5, 1), dict(padding=(0, 0))),
 ])
-@pytest.mark.parametrize("needs", [(True, True), (False, True), (True, False)],
-                         ids=["both", "no-input-grad", "no-weight-grad"])
+@pytest.mark.parametrize("needs", [(True, True, True), (False, True, True),
+                                   (True, False, False), (False, False, True)],
+                         ids=["all", "no-input-grad", "no-weight-grad", "bias-only"])
 @pytest.mark.filterwarnings("ignore:Using padding=.same.")
 def test_window_matches_torch(rng, dtype, x_shape, Kout, kernel, kw, needs):
-    """y, dx, dweight, dbias equal torch's conv2d on the window path, with dx or
-    dweight/dbias skipped (None) when not needed."""
+    """y, dx, dweight, dbias equal torch's conv2d on the window path, with dx, dweight or
+    dbias skipped (None) when not needed."""
     torch = pytest.importorskip("torch")
     x = rng.standard_normal(x_shape).astype(dtype)
     w = rng.standard_normal((Kout, x_shape[1], *kernel)).astype(dtype)
@@ -184,11 +186,10 @@ def test_window_matches_torch(rng, dtype, x_shape, Kout, kernel, kw, needs):
     with _algorithm("window"):
         y, cache = K.conv2d_forward(x, w, b, **kw)
     assert cache.algorithm == "window"
-    grads = K.conv2d_backward(dy, cache, *needs)
+    grads = K.conv2d_backward(dy, cache, needs)
     tol = dict(rtol=1e-4, atol=1e-3) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(y, ty.detach().numpy(), **tol)
-    wanted = (needs[0], needs[1], needs[1])
-    for name, got, t, want in zip(("dx", "dweight", "dbias"), grads, ts, wanted, strict=True):
+    for name, got, t, want in zip(("dx", "dweight", "dbias"), grads, ts, needs, strict=True):
         if want:
             np.testing.assert_allclose(got, t.grad.numpy(), err_msg=name, **tol)
         else:
@@ -224,8 +225,8 @@ def test_gradcheck_window(rng, monkeypatch):
     """Central differences through nnkit's autograd agree with the window path's backward
     (float64, asymmetric 'same' padding and dilation); the path is counted, so it ran."""
     calls = []
-    forward = K._window_forward
-    monkeypatch.setattr(K, "_window_forward", lambda *a: calls.append(1) or forward(*a))
+    forward = cpu_window.forward
+    monkeypatch.setattr(cpu_window, "forward", lambda *a: calls.append(1) or forward(*a))
     x, b = rng.standard_normal((2, 3, 5, 6)), rng.standard_normal(10)
     w, w2 = rng.standard_normal((10, 3, 2, 3)), rng.standard_normal((4, 3, 2, 2))
     with _algorithm("window"):
@@ -395,8 +396,8 @@ def test_fuzzed_geometry_runs_or_raises_value_error(geometry, sizes, N, threads,
     ((1, 1), (1, 1), ((0, 0), (1, 0)), (1, 1), 1, False),  # 1x1: no padding at all
 ])
 def test_window_fits(kernel, stride, pads, dilation, groups, fits):
-    """_window_fits: ungrouped, every padding within 0 .. (k - 1) d (any stride)."""
-    assert K._window_fits(kernel, stride, pads, dilation, groups) is fits
+    """window_fits: ungrouped, every padding within 0 .. (k - 1) d (any stride)."""
+    assert algorithms.window_fits(kernel, stride, pads, dilation, groups) is fits
 
 
 def test_forcing_window_where_it_does_not_fit_falls_back(rng):
@@ -425,7 +426,7 @@ def test_forked_child_runs_the_threaded_kernels(rng):
     threads: it starts its own (part_threads.h's fork handler) and gets the same numbers."""
     x, w = rng.standard_normal((4, 3, 8, 8)), rng.standard_normal((5, 3, 3, 3))
     g = (3, 8, 8, 5, 3, 3, 1, 1, 1, 1, 8, 8, 1, 1)
-    wp, y = K._window_pack(w.reshape(5, -1)), np.empty((4, 5, 8, 8))
+    wp, y = cpu_window.pack(w.reshape(5, -1)), np.empty((4, 5, 8, 8))
     CW.forward(x, wp, None, y, g, 3)
     pid = os.fork()
     if pid == 0:  # the child: exit status 0 only if the threaded run agrees
@@ -454,7 +455,7 @@ def test_threads_without_spinning_agree(rng):
     refuses a negative one."""
     x, w = rng.standard_normal((5, 3, 9, 8)), rng.standard_normal((11, 3, 3, 2))
     g = (3, 9, 8, 11, 3, 2, 1, 1, 1, 1, 9, 9, 1, 1)
-    wp, one = K._window_pack(w.reshape(11, -1)), np.empty((5, 11, 9, 9))
+    wp, one = cpu_window.pack(w.reshape(11, -1)), np.empty((5, 11, 9, 9))
     CW.forward(x, wp, None, one, g, 1)
     before = CW.set_spin(0)
     try:

@@ -1,4 +1,4 @@
-"""Processes and threads around nnkit (issue 21, items 4 and 5).
+"""Processes and threads around nnkit.
 
 Fork safety: after the parent has run a parallel kernel, a child started with fork (the
 default of ``multiprocessing`` on Linux), a child started with spawn and four threads

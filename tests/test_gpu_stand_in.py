@@ -86,7 +86,7 @@ def test_gpu_paths_under_the_simulator_with_the_cupy_stand_in(group):
 
 def test_the_gpu_benchmark_runs_every_section(tmp_path):
     """``benchmarks/bench_gpu.py --smoke`` on the stand-in: every section gives rows and none
-    an error, so a GPU session's time is not lost to a broken script."""
+    an error, so time on a GPU machine is not lost to a broken script."""
     env = _child_env()
     env["PYTHONPATH"] = os.pathsep.join((str(STAND_IN), env["PYTHONPATH"]))
     path = tmp_path / "rows.json"

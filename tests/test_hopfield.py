@@ -193,7 +193,7 @@ def test_random_orders_are_permutations_and_reproducible():
         np.testing.assert_array_equal(order, expected)
 
 
-# ---- biases (section 1.4: H = -1/2 x^T W x - b^T x, h = W x + b) -----------------------------
+# ---- biases (notes §1.4: H = -1/2 x^T W x - b^T x, h = W x + b) ------------------------------
 
 def test_energy_and_field_with_bias_match_formula_section_1_4(rng):
     xi, x = _spins(rng, (5, 30)), _spins(rng, (4, 30))
@@ -391,7 +391,7 @@ def test_flip_rate_follows_theory():
 
 
 def test_capacity_transition_near_0138_at_n2000_section_1_4():
-    """Section 1.4: "at s/n ~ 0.138 a phase transition occurs". Probes start at stored
+    """Notes §1.4: "at s/n ~ 0.138 a phase transition occurs". Probes start at stored
     patterns of an n = 2000 network; across alpha = 0.10-0.18 the retrieved share falls
     from all to almost none and crosses 1/2 between 0.13 and 0.16 (about 0.157 here)."""
     alphas = np.round(np.arange(0.10, 0.181, 0.01), 2)

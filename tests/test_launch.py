@@ -23,6 +23,7 @@ import numba
 import numpy as np
 import pytest
 from numba import config
+from op_facts import OP_FACTS
 
 from nnkit._ext import _launch
 
@@ -461,9 +462,14 @@ def test_set_path_refuses_unknown_paths():
 
 
 # ---- launch budgets (a GPU, or the CuPy stand-in under the simulator) --------------------------
+# the kernels each pass of a public op's nk.kernels pair launches, from tests/op_facts.py
+KERNEL_LAUNCHES = {case: launches for facts in OP_FACTS.values()
+                   for case, launches in (facts.kernel_launches or {}).items()}
+
 
 def _budget_cases(cupy):
-    """(name, call, {kernel: launches}): the launches each op makes, pinned."""
+    """(name, call, {kernel: launches}): the launches each op makes, pinned (the public ops'
+    in tests/op_facts.py)."""
     from nnkit import kernels as K
     from nnkit._ext import scan_cuda
 
@@ -512,62 +518,45 @@ def _budget_cases(cupy):
         finally:
             scan_cuda.rows_min = saved
 
-    ln_name, sm, rc = "layer_norm_cuda.", "softmax_cuda.", "recurrent_cuda."
-    at = "attention_cuda."
-    return [
-        ("softmax forward", lambda: K.softmax_forward(x), {sm + "_softmax_kernel": 1}),
-        ("softmax backward", lambda: K.softmax_backward(dy, sm_cache),
-         {sm + "_softmax_backward_kernel": 1}),
-        ("layer_norm forward", lambda: K.layer_norm_forward(x, randn(6), randn(6), (6,)),
-         {ln_name + "_layer_norm_kernel": 1}),
-        ("layer_norm backward", lambda: K.layer_norm_backward(dy, ln),
-         {ln_name + "_layer_norm_dx_kernel": 1, ln_name + "_layer_norm_param_chunks_kernel": 1,
-          ln_name + "_sum_chunks2_kernel": 1}),
-        ("layer_norm backward, no affine", lambda: K.layer_norm_backward(dy, ln_plain),
-         {ln_name + "_layer_norm_dx_kernel": 1}),
+    rc = "recurrent_cuda."
+    op_cases = [
+        ("softmax forward", lambda: K.softmax_forward(x)),
+        ("softmax backward", lambda: K.softmax_backward(dy, sm_cache)),
+        ("layer_norm forward", lambda: K.layer_norm_forward(x, randn(6), randn(6), (6,))),
+        ("layer_norm backward", lambda: K.layer_norm_backward(dy, ln)),
+        ("layer_norm backward, no affine", lambda: K.layer_norm_backward(dy, ln_plain)),
+        ("linear_scan forward", lambda: K.linear_scan_forward(a, b)),
+        ("linear_scan backward", lambda: K.linear_scan_backward(dh, scan_cache)),
+        ("linear_scan forward, a thread per sequence", rows_scan),
+        ("attention forward", lambda: K.attention_forward(q, q, q, is_causal=True)),
+        ("attention backward", lambda: K.attention_backward(att, att_cache)),
+        ("conv2d forward", lambda: K.conv2d_forward(img, randn(2, 3, 3, 3), padding=1)),
+        ("conv2d backward", lambda: K.conv2d_backward(conv, conv_cache)),
+        ("max_pool2d forward", lambda: K.max_pool2d_forward(img, 2)),
+        ("max_pool2d backward", lambda: K.max_pool2d_backward(pool, pool_cache)),
+        ("gelu forward", lambda: K.gelu_forward(x)),
+        ("gelu backward", lambda: K.gelu_backward(dy, gelu_cache)),
+        ("dropout forward", lambda: K.dropout_forward(x, 0.1, 7)),
+        ("dropout backward", lambda: K.dropout_backward(dy, dropout_cache)),
+        ("mean cross_entropy forward and backward",
+         lambda: F.cross_entropy(logits, target).backward()),
+    ]
+    assert {name for name, _ in op_cases} == set(KERNEL_LAUNCHES), "a pinned op case lacks a call"
+    return [(name, call, KERNEL_LAUNCHES[name]) for name, call in op_cases] + [
         # one persistent launch per pass, whatever T (tests/test_recurrent_persistent.py)
         (f"rnn forward T={T}", lambda: K.rnn_forward(seq, None, *rnn),
          {rc + "_rnn_seq_fwd": 1}),
         (f"rnn forward+backward T={T}", lambda: K.rnn_backward(
-            dseq, None, K.rnn_forward(seq, None, *rnn)[2]),
+            (dseq, None), K.rnn_forward(seq, None, *rnn)[1]),
          {rc + "_rnn_seq_fwd": 1, rc + "_rnn_seq_bwd": 1}),
         (f"lstm forward T={T}", lambda: K.lstm_forward(seq, None, None, *lstm),
          {rc + "_lstm_seq_fwd": 1}),
         (f"lstm forward+backward T={T}", lambda: K.lstm_backward(
-            dseq, None, None, K.lstm_forward(seq, None, None, *lstm)[3]),
+            (dseq, None, None), K.lstm_forward(seq, None, None, *lstm)[1]),
          {rc + "_lstm_seq_fwd": 1, rc + "_lstm_seq_bwd": 1}),
         (f"gru forward+backward T={T}", lambda: K.gru_backward(
-            dseq, None, K.gru_forward(seq, None, *gru)[2]),
+            (dseq, None), K.gru_forward(seq, None, *gru)[1]),
          {rc + "_gru_seq_fwd": 1, rc + "_gru_seq_bwd": 1}),
-        ("linear_scan forward", lambda: K.linear_scan_forward(a, b),
-         {"scan_cuda._forward_kernel.<locals>.kernel": 1}),
-        ("linear_scan backward", lambda: K.linear_scan_backward(dh, scan_cache),
-         {"scan_cuda._backward_kernel.<locals>.kernel": 1}),
-        ("linear_scan forward, a thread per sequence", rows_scan,
-         {"scan_cuda._rows_forward": 1}),
-        ("attention forward", lambda: K.attention_forward(q, q, q, is_causal=True),
-         {at + "_forward_kernel.<locals>.forward": 1}),
-        ("attention backward", lambda: K.attention_backward(att, att_cache),
-         {at + "_row_dot": 1, at + "_dkv_kernel.<locals>.dkv": 1,
-          at + "_dq_kernel.<locals>.dq_kernel": 1}),
-        ("conv2d forward", lambda: K.conv2d_forward(img, randn(2, 3, 3, 3), padding=1),
-         {"conv_cuda._im2col_kernel": 1}),
-        ("conv2d backward", lambda: K.conv2d_backward(conv, conv_cache),
-         {"conv_cuda._col2im_kernel": 1}),
-        ("max_pool2d forward", lambda: K.max_pool2d_forward(img, 2),
-         {"conv_cuda._max_pool_kernel": 1}),
-        ("max_pool2d backward", lambda: K.max_pool2d_backward(pool, pool_cache),
-         {"conv_cuda._max_pool_bwd_kernel": 1}),
-        ("gelu forward", lambda: K.gelu_forward(x), {"activation_cuda._gelu_forward_kernel": 1}),
-        ("gelu backward", lambda: K.gelu_backward(dy, gelu_cache),
-         {"activation_cuda._gelu_backward_kernel": 1}),
-        ("dropout forward", lambda: K.dropout_forward(x, 0.1, 7),
-         {"activation_cuda._dropout_kernel": 1}),
-        ("dropout backward", lambda: K.dropout_backward(dy, dropout_cache), {}),  # one CuPy op
-        ("mean cross_entropy forward and backward", lambda: F.cross_entropy(
-            logits, target).backward(),
-         {sm + "_cross_entropy_kernel": 1, sm + "_mean_valid_kernel": 1,
-          sm + "_cross_entropy_mean_backward_kernel": 1}),
         # one launch per 17 (13, 22) parameters of a dtype and step count
         ("Adam step, 20 parameters", optimizers["adam"].step, {"optim_cuda.adam": 2}),
         ("AdamW AMSGrad step, 20 parameters", optimizers["amsgrad"].step,
@@ -575,7 +564,6 @@ def _budget_cases(cupy):
         ("SGD momentum step, 20 parameters", optimizers["sgd"].step,
          {"optim_cuda._sgd_kernel": 1}),
     ]
-
 
 @pytest.mark.cuda
 def test_launch_budgets_on_gpu():

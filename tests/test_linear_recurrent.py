@@ -1,4 +1,4 @@
-"""The LRU against section 5.2 of the notes: the change of basis of a dense linear RNN into
+"""The LRU against notes §5.2: the change of basis of a dense linear RNN into
 the complex diagonal recurrence (``LRU.from_dense``), and |lambda| < 1 for every nu."""
 
 import math
@@ -137,10 +137,10 @@ def test_from_dense_bad_shapes_and_types():
         LRU.from_dense(np.array([[np.nan, 0.0], [0.0, 0.5]]), B, C)
 
 
-# ---- |lambda| < 1 for every nu (section 5.2: lambda = exp(-exp(nu) + i theta)) -------------
+# ---- |lambda| < 1 for every nu (notes §5.2: lambda = exp(-exp(nu) + i theta)) --------------
 
 def test_exp_minus_exp_nu_rounds_to_one():
-    """What the bound is there for: the notes' r = exp(-exp(nu)) in (0, 1) is 1.0 in floats."""
+    """What the bound is there for: r = exp(-exp(nu)) in (0, 1) of notes §5.2 is 1.0 in floats."""
     assert np.exp(-np.exp(np.float32(-20))) == 1 and np.exp(-np.exp(np.float64(-50))) == 1
     assert np.exp(-np.exp(np.float64(-20))) < 1
 

@@ -1,4 +1,4 @@
-"""nk.optim: torch.optim equivalence, the lecture notes' formulas, state_dict resumption,
+"""nk.optim: torch.optim equivalence, the formulas of notes §3.2-3.3, state_dict resumption,
 gradient clipping and hyper-parameter validation.
 
 Tests that need torch call ``import_torch()`` (they skip without it); the rest run on NumPy
@@ -217,14 +217,14 @@ def test_torch_state_dict_loads_and_resumes(name):
     _assert_params_close([p.data for p in resumed], theirs, np.float64)
 
 
-# ----- the lecture notes, without torch ---------------------------------------------------
+# ----- notes §3.2-3.3, without torch -------------------------------------------------------
 @given(beta=st.floats(0.0, 0.99), eta=st.floats(1e-3, 1.0),
        delta=hnp.arrays(np.float64, 4, elements=st.floats(-3, 3)),
        steps=st.integers(1, 25))
 def test_heavy_ball_constant_gradient_closed_form(beta, eta, delta, steps):
     """On a constant gradient delta the step after t updates is -eta (sum_{tau<t} beta^tau) delta.
 
-    (The notes print the sum from tau = 1 to t - 1; the plain gradient step tau = 0 belongs to
+    (Notes §3.3 prints the sum from tau = 1 to t - 1; the plain gradient step tau = 0 belongs to
     it: with theta_{-1} = theta_0 the first step is -eta delta.)
     """
     theta = nk.nn.Parameter(np.zeros(4))
@@ -285,7 +285,7 @@ def _quadratics(draw):
 
 @given(problem=_quadratics())
 def test_gradient_descent_sufficient_decrease(problem):
-    """The notes' Lemma: on an L-smooth h, gradient descent with eta = 1/L decreases h by at
+    """Notes §3.2: on an L-smooth h, gradient descent with eta = 1/L decreases h by at
     least ||grad h||^2 / (2L) per step. Gradients by nnkit autograd, end to end."""
     A, b, theta0 = problem
     L = float(np.linalg.eigvalsh(A).max())
@@ -311,7 +311,7 @@ def test_gradient_descent_sufficient_decrease(problem):
         h, grad = h_next, grad_next
 
 
-# ----- section 3.2 on least squares: h(theta) = ||X theta - y||^2 / (2n) ---------------------
+# ----- notes §3.2 on least squares: h(theta) = ||X theta - y||^2 / (2n) ----------------------
 def _least_squares(seed=0, n=60, d=5, condition=10.0):
     """X (n, d) with singular values spread so that L / mu = ``condition`` (H = X^T X / n),
     y = X theta_true + noise (so h* > 0), theta* by nk.classic.LinearRegression, theta_0."""
@@ -350,7 +350,7 @@ def _h(X, y, theta):
 
 
 def test_section_3_2_least_squares_sufficient_decrease_at_eta_one_over_L():
-    """Section 3.2: at eta = 1/L, h(theta_{t+1}) <= h(theta_t) - ||grad h(theta_t)||^2 / (2L),
+    """Notes §3.2: at eta = 1/L, h(theta_{t+1}) <= h(theta_t) - ||grad h(theta_t)||^2 / (2L),
     with L = lambda_max(X^T X / n); the gradients are nnkit autograd's, checked against
     X^T (X theta - y) / n."""
     X, y, L, _mu, _star, theta0 = _least_squares()
@@ -402,7 +402,7 @@ def test_lemma_3_2_steps_to_an_epsilon_critical_point():
 
 
 def test_section_3_2_step_size_converges_at_1_9_over_L_and_diverges_at_2_1_over_L():
-    """Section 3.2: h strictly decreases when eta < 2/L. On least squares the error along H's
+    """Notes §3.2: h strictly decreases when eta < 2/L. On least squares the error along H's
     top eigenvector is multiplied by 1 - eta L each step: |1 - 1.9| = 0.9 converges,
     |1 - 2.1| = 1.1 diverges (h - h* grows by 1.21 per step once that direction dominates)."""
     X, y, L, _mu, theta_star, theta0 = _least_squares()
@@ -415,7 +415,7 @@ def test_section_3_2_step_size_converges_at_1_9_over_L_and_diverges_at_2_1_over_
     np.testing.assert_allclose((slow[-1] - h_star) / (slow[-2] - h_star), 1.1**2, rtol=1e-6)
 
 
-# ----- the notes' forms of Nesterov, AdaGrad and Adam (section 3.3) beside torch's ----------
+# ----- the forms of Nesterov, AdaGrad and Adam in notes §3.3 beside torch's ---------------
 def _quadratic_problem(seed=3, d=6):
     """h(theta) = theta^T A theta / 2 - b^T theta, A positive definite; gradient A theta - b."""
     rng = np.random.default_rng(seed)
@@ -437,7 +437,7 @@ def _run(opt_cls, kwargs, grad, theta0, steps):
 
 
 def _notes_nesterov(grad, theta0, eta, beta, steps):
-    """Section 3.3 as printed: chi^{t+1} = theta^t + beta (theta^t - theta^{t-1}),
+    """Notes §3.3 as printed: chi^{t+1} = theta^t + beta (theta^t - theta^{t-1}),
     theta^{t+1} = chi^{t+1} - eta grad h(chi^{t+1}), theta^{-1} = theta^0.
     Returns (theta^0..theta^steps, chi^1..chi^{steps+1})."""
     prev, cur = theta0.copy(), theta0.copy()
@@ -451,7 +451,7 @@ def _notes_nesterov(grad, theta0, eta, beta, steps):
 
 
 def test_section_3_3_nesterov_torch_iterate_is_the_notes_extrapolated_point():
-    """torch's (and nnkit's) SGD(nesterov=True) tracks the notes' extrapolated point: its
+    """torch's (and nnkit's) SGD(nesterov=True) tracks the extrapolated point of notes §3.3: its
     parameter after t steps is chi^{t+1} = theta^t + beta (theta^t - theta^{t-1}), not theta^t.
     (With u_t = theta^{t+1} - theta^t, torch's buffer is b_t = -u_t / eta and its step
     p_{t+1} = p_t - eta (grad h(p_t) + beta b_t) is chi^{t+2} - chi^{t+1}.)"""
@@ -468,7 +468,7 @@ def test_section_3_3_nesterov_torch_iterate_is_the_notes_extrapolated_point():
 
 
 def _notes_adagrad(grad, theta0, eta, delta, steps):
-    """Section 3.3 as printed: gamma^t = gamma^{t-1} + (grad h)^2, gamma^{-1} = 0,
+    """Notes §3.3 as printed: gamma^t = gamma^{t-1} + (grad h)^2, gamma^{-1} = 0,
     theta^{t+1} = theta^t - eta / sqrt(gamma^t + delta) * grad h(theta^t)."""
     theta, gamma = theta0.copy(), np.zeros_like(theta0)
     out = [theta]
@@ -481,19 +481,19 @@ def _notes_adagrad(grad, theta0, eta, delta, steps):
 
 
 def test_section_3_3_adagrad_is_torchs_with_delta_as_initial_accumulator():
-    """The notes put delta inside the root, torch adds eps outside it: sqrt(gamma + delta) vs
-    sqrt(sum) + eps. The notes' form with delta is exactly nnkit's Adagrad with
+    """Notes §3.3 puts delta inside the root, torch adds eps outside it: sqrt(gamma + delta) vs
+    sqrt(sum) + eps. That form with delta is exactly nnkit's Adagrad with
     initial_accumulator_value = delta (sum_t = delta + gamma_t) and eps -> 0; nnkit's default
-    (sum_0 = 0, eps = 1e-10) is the limit delta -> 0 of the notes' form, the gap shrinking
+    (sum_0 = 0, eps = 1e-10) is the limit delta -> 0 of that form, the gap shrinking
     in proportion to delta."""
     A, b, theta0 = _quadratic_problem()
     grad = lambda th: A @ th - b  # noqa: E731
     eta, T = 0.3, 50
     for delta in (0.5, 1e-3):
-        notes = _notes_adagrad(grad, theta0, eta, delta, T)
+        printed = _notes_adagrad(grad, theta0, eta, delta, T)
         ours = _run(optim.Adagrad, {"lr": eta, "initial_accumulator_value": delta,
                                     "eps": 1e-300}, grad, theta0, T)
-        np.testing.assert_allclose(ours, notes, rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(ours, printed, rtol=1e-12, atol=1e-13)
     default = _run(optim.Adagrad, {"lr": eta}, grad, theta0, T)
     gaps = [np.abs(_notes_adagrad(grad, theta0, eta, delta, T) - default).max()
             for delta in (1e-2, 1e-4, 1e-6, 1e-8)]
@@ -503,7 +503,7 @@ def test_section_3_3_adagrad_is_torchs_with_delta_as_initial_accumulator():
 
 
 def _notes_adam(grad, theta0, eta, beta, alpha, delta, steps, bias_correction=False):
-    """Section 3.3 as printed, with a base rate eta (the notes' eta_t = 1 / sqrt(gamma + delta)
+    """Notes §3.3 as printed, with a base rate eta (its eta_t = 1 / sqrt(gamma + delta)
     has none): g_t = beta g_{t-1} + (1 - beta) grad, gamma_t = alpha gamma_{t-1} +
     (1 - alpha) grad^2 (both from 0), theta_{t+1} = theta_t - eta g_t / sqrt(gamma_t + delta).
     ``bias_correction`` multiplies the step t = 1, 2, ... by sqrt(1 - alpha^t) / (1 - beta^t)."""
@@ -521,10 +521,10 @@ def _notes_adam(grad, theta0, eta, beta, alpha, delta, steps, bias_correction=Fa
 
 
 def test_section_3_3_adam_is_the_notes_form_with_kingmas_bias_correction():
-    """The notes' Adam has no bias correction: from g_0 = gamma_0 = 0 its first step is
+    """The Adam of notes §3.3 has no bias correction: from g_0 = gamma_0 = 0 its first step is
     (1 - beta) / sqrt(1 - alpha) times larger (3.16x at beta = 0.9, alpha = 0.999) than
     Kingma and Ba's, whose step t is scaled by sqrt(1 - alpha^t) / (1 - beta^t). With that
-    factor and delta = 0, eps -> 0 the notes' form is nnkit's (torch's) Adam exactly."""
+    factor and delta = 0, eps -> 0 that form is nnkit's (torch's) Adam exactly."""
     A, b, theta0 = _quadratic_problem()
     grad = lambda th: A @ th - b  # noqa: E731
     eta, beta, alpha, T = 0.05, 0.9, 0.999, 60

@@ -1,6 +1,6 @@
 """McCulloch-Pitts neuron and the perceptron: the compiled epoch loop against its plain twin,
 scikit-learn's conventions, Novikoff's bound on random separable data and his two lemmas at
-every update (section 1.2), and bad input."""
+every update (notes §1.2), and bad input."""
 
 import warnings
 
@@ -323,7 +323,7 @@ def test_make_separable_has_the_promised_margin_and_radius():
        S=st.integers(2, 300), shuffle=st.booleans(),
        dtype=st.sampled_from([np.float64, np.float32]))
 def test_novikoff_lemmas_hold_at_every_update_section_1_2(seed, margin, D, S, shuffle, dtype):
-    """Lemma 1.1 (w*^T w_t >= t gamma) and Lemma 1.2 (||w_t|| <= R sqrt(t)) of section 1.2 at
+    """Lemma 1.1 (w*^T w_t >= t gamma) and Lemma 1.2 (||w_t|| <= R sqrt(t)) of notes §1.2 at
     every update t of a run without bias, w* the unit normal of make_separable, gamma its
     margin, R the largest norm; each recorded step was a mistake and adds y x; Theorem 1.3."""
     X, y, w_star = make_separable(S, D, margin, random_state=seed)

@@ -566,7 +566,7 @@ print(sorted(m for m in ("torch", "transformers", "tokenizers", "safetensors")
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
-# ----- item 5: image preprocessing and position interpolation ------------------------------------
+# ----- image preprocessing and position interpolation -------------------------------------------
 def _pil_processor(transformers, **kwargs):
     """transformers' PIL-based ViT image processor (5.x names it ViTImageProcessorPil)."""
     pytest.importorskip("PIL")
@@ -661,7 +661,7 @@ def test_position_interpolation_is_differentiable():
                  [model.pos_embed], eps=1e-6, atol=1e-8, rtol=1e-6)
 
 
-# ----- item 6: the examples on tiny checkpoints --------------------------------------------------
+# ----- the examples on tiny checkpoints ---------------------------------------------------------
 def _example(name):
     import importlib.util
     from pathlib import Path

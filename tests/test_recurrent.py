@@ -30,6 +30,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import nnkit as nk
+from nnkit._backend import array_module
 from nnkit.analysis import hidden_gradient_norms
 from nnkit.datasets.sequences import (
     ADDING_BASELINE_MSE,
@@ -39,7 +40,7 @@ from nnkit.datasets.sequences import (
 )
 from nnkit.kernels import recurrent as K
 from nnkit.kernels.reference import recurrent as R
-from nnkit.nn.recurrent import GRU, LSTM, RNN
+from nnkit.nn.recurrent import GRU, LSTM, RNN, record_hidden_grads
 
 GATES = {"rnn": 1, "lstm": 4, "gru": 3}
 MODULES = {"RNN": RNN, "LSTM": LSTM, "GRU": GRU}
@@ -53,27 +54,23 @@ def _weights(rng, cell, D, H, dtype, bias=True, scale=0.6):
     return w + b
 
 
-def _run_kernel(cell, x, h0, c0, params, dy, dh, dc, reverse, nonlinearity="tanh"):
-    """Forward and backward of the fused kernel; outputs then gradients, as one list."""
-    if cell == "lstm":
-        y, h, c, cache = K.lstm_forward(x, h0, c0, *params, reverse=reverse)
-        return [y, h, c, *K.lstm_backward(dy, dh, dc, cache)]
-    fwd, bwd = (K.gru_forward, K.gru_backward) if cell == "gru" else (K.rnn_forward,
-                                                                        K.rnn_backward)
+def _run_pair(pairs, cell, x, h0, c0, params, dy, dh, dc, reverse, nonlinearity="tanh"):
+    """Forward and backward of ``pairs``' (``K`` or ``R``) pair for ``cell``: outputs, then
+    gradients, then the hidden-state gradients of every step, as one list."""
+    states, douts = ((h0, c0), (dy, dh, dc)) if cell == "lstm" else ((h0,), (dy, dh))
     kw = {"nonlinearity": nonlinearity} if cell == "rnn" else {}
-    y, h, cache = fwd(x, h0, *params, reverse=reverse, **kw)
-    return [y, h, *bwd(dy, dh, cache)]
+    outs, cache = getattr(pairs, f"{cell}_forward")(x, *states, *params, reverse=reverse, **kw)
+    hidden = array_module(dy).empty(dy.shape, dtype=dy.dtype)
+    grads = getattr(pairs, f"{cell}_backward")(douts, cache, hidden_grads=hidden)
+    return [*outs, *grads, hidden]
 
 
-def _run_twin(cell, x, h0, c0, params, dy, dh, dc, reverse, nonlinearity="tanh"):
-    if cell == "lstm":
-        return [*R.lstm(x, h0, c0, *params, reverse=reverse),
-                *R.lstm_backward(dy, dh, dc, x, h0, c0, *params, reverse=reverse)]
-    if cell == "gru":
-        return [*R.gru(x, h0, *params, reverse=reverse),
-                *R.gru_backward(dy, dh, x, h0, *params, reverse=reverse)]
-    return [*R.rnn(x, h0, *params, nonlinearity, reverse),
-            *R.rnn_backward(dy, dh, x, h0, *params, nonlinearity, reverse)]
+def _run_kernel(*args, **kwargs):
+    return _run_pair(K, *args, **kwargs)
+
+
+def _run_twin(*args, **kwargs):
+    return _run_pair(R, *args, **kwargs)
 
 
 # ---- kernels == twins ----------------------------------------------------------------------
@@ -95,7 +92,7 @@ def test_kernels_match_twins(cell, nonlinearity, T, B, D, H, reverse, bias, dtyp
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         if g is None:  # no bias: no bias gradient
-            assert not bias
+            assert not bias and w is None
             continue
         scale = max(1.0, float(np.abs(w).max())) if w.size else 1.0
         assert_matches_reference(g / scale, w / scale, dtype, factor=256 * T,
@@ -107,23 +104,64 @@ def test_kernels_match_twins(cell, nonlinearity, T, B, D, H, reverse, bias, dtyp
        dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2**16))
 def test_forward_without_cache_is_the_same_forward(cell, T, B, D, H, reverse, dtype, seed):
     """keep_cache=False (one step's gates and cell state held, updated in place) gives
-    bit-identical outputs and no cache; LSTM's stacked output is [y; c_T]."""
+    bit-identical outputs and no cache."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((T, B, D)).astype(dtype)
     h0, c0 = (rng.standard_normal((B, H)).astype(dtype) for _ in range(2))
     params = _weights(rng, cell, D, H, dtype)
-    if cell == "lstm":
-        want = K.lstm_forward(x, h0, c0, *params, reverse=reverse)
-        got = K.lstm_forward(x, h0, c0, *params, reverse=reverse, keep_cache=False)
-        stacked = K.lstm_forward(x, h0, c0, *params, reverse=reverse, stacked=True,
-                                 keep_cache=False)
-        assert stacked[0].shape == (T + 1, B, H) and stacked[3] is None
-        np.testing.assert_array_equal(stacked[0], np.concatenate((want[0], want[2][None])))
-    else:
-        want = K.gru_forward(x, h0, *params, reverse=reverse)
-        got = K.gru_forward(x, h0, *params, reverse=reverse, keep_cache=False)
-    assert got[-1] is None and want[-1] is not None
-    for g, w in zip(got[:-1], want[:-1], strict=True):
+    states = (h0, c0) if cell == "lstm" else (h0,)
+    forward = getattr(K, f"{cell}_forward")
+    want, cache = forward(x, *states, *params, reverse=reverse)
+    got, no_cache = forward(x, *states, *params, reverse=reverse, keep_cache=False)
+    assert no_cache is None and cache is not None
+    assert len(got) == len(states) + 1
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("cell", ["rnn", "lstm", "gru"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_backward_computes_only_what_needs_asks_for(cell, reverse, rng):
+    """``needs`` (apply_op's mask over the forward's inputs): None where not wanted, the
+    others bit-identical to a backward that computes everything; without dx the kernels
+    skip its product, without any parameter gradient the weight products."""
+    T, B, D, H = 4, 5, 3, 6
+    x = rng.standard_normal((T, B, D))
+    h0, c0, dh, dc = (rng.standard_normal((B, H)) for _ in range(4))
+    dy = rng.standard_normal((T, B, H))
+    params = _weights(rng, cell, D, H, np.float64)
+    states, douts = ((h0, c0), (dy, dh, dc)) if cell == "lstm" else ((h0,), (dy, dh))
+    outs, cache = getattr(K, f"{cell}_forward")(x, *states, *params, reverse=reverse)
+    backward = getattr(K, f"{cell}_backward")
+    full = backward(douts, cache)
+    n = len(full)
+    for needs in [(False,) + (True,) * (n - 1), (True,) * (n - 4) + (False,) * 4,
+                  (False,) * (n - 4) + (True, False, False, True), (False,) * n]:
+        got = backward(douts, cache, needs=needs)
+        for i, (g, w, need) in enumerate(zip(got, full, needs, strict=True)):
+            if need:
+                np.testing.assert_array_equal(g, w, err_msg=f"{needs}: gradient {i}")
+            else:
+                assert g is None, f"{needs}: gradient {i}"
+    with pytest.raises(ValueError, match=rf"needs has 2 entries; {cell}_backward expects {n}"):
+        backward(douts, cache, needs=(True, True))
+    with pytest.raises(TypeError, match=r"douts must be a tuple \(dy, dh_T.*got ndarray"):
+        backward(dy, cache)
+
+
+def test_output_gradients_given_as_none_are_zeros(rng):
+    """douts entries None are zeros: (None, None, None) gives zero gradients, and dh_T alone
+    is the gradient of h_T alone."""
+    T, B, D, H = 3, 2, 3, 4
+    x = rng.standard_normal((T, B, D))
+    params = _weights(rng, "lstm", D, H, np.float64)
+    _, cache = K.lstm_forward(x, None, None, *params)
+    for g in K.lstm_backward((None, None, None), cache):
+        assert not g.any()
+    dh = rng.standard_normal((B, H))
+    got = K.lstm_backward((None, dh, None), cache)
+    want = K.lstm_backward((np.zeros((T, B, H)), dh, np.zeros((B, H))), cache)
+    for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
 
 
@@ -247,9 +285,9 @@ def test_hidden_grads_are_the_total_state_gradients(rng):
     x = rng.standard_normal((T, B, D))
     params = _weights(rng, "rnn", D, H, np.float64)
     dy = rng.standard_normal((T, B, H))
-    y, _, cache = K.rnn_forward(x, None, *params)
+    _, cache = K.rnn_forward(x, None, *params)
     hidden = np.empty((T, B, H))
-    K.rnn_backward(dy, None, cache, hidden)
+    K.rnn_backward((dy, None), cache, hidden_grads=hidden)
     w_ih, w_hh, b_ih, b_hh = (torch.tensor(p, requires_grad=True) for p in params)
     h, hs = torch.zeros(B, H, dtype=torch.float64), []
     for t in range(T):
@@ -320,8 +358,8 @@ def _flat(output):
 def test_reverse_direction_is_the_forward_one_on_the_flipped_sequence(rng):
     x = rng.standard_normal((6, 2, 3))
     params = _weights(rng, "gru", 3, 4, np.float64)
-    y_rev, h_rev, _ = K.gru_forward(x, None, *params, reverse=True)
-    y, h, _ = K.gru_forward(x[::-1], None, *params)
+    (y_rev, h_rev), _ = K.gru_forward(x, None, *params, reverse=True)
+    (y, h), _ = K.gru_forward(x[::-1], None, *params)
     np.testing.assert_allclose(y_rev, y[::-1], rtol=1e-14, atol=1e-14)
     np.testing.assert_allclose(h_rev, h, rtol=1e-14, atol=1e-14)
 
@@ -460,6 +498,26 @@ def test_hidden_gradient_norms_follow_the_spectral_bound():
     assert rnn.weight_hh_l0.grad is None  # the model's gradients are left alone
 
 
+def test_recorded_hidden_grads_are_registered_by_the_forward():
+    """A layer run forward inside ``record_hidden_grads`` registers zeros (T, B, H) for
+    each layer-direction (no gradient reached it yet); its backward fills them, even when
+    it runs after the block, with what the kernels' ``hidden_grads`` give."""
+    nk.manual_seed(0)
+    lstm = LSTM(3, 4, num_layers=2, bidirectional=True, dtype=np.float64)
+    x = np.random.default_rng(1).standard_normal((5, 2, 3))
+    with record_hidden_grads() as store:
+        out, _ = lstm(x)
+    assert sorted(store) == [(id(lstm), k, d) for k in range(2) for d in range(2)]
+    assert all(g.shape == (5, 2, 4) and not g.any() for g in store.values())
+    out[-1].sum().backward()  # a loss on the last step's output, after the block
+    top = store[id(lstm), 1, 0]
+    assert top[-1].any() and np.all(top[-1] == 1)  # dL/dh_{T-1}: the direct part alone
+    assert all(g.any() for g in store.values())
+    with record_hidden_grads() as store:
+        lstm(x)
+    assert all(not g.any() for g in store.values())  # no backward: zeros
+
+
 def test_hidden_gradient_norms_need_a_recurrent_layer():
     with pytest.raises(TypeError, match="nn.RNN"):
         hidden_gradient_norms(nk.nn.Linear(2, 2), np.zeros((2, 2), np.float32),
@@ -503,9 +561,9 @@ def test_bad_hyper_parameters_and_dtypes():
         LSTM(2, 3)(np.zeros((2, 1, 2), np.float32), np.zeros((1, 1, 3), np.float32))
 
 
-BACKWARD = {"rnn": lambda cache, dy=None: K.rnn_backward(dy, None, cache),
-            "lstm": lambda cache, dy=None: K.lstm_backward(dy, None, None, cache),
-            "gru": lambda cache, dy=None: K.gru_backward(dy, None, cache)}
+BACKWARD = {"rnn": lambda cache, dy=None: K.rnn_backward((dy, None), cache),
+            "lstm": lambda cache, dy=None: K.lstm_backward((dy, None, None), cache),
+            "gru": lambda cache, dy=None: K.gru_backward((dy, None), cache)}
 
 
 def _cache(cell, rng, T=4, B=2, D=3, H=2):
@@ -623,10 +681,10 @@ def _case_gpu_route():
     small blocks (4 threads, 2 rows) with ReLU, default blocks with tanh."""
     from helpers import assert_matches_reference
 
+    from nnkit._backend import numpy_on_gpu_route
     from nnkit._ext import recurrent_cuda
 
     rng = np.random.default_rng(5)
-    cpu_or_gpu = K._gpu_route
     for small in (True, False):
         recurrent_cuda.threads, recurrent_cuda.max_blocks = (4, 2) if small else (256, 128)
         for (T, B, D, H), dtype, cell, reverse in itertools.product(
@@ -637,20 +695,14 @@ def _case_gpu_route():
             params = _weights(rng, cell, D, H, dtype)
             args = (cell, x, h0, c0, params, dy, dh, dc, reverse, "relu" if small else "tanh")
             want = _run_kernel(*args)
-            K._gpu_route = lambda _x: True  # NumPy arrays down the GPU route
-            try:
+            with numpy_on_gpu_route():  # NumPy arrays down the GPU route
                 got = _run_kernel(*args)
-            finally:
-                K._gpu_route = cpu_or_gpu
             msg = f"{cell} {(T, B, D, H)} {np.dtype(dtype).name} reverse={reverse}"
             for i, (g, w) in enumerate(zip(got, want, strict=True)):
                 assert_matches_reference(g, w, dtype, factor=64, err_msg=f"output {i} {msg}")
             hidden = [_hidden_grads(cell, x, h0, c0, params, dy, reverse)]
-            K._gpu_route = lambda _x: True
-            try:
+            with numpy_on_gpu_route():
                 hidden.append(_hidden_grads(cell, x, h0, c0, params, dy, reverse))
-            finally:
-                K._gpu_route = cpu_or_gpu
             assert_matches_reference(hidden[1], hidden[0], dtype, factor=64,
                                      err_msg=f"hidden_grads {msg}")
 
@@ -658,18 +710,39 @@ def _case_gpu_route():
 def _hidden_grads(cell, x, h0, c0, params, dy, reverse):
     """The kernels' hidden_grads output (the total dL/dh_t of every step)."""
     hidden = np.empty(dy.shape, dy.dtype)
-    if cell == "lstm":
-        *_, cache = K.lstm_forward(x, h0, c0, *params, reverse=reverse)
-        K.lstm_backward(dy, None, None, cache, hidden_grads=hidden)
-    else:
-        fwd, bwd = (K.gru_forward, K.gru_backward) if cell == "gru" else (K.rnn_forward,
-                                                                            K.rnn_backward)
-        *_, cache = fwd(x, h0, *params, reverse=reverse)
-        bwd(dy, None, cache, hidden_grads=hidden)
+    states = (h0, c0) if cell == "lstm" else (h0,)
+    _, cache = getattr(K, f"{cell}_forward")(x, *states, *params, reverse=reverse)
+    getattr(K, f"{cell}_backward")((dy,) + (None,) * len(states), cache, hidden_grads=hidden)
     return hidden
 
 
-SIM_CASES = {"gpu_route_through_time": _case_gpu_route}
+def _case_needs_on_gpu_route():
+    """The GPU route's backward honours ``needs`` as the CPU's: None where not wanted (the
+    dx and weight GEMMs skipped), the rest identical to a backward computing everything."""
+    from nnkit._backend import numpy_on_gpu_route
+
+    rng = np.random.default_rng(6)
+    T, B, D, H = 3, 2, 2, 3
+    x = rng.standard_normal((T, B, D))
+    for cell in GATES:
+        params = _weights(rng, cell, D, H, np.float64)
+        states = (None, None) if cell == "lstm" else (None,)
+        with numpy_on_gpu_route():
+            outs, cache = getattr(K, f"{cell}_forward")(x, *states, *params)
+            douts = tuple(rng.standard_normal(o.shape) for o in outs)
+            backward = getattr(K, f"{cell}_backward")
+            full = backward(douts, cache)
+            n = len(full)
+            for needs in [(False,) + (True,) * (n - 1), (True,) * (n - 4) + (False,) * 4]:
+                for g, w, need in zip(backward(douts, cache, needs=needs), full, needs,
+                                      strict=True):
+                    assert (g is None) != need, (cell, needs)
+                    if need:
+                        np.testing.assert_array_equal(g, w, err_msg=f"{cell} {needs}")
+
+
+SIM_CASES = {"gpu_route_through_time": _case_gpu_route,
+             "needs_on_gpu_route": _case_needs_on_gpu_route}
 
 
 @pytest.fixture(scope="module")

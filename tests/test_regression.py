@@ -1,4 +1,5 @@
-"""Least squares (== np.linalg.lstsq) and logistic regression by SGD with the notes' gradient."""
+"""Least squares (== np.linalg.lstsq) and logistic regression by SGD with the gradient of
+notes §2.1."""
 
 import warnings
 
@@ -70,7 +71,7 @@ def test_linear_regression_wrong_number_of_features():
 
 # ---------------------------------------------------------- logistic regression
 def _sgd_twin(X, y01, lr, epochs):
-    """Plain SGD from the notes: w <- w - lr (sigma(w^T x) - y) x, sample by sample, in order."""
+    """Plain SGD of notes §2.1: w <- w - lr (sigma(w^T x) - y) x, sample by sample, in order."""
     w = [0.0] * (X.shape[1] + 1)                                          # (w, b)
     for _ in range(epochs):
         for x, y in zip(X, y01, strict=True):
@@ -99,7 +100,7 @@ def test_notes_gradient_is_the_gradient_of_the_cross_entropy(rng):
     def loss(v):    # (1/s) sum_i -log sigma((2 y_i - 1) v^T x_i)
         return -np.mean(log_expit((2 * y - 1) * (X @ v)))
 
-    grad = np.mean((1 / (1 + np.exp(-(X @ w))) - y)[:, None] * X, axis=0)   # notes, averaged
+    grad = np.mean((1 / (1 + np.exp(-(X @ w))) - y)[:, None] * X, axis=0)   # notes §2.1, averaged
     eps = 1e-6
     numeric = [(loss(w + eps * e) - loss(w - eps * e)) / (2 * eps) for e in np.eye(3)]
     np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-9)

@@ -13,6 +13,7 @@ import pytest
 from helpers import run_simulator_cases, simulator_outcomes, tolerance
 from hypothesis import example, given
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import nnkit as nk
 from nnkit._ext import scan_cpu
@@ -81,20 +82,20 @@ def test_scan_matches_twin(B, T, D, dtype, reverse, with_h0, seed):
 def test_chunked_scan_matches_twin(B, T, n_chunks, lanes, dtype, reverse, seed):
     """The chunked path at every chunk boundary: chunks of 0, 1 and uneven lengths."""
     a, b, h0, dh = _problem(seed, B, T, 1, dtype)
-    h = K._scan_chunked(a, b, h0, np.empty_like(a), reverse, n_chunks, lanes)
+    h = scan_cpu.scan_chunked(a, b, h0, np.empty_like(a), reverse, n_chunks, lanes)
     assert_matches_reference(h, R.linear_scan(a, b, h0, reverse), factor=_factor(T))
-    got = K._backward_chunked(dh, a, h, h0, np.empty_like(a), np.empty_like(a),
-                              np.empty_like(h0), reverse, n_chunks, lanes)
+    got = scan_cpu.backward_chunked(dh, a, h, h0, np.empty_like(a), np.empty_like(a),
+                                    np.empty_like(h0), reverse, n_chunks, lanes)
     for g, w in zip(got, R.linear_scan_backward(dh, (a, h, h0, reverse)), strict=True):
         assert_matches_reference(g, w, factor=_factor(T))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_plan_switches_to_chunks_for_one_long_sequence(dtype, monkeypatch):
-    monkeypatch.setattr(K, "CHUNK_MIN_T", 64)
-    monkeypatch.setattr(K, "CHUNK_MIN_THREADS", 1)
-    assert K._plan(1, 100, 1)[0] == "chunks"
-    assert K._plan(3, 100, 4)[0] == "rows"
+    monkeypatch.setattr(scan_cpu, "CHUNK_MIN_T", 64)
+    monkeypatch.setattr(scan_cpu, "CHUNK_MIN_THREADS", 1)
+    assert scan_cpu.plan(1, 100, 1)[0] == "chunks"
+    assert scan_cpu.plan(3, 100, 4)[0] == "rows"
     a, b, h0, dh = _problem(3, 1, 100, 1, dtype)
     h, cache = K.linear_scan_forward(a, b, h0)
     want_h, twin_cache = R.linear_scan_forward(a, b, h0)
@@ -108,10 +109,18 @@ def test_plan_switches_to_chunks_for_one_long_sequence(dtype, monkeypatch):
 def test_feature_blocks_cover_every_feature(B, D):
     """Small B cuts D into blocks (tasks for every thread); the last block is partial."""
     a, b, h0, dh = _problem(4, B, 9, D, np.float64)
-    for block in (K._plan(B, 9, D)[1], 64, 7):
+    for block in (scan_cpu.plan(B, 9, D)[1], 64, 7):
         out = np.empty_like(a)
         scan_cpu.scan_rows(a, b, h0, out, False, block)
         np.testing.assert_allclose(out, R.linear_scan(a, b, h0), rtol=1e-12, atol=1e-12)
+
+
+def test_cpu_and_cuda_modules_expose_the_same_launchers():
+    """``kernels_for`` picks the module; the calls are the same on both devices."""
+    from nnkit._ext import scan_cuda
+
+    for name in ("linear_scan", "linear_scan_backward"):
+        assert callable(getattr(scan_cpu, name)) and callable(getattr(scan_cuda, name))
 
 
 def _shifted_empty(shape, dtype, shift):
@@ -303,6 +312,73 @@ def test_gradient_matches_composition_of_autograd_ops():
     total.backward()
     for x, y in ((ta, ua), (tb, ub), (th, uh)):
         np.testing.assert_allclose(x.grad, y.grad, rtol=1e-12, atol=1e-12)
+
+
+# ---- the log-space scan against its twin ---------------------------------------------------
+
+def _logs(draw, shape, dtype, minus_inf):
+    """Finite logs in [-4, 4], some -inf (a zero) where ``minus_inf``."""
+    elements = st.floats(-4, 4, allow_subnormal=False, width=np.dtype(dtype).itemsize * 8)
+    if minus_inf:
+        elements = st.one_of(elements, st.just(-np.inf))
+    return draw(hnp.arrays(dtype, shape, elements=elements))
+
+
+@st.composite
+def log_scan_problems(draw):
+    B, T, D = draw(st.integers(0, 3)), draw(st.integers(0, 9)), draw(st.integers(0, 3))
+    dtype = draw(st.sampled_from((np.float32, np.float64)))
+    zeros = draw(st.booleans())  # a = 0 or b = 0 somewhere; h = 0 where both meet
+    log_a = _logs(draw, (B, T, D), dtype, zeros)
+    log_b = _logs(draw, (B, T, D), dtype, zeros)
+    log_h0 = _logs(draw, (B, D), dtype, zeros) if draw(st.booleans()) else None
+    dlog_h = _logs(draw, (B, T, D), dtype, False)
+    return log_a, log_b, log_h0, dlog_h
+
+
+@given(problem=log_scan_problems())
+@example(problem=(np.full((1, 3, 1), -np.inf), np.full((1, 3, 1), -np.inf), None,
+                  np.ones((1, 3, 1))))  # h = 0 at every step: all of G goes to log_b
+def test_log_scan_backward_matches_twin(problem):
+    """log_linear_scan's pair against its twin's: the twin takes each term's share of h_t
+    (a_t h_{t-1} / h_t and b_t / h_t) from its own log, the kernel one share and 1 minus
+    it."""
+    log_a, log_b, log_h0, dlog_h = problem
+    log_h, cache = K.log_linear_scan_forward(log_a, log_b, log_h0)
+    want_h, twin_cache = R.log_linear_scan_forward(log_a, log_b, log_h0)
+    T = log_a.shape[1]
+    np.testing.assert_array_equal(np.isneginf(log_h), np.isneginf(want_h))
+    finite = np.isfinite(want_h)
+    assert_matches_reference(log_h[finite], want_h[finite], factor=_factor(T))
+    got = K.log_linear_scan_backward(dlog_h, cache)
+    want = R.log_linear_scan_backward(dlog_h, twin_cache)
+    for name, g, w in zip(("dlog_a", "dlog_b", "dlog_h0"), got, want, strict=True):
+        assert_matches_reference(g, w, factor=_factor(T), err_msg=name)
+
+
+def test_log_scan_gradcheck():
+    """F.log_linear_scan against central differences in float64, with and without log_h0."""
+    rng = np.random.default_rng(12)
+    log_a, log_b = rng.uniform(-2, 1, (2, 6, 3)), rng.uniform(-2, 1, (2, 6, 3))
+    log_h0 = rng.uniform(-2, 1, (2, 3))
+    inputs = [nk.tensor(x, requires_grad=True) for x in (log_a, log_b, log_h0)]
+    assert nk.gradcheck(lambda a, b, h0: nk.functional.log_linear_scan(a, b, h0), inputs)
+    assert nk.gradcheck(lambda a, b: nk.functional.log_linear_scan(a, b), inputs[:2])
+
+
+def test_backward_returns_none_where_not_needed():
+    a, b, h0, dh = _problem(13, 2, 5, 3, np.float64)
+    _, cache = K.linear_scan_forward(a, b, h0)
+    everything = K.linear_scan_backward(dh, cache)
+    da, db, dh0 = K.linear_scan_backward(dh, cache, needs=(False, True, False))
+    assert da is None and dh0 is None
+    np.testing.assert_array_equal(db, everything[1])
+    _, log_cache = K.log_linear_scan_forward(a, b, h0)
+    all_logs = K.log_linear_scan_backward(dh, log_cache)
+    dla, dlb, dlh0 = K.log_linear_scan_backward(dh, log_cache, needs=(True, False, True))
+    assert dlb is None
+    np.testing.assert_array_equal(dla, all_logs[0])
+    np.testing.assert_array_equal(dlh0, all_logs[2])
 
 
 # ---- bad input -------------------------------------------------------------------------------
@@ -502,7 +578,7 @@ def test_lru_stable_for_a_long_sequence():
 
 
 def test_section_5_2_lru_with_an_mlp_readout_fits_what_a_linear_readout_cannot():
-    """Section 5.2: a linear recurrence loses no representational power when the output map
+    """Notes §5.2: a linear recurrence loses no representational power when the output map
     carries it. On y_t = x_{t-2} x_{t-5} an LRU read by a position-wise MLP reaches a small
     held-out MSE within 150 Adam steps; the same model without the Tanh (the same parameters,
     linear in the input sequence) stays at the best linear predictor's 27/32, since y is

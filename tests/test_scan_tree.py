@@ -1,6 +1,6 @@
 """The tree scans of the linear recurrence (``nk.kernels.tree_scan``): Hillis-Steele and
 Blelloch against the sequential recurrence, their twins, and their depth and work counted
-against the closed forms (section 5.2 of the notes: the scan's O(log n) is its depth)."""
+against the closed forms (notes §5.2: the scan's O(log n) is its depth)."""
 
 import math
 

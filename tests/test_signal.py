@@ -1,4 +1,4 @@
-"""nk.signal: NumPy equality and the properties of section 4.1 of the notes (commutativity,
+"""nk.signal: NumPy equality and the properties of notes §4.1 (commutativity,
 linearity, shift-equivariance, correlation == convolution with the flipped kernel, the
 convolution theorem via the FFT, the Toeplitz matrix), Theorem 4.6 (a linear map that commutes
 with shifts is a convolution: ``convolution_kernel``), plus the boundary."""

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from nnkit._ext import simd_math, softmax_cpu, softmax_cy  # setup.py builds every .pyx
+from nnkit._ext import simd_math, softmax_cpu
 from nnkit.kernels import reference as ref
 from nnkit.kernels import softmax as S
 
@@ -97,26 +97,24 @@ def test_cross_entropy_matches_twin(case, dloss):
 
 
 # ---------------------------------------------------------------------------------------
-# Both compiled kernels held to the twins directly, over widths that cross the vector
-# lanes, the 1024-column sum blocks and the 4096-column cross-entropy scratch.
+# Both builds of the compiled kernels held to the twins directly, over widths that cross the
+# vector lanes, the 1024-column sum blocks and the 4096-column cross-entropy scratch.
 
 WIDTHS = [1, 15, 16, 17, 1000, 2500, 5000]
 
 
 def _build(launcher, build):
-    """The serial or parallel Numba build of a launcher (Cython kernels have one build)."""
-    return getattr(launcher, build, launcher)
+    """The serial or parallel Numba build of a launcher."""
+    return getattr(launcher, build)
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("C", WIDTHS)
-@pytest.mark.parametrize("module, build", [(softmax_cpu, "serial"), (softmax_cpu, "parallel"),
-                                           (softmax_cy, "cython")],
-                         ids=["numba-serial", "numba-parallel", "cython"])
-def test_row_kernels_match_twin(module, build, C, dtype, rng):
+@pytest.mark.parametrize("build", ["serial", "parallel"])
+def test_row_kernels_match_twin(build, C, dtype, rng):
     x = (rng.standard_normal((3, C)) * 4).astype(dtype)
-    for launcher, twin in [(module.softmax_rows, ref.softmax),
-                           (module.log_softmax_rows, ref.log_softmax)]:
+    for launcher, twin in [(softmax_cpu.softmax_rows, ref.softmax),
+                           (softmax_cpu.log_softmax_rows, ref.log_softmax)]:
         out = np.empty_like(x)
         _build(launcher, build)(x, out)
         assert_matches_reference(out, twin(x), dtype=dtype)
@@ -140,6 +138,17 @@ def test_numba_backward_and_cross_entropy_kernels_match_twin(build, C, dtype, rn
     assert_matches_reference((loss_rows.sum() / 3).astype(dtype), ref.cross_entropy(x, target))
     _build(softmax_cpu.cross_entropy_backward_rows, build)(x, target, lse, 0.5 / 3, -100, out)
     assert_matches_reference(out, ref.cross_entropy_backward(0.5, (x, target, -100)))
+
+
+def test_cpu_and_cuda_modules_expose_the_same_launchers():
+    """``kernels_for`` picks the module; the calls are the same on both devices."""
+    from nnkit._ext import softmax_cuda
+
+    for name in ("softmax_rows", "log_softmax_rows", "softmax_backward_rows",
+                 "log_softmax_backward_rows", "cross_entropy_rows",
+                 "cross_entropy_backward_rows", "cross_entropy_mean",
+                 "cross_entropy_mean_backward_rows", "first_invalid_target"):
+        assert callable(getattr(softmax_cpu, name)) and callable(getattr(softmax_cuda, name))
 
 
 def test_plain_python_launchers_match_compiled(rng):

@@ -137,8 +137,8 @@ def test_novikoff_bound_brackets_the_float_ratio(R, ratio):
 def test_flip_probability_formula_and_limits():
     for alpha in (0.01, 0.05, 0.138, 0.5, 2.0):
         p = theory.hopfield_flip_probability(alpha)
-        notes = (1 - math.erf(math.sqrt(1 / (2 * alpha)))) / 2     # cancels: ~1e-16 absolute
-        assert p == pytest.approx(notes, rel=0, abs=1e-15)
+        printed = (1 - math.erf(math.sqrt(1 / (2 * alpha)))) / 2   # cancels: ~1e-16 absolute
+        assert p == pytest.approx(printed, rel=0, abs=1e-15)
         assert p == pytest.approx(math.erfc(math.sqrt(1 / (2 * alpha))) / 2, rel=1e-13)
     assert theory.hopfield_flip_probability(0) == 0.0
     assert theory.hopfield_flip_probability(1e-3) > 0            # erfc keeps the tail
@@ -152,7 +152,7 @@ def test_flip_probability_predicts_a_sampled_hebbian_network():
     n, s = 1000, 250                                              # alpha = 0.25
     P = rng.choice([-1.0, 1.0], size=(s, n))                      # (s, n) patterns
     W = P.T @ P / n                                               # (n, n)
-    np.fill_diagonal(W, 0.0)                                      # as the notes constrain
+    np.fill_diagonal(W, 0.0)                                      # as notes §1.4 constrains
     H = P @ W                                                     # (s, n) fields H_{t,i}
     flipped = np.where(H >= 0, 1.0, -1.0) != P                    # sgn(0) = +1
     assert flipped.mean() == pytest.approx(theory.hopfield_flip_probability(s / n), rel=0.1)
@@ -161,7 +161,7 @@ def test_flip_probability_predicts_a_sampled_hebbian_network():
 def test_hopfield_capacity_is_mceliece_ln_not_log2():
     assert theory.hopfield_capacity(1000) == pytest.approx(1000 / (2 * math.log(1000)))
     assert theory.hopfield_capacity(1000) == pytest.approx(
-        1000 / (2 * math.log2(1000)) / math.log(2))              # the notes' value / ln 2
+        1000 / (2 * math.log2(1000)) / math.log(2))              # notes §1.4's value / ln 2
     assert theory.hopfield_capacity(2) == pytest.approx(1 / math.log(2))
 
 

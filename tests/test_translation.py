@@ -403,7 +403,7 @@ def test_bahdanau_attention_gradient_matches_finite_differences(rng):
 
 
 def test_section_5_3_bahdanau_score_is_the_notes_formula_by_hand():
-    """Section 5.3: a_ij = softmax_j(MLP(z_{i-1}, zeta_j)), with Bahdanau's MLP
+    """Notes §5.3: a_ij = softmax_j(MLP(z_{i-1}, zeta_j)), with Bahdanau's MLP
     e_ij = v^T tanh(W z_{i-1} + U zeta_j + b), written out per (i, j) in plain loops from the
     model's parameters and compared with the weights of every decoder step (softmax over the
     sentence's real tokens only); the context c_i = sum_j a_ij zeta_j likewise."""

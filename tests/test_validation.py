@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from op_facts import OP_FACTS
 
 import nnkit.kernels as K
 from nnkit._backend import backend, kernels_for
@@ -48,7 +49,7 @@ def _f(*shape, dtype=np.float64):
 
 
 def _rnn_cache():
-    _, _, cache = K.rnn_forward(_f(3, 2, 4), None, _f(5, 4), _f(5, 5))
+    _, cache = K.rnn_forward(_f(3, 2, 4), None, _f(5, 4), _f(5, 5))
     return cache
 
 
@@ -134,7 +135,8 @@ BACKWARDS = [
 
 @pytest.mark.parametrize("call, name, shape",
                          [b[1:] for b in BACKWARDS] + [
-                             (lambda dy: K.rnn_backward(dy, None, _rnn_cache()), "dy", (3, 2, 5))],
+                             (lambda dy: K.rnn_backward((dy, None), _rnn_cache()), "dy",
+                              (3, 2, 5))],
                          ids=[b[0] for b in BACKWARDS] + ["recurrent_backward"])
 def test_backward_gradients_on_the_other_device_are_type_errors(call, name, shape):
     with pytest.raises(TypeError, match=rf"{name} must be a NumPy array.*got a GPU array"):
@@ -163,7 +165,7 @@ def _scan_backward(out_da):
 
 def _hidden_grads(out):
     cache = _rnn_cache()
-    return K.rnn_backward(_f(3, 2, 5), None, cache, hidden_grads=out)
+    return K.rnn_backward((_f(3, 2, 5), None), cache, hidden_grads=out)
 
 
 # (family, call given ``out``, the name in the message, the correct out's shape)
@@ -256,9 +258,19 @@ CPU_ONLY = [
      "states"),
     ("dense_memory", lambda: K.dense_memory_async_run(_D, _D, _D, _D, _D, 1, True, 0, "poly", 3,
                                                       _D, _D), "states"),
-    ("log_scan", lambda: K.scan.log_linear_scan_forward(DeviceArray(_f(1, 2, 1)),
-                                                        DeviceArray(_f(1, 2, 1))), "log_a"),
-]
+] + [(name, call, arg) for name, (call, arg) in {
+    # the kernels of the public ops that tests/op_facts.py lists without CUDA dtypes
+    "log_linear_scan": (lambda: K.scan.log_linear_scan_forward(DeviceArray(_f(1, 2, 1)),
+                                                               DeviceArray(_f(1, 2, 1))),
+                        "log_a"),
+}.items()]
+
+
+def test_the_cpu_only_public_ops_are_those_without_cuda_dtypes():
+    """Each public op that takes arrays and has no CUDA dtype in OP_FACTS is pinned above."""
+    cpu_only = {name for name, facts in OP_FACTS.items() if not facts.dtypes["cuda"]
+                and any(isinstance(v, np.ndarray) for v in facts.valid().values())}
+    assert cpu_only == {row[0] for row in CPU_ONLY} & set(OP_FACTS)
 
 
 @pytest.mark.parametrize("call, name", [c[1:] for c in CPU_ONLY], ids=[c[0] for c in CPU_ONLY])
@@ -285,7 +297,7 @@ def test_upper_layers_do_not_import_the_compiled_modules(package):
 
 
 def test_cpu_work_imports_no_cuda_module():
-    """Kernel modules load on first use: a CPU session never imports numba.cuda or CuPy."""
+    """Kernel modules load on first use: a CPU-only process never imports numba.cuda or CuPy."""
     code = ("import sys, numpy as np, nnkit as nk\n"
             "x = np.ones((2, 3)); nk.kernels.softmax_forward(x)\n"
             "nk.kernels.layer_norm_forward(x, None, None, 3)\n"

@@ -70,10 +70,10 @@ def _clone(fn, suffix: str):
 # Numba's np.dot calls SciPy's BLAS (scipy.linalg.cython_blas). Its worker threads spin for a
 # while after each call; in a loop that alternates a small GEMM with fused elementwise work,
 # the spinning worker takes the core the elementwise loop runs on: an LSTM forward that
-# called np.dot per step ran 1.5-6x slower with 2 BLAS threads than with one
+# called np.dot per step ran several times slower with 2 BLAS threads than with one
 # (benchmarks/RESULTS.md, "Figures moved from docstrings"). So kernels that call np.dot
 # (the attention kernels) run with SciPy's BLAS limited to one thread (restored afterwards;
-# ~1 us per switch).
+# a switch is cheap: benchmarks/RESULTS.md, "Figures moved from code comments").
 
 
 @functools.cache

@@ -106,12 +106,12 @@ def _gelu_backward(g, x, cdf, dx):
 
 
 # error_model="numpy": Python's ZeroDivisionError check on 1 / (1 + z / 2) kept the float32
-# loop scalar (8x slower).
+# loop scalar (several times slower: benchmarks/RESULTS.md, "Figures moved from docstrings").
 gelu_forward = serial_or_parallel(_gelu_forward, error_model="numpy")
 gelu_backward = serial_or_parallel(_gelu_backward)
 
 
-# ---- dropout: splitmix64 counters, the same stream as nnkit._random.device_uniform --------
+# ---- dropout: splitmix64 counters, the same stream as nnkit._random.uniform ---------------
 # Element i keeps its value when u_i >= p, u_i = (splitmix64(seed + (i + 1) gamma) >> 11)
 # 2^-53 (``simd_math.splitmix64``, ``uniform53``): no generator state, so the pass is
 # parallel, and a seed gives the same mask on the CPU as on the GPU. (Drawing with NumPy's

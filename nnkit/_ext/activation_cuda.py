@@ -13,7 +13,7 @@ kernels of a digits-ViT training step once the optimizer took one launch per 17 
   within ~3 float32 ulps of it; float64 agrees to rounding).
 - ``dropout_forward``: mask = 1/(1-p) where u_i >= p else 0, y = x mask (by the stored mask,
   as the backward multiplies), u_i element i's (C order) SplitMix64 draw: the stream of
-  ``activation_cpu`` and ``nnkit._random.device_uniform`` (``simd_math.splitmix64``), so
+  ``activation_cpu`` and ``nnkit._random.uniform`` (``simd_math.splitmix64``), so
   a seed gives the same mask on either device.
 
 Arrays are flat and C-contiguous (the caller reshapes), CuPy arrays (NumPy arrays under

@@ -7,6 +7,7 @@ is the validated entry point):
 - ``attention_forward(q, k, v, mask, has_mask, causal, scale, dropout_p, seed, out, lse)``
 - ``attention_backward(q, k, v, mask, has_mask, causal, scale, dropout_p, seed, out, lse,
   dout, dq, dk, dv)``
+- ``fill_dropout_multipliers(seed, dropout_p, out, bh0=0)``
 
 Shapes: q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev), mask (B, H, L, S) additive float
 (a zero-stride broadcast view; read only when ``has_mask``), out (B, H, L, Ev), lse (B, H, L).
@@ -53,18 +54,20 @@ number n + 1 for the given seed, n = ((b H + h) L + i) S + j:
 
 (``simd_math.splitmix64`` and ``uniform53``, compiled for the CUDA kernels too), so the
 backward regenerates the forward's mask and no mask is stored; kept probabilities are
-scaled by 1 / (1 - dropout_p). ``dropout_multipliers`` writes the full (B, H, L, S) matrix of
-multipliers (for tests and for the CUDA twin's tests; never used by the kernels).
+scaled by 1 / (1 - dropout_p). ``fill_dropout_multipliers`` writes a (B, H, L, S) matrix of
+multipliers (never used by the fused kernels: for the gradient of a mask, one (L, S) slab at
+a time), ``dropout_multipliers`` returns a new one (for the tests).
 
 Speed. The GEMMs go through Numba's ``np.dot`` (SciPy's BLAS, limited to one thread by
 ``serial_step_blas`` while the kernels run: the tasks already fill the cores; two threads
 calling it concurrently do overlap, measured). The elementwise work uses
 ``simd_math.exp_approx`` (a vectorisable polynomial exp: Numba compiles ``math.exp`` to a
 scalar libm call, one element at a time) and ``simd_math.fmax`` (a row maximum that
-vectorises). The kernels are GEMM-bound: the GEMMs take over 80% of the forward and over
-90% of the backward on one thread. The prange runs over ``_TASK_GROUPS`` contiguous groups
-of tasks, each allocating its scratch once: a score tile allocated per task (512 KiB,
-served by mmap and page faults) made the small causal forward about 1.5x slower. The
+vectorises). The kernels are GEMM-bound: the GEMMs take most of the forward and nearly all
+of the backward on one thread (benchmarks/RESULTS.md, "Figures moved from docstrings").
+The prange runs over ``_TASK_GROUPS`` contiguous groups of tasks, each allocating its
+scratch once: a score tile allocated per task (512 KiB, served by mmap and page faults)
+made the small causal forward markedly slower. The
 parallel build runs when there are two tasks and ``PARALLEL_MIN_WORK`` multiply-adds (the
 element count of q, which ``serial_or_parallel`` would use, says little here: the work is
 L S (E + Ev)).
@@ -90,7 +93,8 @@ from numba import prange
 from ._dispatch import serial_or_parallel, serial_step_blas
 from .simd_math import exp_approx, fmax, splitmix64, uniform53
 
-__all__ = ["attention_forward", "attention_backward", "dropout_multipliers", "Q_TILE",
+__all__ = ["attention_forward", "attention_backward", "fill_dropout_multipliers",
+           "dropout_multipliers", "Q_TILE",
            "CAUSAL_Q_TILE", "K_TILE", "BWD_Q_TILE", "BWD_K_TILE", "backward_chunks"]
 
 # Tile sizes, measured (see the module docstring); tests shrink them to reach every tile
@@ -465,8 +469,9 @@ def backward_chunks(B, H, S, k_tile):
     return max(1, min(n_kt, -(-threads // max(B * H, 1))))
 
 
-# Multiply-adds of the score and output GEMMs below which the serial build runs: ~0.1 ms of
-# work, the cost of waking the thread pool on a busy machine (see ``_dispatch``).
+# Multiply-adds of the score and output GEMMs below which the serial build runs: about as
+# much work as waking the thread pool costs on a busy machine (see ``_dispatch``;
+# benchmarks/RESULTS.md, "Figures moved from code comments")
 PARALLEL_MIN_WORK = 1 << 23
 
 
@@ -541,9 +546,14 @@ def attention_backward(q, k, v, mask, has_mask, causal, scale, dropout_p, seed, 
     return dq, dk, dv
 
 
-def dropout_multipliers(seed, dropout_p, shape, dtype=np.float64, bh0=0):
-    """The (B, H, L, S) dropout multipliers the kernels apply: 0 or 1 / (1 - dropout_p).
-    ``bh0``: the flat (batch, head) index of the first slab (the rest follow in order)."""
-    out = np.empty(shape, dtype)
+def fill_dropout_multipliers(seed, dropout_p, out, bh0=0):
+    """Fill ``out`` (B, H, L, S) with the dropout multipliers the kernels apply: 0 or
+    1 / (1 - dropout_p). ``bh0``: the flat (batch, head) index of the first slab (the rest
+    follow in order). Returns ``out``."""
     _dropout_multipliers_jit(np.int64(seed), float(dropout_p), int(bh0), out)
     return out
+
+
+def dropout_multipliers(seed, dropout_p, shape, dtype=np.float64, bh0=0):
+    """A new (B, H, L, S) array of ``fill_dropout_multipliers``."""
+    return fill_dropout_multipliers(seed, dropout_p, np.empty(shape, dtype), bh0)

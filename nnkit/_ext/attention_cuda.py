@@ -23,6 +23,8 @@ Kernels (Dao 2023, FlashAttention-2), all gathers, no atomics:
   Online softmax: the running row max m (tile maxima meet in shared memory), the running sum
   l (per-thread partial sums, all rescaled by the same exp(m_old - m_new), added up at the
   end), the accumulator rescaled likewise; P o Z goes through shared memory into P V.
+- ``fill_dropout_multipliers``: Z itself, a thread per element (the gradient of a mask
+  that requires one, one (L, S) slab at a time; ``attention_cpu``'s launcher of that name).
 - ``backward``: D_i = sum_e dout_ie out_ie (``_row_dot``, float64 sums); then one block per
   (key tile, b * h) loops over query tiles accumulating dK = scale dS^T Q and dV = (P o Z)^T dO
   in registers (P recomputed as exp(s - lse)); one block per (query tile, b * h) loops over
@@ -54,7 +56,7 @@ from numba import cuda, float32, float64
 from ._launch import device_empty, launch
 from .simd_math import splitmix64_dev, uniform53_dev
 
-__all__ = ["attention_forward", "attention_backward"]
+__all__ = ["attention_forward", "attention_backward", "fill_dropout_multipliers"]
 
 # Launch settings; None picks them by head dim and dtype (``_tiles``). The tests set all four.
 block_m = None  # query rows per tile
@@ -555,3 +557,28 @@ def attention_backward(q, k, v, mask, has_mask, causal, scale, dropout_p, seed, 
         BM, BN, TY, TX, EP, EVP = _tiles("dq", q.dtype.itemsize, E, Ev)
         kernel = _dq_kernel(q.dtype.name, BM, BN, TY, TX, EP, EVP)
         launch(kernel, ((L + BM - 1) // BM, B * H), (TX, TY), *args, D, dout, dq)
+
+
+# ---- the dropout multipliers ------------------------------------------------------------------
+
+@cuda.jit
+def _dropout_multipliers_kernel(seed, dropout_p, keep_scale, bh0, out):
+    """out[b, h, i, j] = Z of (batch, head) bh0 + b H + h, query i, key j; a thread each."""
+    t = cuda.grid(1)
+    B, H, L, S = out.shape
+    if t >= B * H * L * S:
+        return
+    j = t % S
+    i = (t // S) % L
+    bh = t // (S * L)
+    out[bh // H, bh % H, i, j] = _keep_dev(dropout_p, keep_scale, 0.0, seed, (bh0 + bh) * L, i,
+                                           S, j)
+
+
+def fill_dropout_multipliers(seed, dropout_p, out, bh0=0):
+    """Fill ``out`` (B, H, L, S) with the dropout multipliers Z the kernels apply (0 or
+    1 / (1 - dropout_p)); ``bh0``: the flat (batch, head) index of the first slab. Returns
+    ``out``."""
+    launch(_dropout_multipliers_kernel, *_grid(out.size, row_threads), _seed(seed),
+           float(dropout_p), 1.0 / (1.0 - float(dropout_p)), int(bh0), out)
+    return out

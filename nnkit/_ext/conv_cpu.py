@@ -1,11 +1,13 @@
 """Convolution and pooling on the CPU: Numba kernels around numpy's BLAS GEMM.
 
-The convolution is lowered to GEMMs (the algorithm and its measurement are written in
-``nnkit.kernels.conv``). These kernels do the data movement around them:
+The convolution is lowered to GEMMs (the paths and why each shape takes its own are written
+in ``nnkit.kernels.conv.algorithms`` and ``nnkit.kernels.conv.cpu``). These kernels do the
+data movement around them:
 
 - ``im2col``: cols[(c kh + i) kw + j, (n Ho + a) Wo + b] = xpad[n, c, a sh + i dh, b sw + j dw]
   (zero outside the image); prange over the rows of cols, each written contiguously by
-  indexed loops over flat arrays with unsigned indices (vectorised; 2x the slice copies);
+  indexed loops over flat arrays with unsigned indices (vectorised; faster than slice
+  copies: benchmarks/RESULTS.md, "Figures moved from docstrings");
 - ``col2im``: the adjoint, dx[n, c, h, w] = sum of the cols entries that read (h, w); prange
   over (n, c) planes, so no two threads write the same element (deterministic);
 - ``bias_transpose``: y[n, k, p] = ykn[k, n, p] + bias[k] (GEMM output back to NCHW);
@@ -22,9 +24,9 @@ reads holds at least ``PARALLEL_MIN_ELEMENTS`` = 2^20 elements (4 MiB of float32
 2^16 of ``_dispatch``: these kernels move a few bytes per element, so below that size
 waking the pool (tens of microseconds; on a busy 2-core machine a scheduler slice of several
 milliseconds, benchmarks/RESULTS.md) costs more than the second core saves. The
-convolution (``nnkit.kernels.conv``) calls the serial builds of im2col, col2im,
-bias_transpose and transpose_sum outright: their OpenMP workers and OpenBLAS's threads,
-both spinning after a call, slow each other's next call by up to 2x (reasons there).
+convolution's batch-wide path (``nnkit.kernels.conv.cpu``) calls the serial builds of
+im2col, col2im, bias_transpose and transpose_sum outright: their OpenMP workers and
+OpenBLAS's threads, both spinning after a call, slow each other's next call (reasons there).
 
 No fastmath: pure data movement and sums whose order is fixed. Kernels validate nothing and
 take C-contiguous arrays with preallocated outputs.
@@ -42,7 +44,8 @@ from ._dispatch import nogil_build, serial_or_parallel
 __all__ = ["im2col", "col2im", "im2col_nogil", "col2im_nogil", "bias_transpose",
            "transpose_sum", "max_pool", "max_pool_backward", "avg_pool", "avg_pool_backward",
            "avg_divisor",
-           "direct_forward", "direct_backward_input", "direct_backward_weight"]
+           "direct_forward", "direct_backward_input", "direct_backward_weight",
+           "direct_backward_bias"]
 
 
 def _valid_range(n_out, size, stride, offset):
@@ -371,8 +374,8 @@ avg_pool_backward = _by_size(_avg_pool_backward, -1)  # dx
 
 
 # ---- direct convolution (depthwise layers) ------------------------------------------------
-# For any groups; ``nnkit.kernels.conv`` runs them for depthwise layers (one input channel a
-# group), where im2col's GEMMs would have one row. They work on zero-padded planes
+# For any groups; ``nnkit.kernels.conv.cpu`` runs them for depthwise layers (one input
+# channel a group), where im2col's GEMMs would have one row. They work on zero-padded planes
 # (P, (H + pt + pb) x (W + pl + pr)): each output row is a sum of Cg kh kw scaled input rows,
 # a unit-stride (stride 1) or strided run that LLVM vectorises. The weight gradient keeps a
 # vector of partial sums per tap (a scalar reduction would stay unvectorised without
@@ -503,6 +506,24 @@ def _direct_backward_weight(x, dy, sh, sw, pt, pl, pb, pr, dh, dw, dw_out, dbias
         dbias[k] = t
 
 
+def _direct_backward_bias(dy, dbias):
+    """dbias[k] = sum_{n, a, b} dy[n, k, a, b], summed as ``direct_backward_weight`` sums it
+    (each output column over n and a, then the columns): the bias gradient alone."""
+    N, K, Ho, Wo = dy.shape
+    for k in numba.prange(K):
+        accb = np.zeros(Wo, dtype=dy.dtype)
+        for n in range(N):
+            for a in range(Ho):
+                gy = dy[n, k, a]
+                for b in range(Wo):
+                    accb[np.uint64(b)] += gy[np.uint64(b)]
+        t = 0.0
+        for b in range(Wo):
+            t += accb[b]
+        dbias[k] = t
+
+
 direct_forward = _by_size(_direct_forward, -1)  # y
 direct_backward_input = _by_size(_direct_backward_input, -1)  # dx
 direct_backward_weight = _by_size(_direct_backward_weight, 0)  # x
+direct_backward_bias = _by_size(_direct_backward_bias, 0)  # dy

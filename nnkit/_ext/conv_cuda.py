@@ -1,12 +1,18 @@
-"""Convolution and pooling on NVIDIA GPUs: Numba CUDA kernels.
+"""Convolution and pooling on NVIDIA GPUs: Numba CUDA kernels and the launchers of
+``nnkit.kernels.conv`` for GPU arrays (the names of ``nnkit.kernels.conv.cpu``'s, so that
+``nnkit._backend.kernels_for`` picks between the two modules).
 
 Every kernel is a gather (each thread owns one element it writes), so there are no atomics
 and the results are deterministic; sums run in float64.
 
-- convolution, as on the CPU, is im2col + GEMM (``nnkit.kernels.conv`` composes them, the
-  GEMMs in cuBLAS through CuPy): ``im2col`` (thread per element of cols) and its adjoint
-  ``col2im`` (thread per dx[n, c, h, w], summing the dcols entries of the taps (i, j) with
-  a s_h + i d_h - pt = h and b s_w + j d_w - pl = w);
+- convolution, as the CPU's batch-wide path, is im2col + GEMM: ``conv2d_forward(x, weight,
+  bias, cache)`` fills cols with ``im2col`` (thread per element of cols) and runs
+  Y = W @ cols per group in cuBLAS (CuPy's matmul; NumPy's under the simulator), the bias
+  added in the transpose back to NCHW; ``conv2d_backward(dy, cache, needs)`` runs
+  dW = dY @ cols^T and dcols = W^T @ dY per group and ``col2im`` (thread per dx[n, c, h, w],
+  summing the dcols entries of the taps (i, j) with a s_h + i d_h - pt = h and
+  b s_w + j d_w - pl = w). The direct kernels (one thread per output) this replaced reached a
+  few percent of cuDNN (benchmarks/RESULTS.md, "On an NVIDIA H100");
 - pooling: ``max_pool`` (torch's argmax rule), ``max_pool_backward`` (thread per input
   element, gathering the windows whose argmax is that element), ``avg_pool`` and
   ``avg_pool_backward`` (torch's divisor: ``conv_cpu.avg_divisor`` as a device function).
@@ -20,12 +26,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import cuda, float64
 
+from .._backend import array_module
 from ._launch import launch
 from .conv_cpu import _valid_range, avg_divisor
 
-__all__ = ["im2col", "col2im", "max_pool", "max_pool_backward", "avg_pool", "avg_pool_backward"]
+__all__ = ["conv2d_forward", "conv2d_backward", "release", "im2col", "col2im", "max_pool",
+           "max_pool_backward", "avg_pool", "avg_pool_backward"]
 
 threads = 128
 
@@ -213,6 +222,7 @@ def col2im(dcols, kernel, stride, pads, dilation, out_hw, dx):
 def max_pool(x, kernel, stride, padding, dilation, y, idx):
     """y = window max, idx = h W + w of the routed maximum (torch's rule)."""
     if y.size:
+        x = array_module(x).ascontiguousarray(x)
         launch(_max_pool_kernel, _blocks(y.size), threads, x, *kernel, *stride, *padding,
                *dilation, y, idx)
 
@@ -220,6 +230,7 @@ def max_pool(x, kernel, stride, padding, dilation, y, idx):
 def max_pool_backward(dy, idx, kernel, stride, padding, dilation, dx):
     """dx[n, c, h, w] = sum of dy over the windows whose argmax is (h, w)."""
     if dx.size:
+        dy = array_module(dy).ascontiguousarray(dy)
         launch(_max_pool_bwd_kernel, _blocks(dx.size), threads, dy, idx, *kernel, *stride,
                *padding, *dilation, dx)
 
@@ -227,6 +238,7 @@ def max_pool_backward(dy, idx, kernel, stride, padding, dilation, dx):
 def avg_pool(x, kernel, stride, padding, count_include_pad, divisor, y):
     """y = window mean; divisor ``conv_cpu.avg_divisor`` (divisor_override if nonzero)."""
     if y.size:
+        x = array_module(x).ascontiguousarray(x)
         launch(_avg_pool_kernel, _blocks(y.size), threads, x, *kernel, *stride, *padding,
                count_include_pad, divisor, y)
 
@@ -234,5 +246,70 @@ def avg_pool(x, kernel, stride, padding, count_include_pad, divisor, y):
 def avg_pool_backward(dy, kernel, stride, padding, count_include_pad, divisor, dx):
     """dx = sum over the windows holding (h, w) of dy / divisor."""
     if dx.size:
+        dy = array_module(dy).ascontiguousarray(dy)
         launch(_avg_pool_bwd_kernel, _blocks(dx.size), threads, dy, *kernel, *stride, *padding,
                count_include_pad, divisor, dx)
+
+
+# ---- the convolution launchers ---------------------------------------------------------------
+
+def _cache_geometry(cache):
+    """``im2col``/``col2im``'s geometry arguments, from the cache."""
+    return (cache.weight.shape[2:], cache.stride, cache.pads, cache.dilation, cache.out_hw)
+
+
+def conv2d_forward(x, weight, bias, cache):
+    """y (N, K, Ho, Wo): cols by ``im2col``, Y = W @ cols per group (one batched product),
+    the bias added in the transpose; the cols stay in ``cache.cols`` for the backward."""
+    xp = array_module(x)
+    x, weight = xp.ascontiguousarray(x), xp.ascontiguousarray(weight)
+    cache.x, cache.weight = x, weight
+    N, C = x.shape[:2]
+    K, G, P = weight.shape[0], cache.groups, cache.out_hw[0] * cache.out_hw[1]
+    R = C * weight.shape[2] * weight.shape[3]
+    cols = xp.empty((R, N * P), dtype=x.dtype)
+    im2col(x, *_cache_geometry(cache), cols)
+    ykn = xp.matmul(weight.reshape(G, K // G, R // G), cols.reshape(G, R // G, N * P))
+    y = xp.empty((N, K, P), dtype=x.dtype)
+    ynkp = ykn.reshape(K, N, P).transpose(1, 0, 2)
+    if bias is None:
+        y[...] = ynkp
+    else:
+        xp.add(ynkp, bias.reshape(1, K, 1), out=y)
+    cache.cols = cols
+    return y.reshape(N, K, *cache.out_hw)
+
+
+def conv2d_backward(dy, cache, needs):
+    """(dx, dweight, dbias): dW = dY @ cols^T and dcols = W^T @ dY per group (cuBLAS),
+    dx = col2im(dcols), dbias the sums of dY; None where ``needs`` (x, weight, bias) says
+    not wanted. The forward's cols are consumed (a second backward recomputes them)."""
+    need_x, need_w, need_b = needs
+    xp = array_module(dy)
+    x, weight = cache.x, cache.weight
+    N, C = x.shape[:2]
+    K, G, P = weight.shape[0], cache.groups, cache.out_hw[0] * cache.out_hw[1]
+    R = C * weight.shape[2] * weight.shape[3]
+    dyt = xp.ascontiguousarray(dy.reshape(N, K, P).transpose(1, 0, 2)).reshape(K, N * P)
+    dx = dw = db = None
+    if need_w:
+        cols = cache.cols
+        if cols is None:  # a backward called twice: the first consumed the cols
+            cols = xp.empty((R, N * P), dtype=x.dtype)
+            im2col(x, *_cache_geometry(cache), cols)
+        dw = xp.matmul(dyt.reshape(G, K // G, N * P),
+                       cols.reshape(G, R // G, N * P).transpose(0, 2, 1)).reshape(weight.shape)
+    if need_b:
+        db = dyt.sum(axis=1, dtype=np.float64).astype(x.dtype)
+    cache.cols = None
+    if need_x:
+        dcols = xp.matmul(weight.reshape(G, K // G, R // G).transpose(0, 2, 1),
+                          dyt.reshape(G, K // G, N * P))
+        dx = xp.empty(x.shape, dtype=x.dtype)
+        col2im(dcols.reshape(R, N * P), *_cache_geometry(cache), dx)
+    return dx, dw, db
+
+
+def release(cache):
+    """Drop the forward's cols (no backward will read them)."""
+    cache.cols = None

@@ -102,57 +102,29 @@ typedef int (*cw_backward_fn)(const void *x, const void *dy, const void *wfp, vo
                               void *acc, double *db, const cw_geom *g, ptrdiff_t lo,
                               ptrdiff_t hi);
 
-#if defined(__GNUC__) && !defined(NNKIT_GEMM_PLAIN)
-#define GP_INLINE inline __attribute__((always_inline))
+#if NNKIT_VECTORS
 
-typedef float cw_v16f __attribute__((vector_size(64), aligned(4)));
-typedef double cw_v8d __attribute__((vector_size(64), aligned(8)));
-
-/* the bodies of both float types: passes of 4 rows, 32-column forward tiles */
-#define CW_ATTR GP_INLINE
-#define CW_NV 2
-#define CW_TAG 4
-#include "conv_window_types.h"
-#undef CW_TAG
-#undef CW_NV
-#undef CW_ATTR
-
-#ifdef NNKIT_X86_64 /* the AVX-512 bodies: 8-row tiles, 48-column forward tiles, masked stores */
-#define CW_ATTR GP_INLINE NNKIT_TARGET_AVX512
-#define CW_NV 3
-#define CW_TAG 8
-#define CW_ROWS8
-#define CW_MASK_STORE_F32(p, mask, v) _mm512_mask_storeu_ps(p, (__mmask16)(mask), (__m512)(v))
-#define CW_MASK_STORE_F64(p, mask, v) _mm512_mask_storeu_pd(p, (__mmask8)(mask), (__m512d)(v))
-#include "conv_window_types.h"
-#undef CW_MASK_STORE_F32
-#undef CW_MASK_STORE_F64
-#undef CW_ROWS8
-#undef CW_TAG
-#undef CW_NV
-#undef CW_ATTR
-#endif
-
-#define CW_VARIANT(NAME, TARGET, T, SUF)                                                \
-    TARGET static int NAME##_fwd(const void *x, const void *wp, const void *bias, void *y, \
-                                 const cw_geom *g, ptrdiff_t lo, ptrdiff_t hi)          \
-    {                                                                                   \
-        return cw_forward_##SUF(x, wp, bias, y, g, lo, hi);                             \
-    }                                                                                   \
-    TARGET static int NAME##_bwd(const void *x, const void *dy, const void *wfp, void *dx, \
-                                 void *acc, double *db, const cw_geom *g, ptrdiff_t lo, \
-                                 ptrdiff_t hi)                                          \
-    {                                                                                   \
-        return cw_backward_##SUF(x, dy, wfp, dx, acc, db, g, lo, hi);                   \
-    }
-
-CW_VARIANT(cw_base_f32, , float, f32_4)
-CW_VARIANT(cw_base_f64, , double, f64_4)
+/* the kernels of each float type and instruction set (isa_targets.h): cw_fwd_<type>_<isa>,
+ * cw_bwd_<type>_<isa> */
+#define NNKIT_TYPE f32
+#define NNKIT_ISA base
+#include "conv_window_body.h"
+#define NNKIT_TYPE f64
+#define NNKIT_ISA base
+#include "conv_window_body.h"
 #ifdef NNKIT_X86_64
-CW_VARIANT(cw_avx512_f32, NNKIT_TARGET_AVX512, float, f32_8)
-CW_VARIANT(cw_avx512_f64, NNKIT_TARGET_AVX512, double, f64_8)
-CW_VARIANT(cw_avx2_f32, NNKIT_TARGET_AVX2, float, f32_4)
-CW_VARIANT(cw_avx2_f64, NNKIT_TARGET_AVX2, double, f64_4)
+#define NNKIT_TYPE f32
+#define NNKIT_ISA avx2
+#include "conv_window_body.h"
+#define NNKIT_TYPE f64
+#define NNKIT_ISA avx2
+#include "conv_window_body.h"
+#define NNKIT_TYPE f32
+#define NNKIT_ISA avx512
+#include "conv_window_body.h"
+#define NNKIT_TYPE f64
+#define NNKIT_ISA avx512
+#include "conv_window_body.h"
 #endif
 
 static const int cw_available = 1;
@@ -162,23 +134,24 @@ static const int cw_available = 1;
 static void *cw_kernel(int which, int k)
 {
     if (which > nnkit_isa_level()) return NULL;
+#define CW_TABLE(isa)                                                                       \
+    {(void *)cw_fwd_f32_##isa, (void *)cw_fwd_f64_##isa, (void *)cw_bwd_f32_##isa,          \
+     (void *)cw_bwd_f64_##isa}
 #ifdef NNKIT_X86_64
     if (which == 2) {
-        void *t[4] = {(void *)cw_avx512_f32_fwd, (void *)cw_avx512_f64_fwd,
-                      (void *)cw_avx512_f32_bwd, (void *)cw_avx512_f64_bwd};
+        void *t[4] = CW_TABLE(avx512);
         return t[k];
     }
     if (which == 1) {
-        void *t[4] = {(void *)cw_avx2_f32_fwd, (void *)cw_avx2_f64_fwd,
-                      (void *)cw_avx2_f32_bwd, (void *)cw_avx2_f64_bwd};
+        void *t[4] = CW_TABLE(avx2);
         return t[k];
     }
 #endif
     {
-        void *t[4] = {(void *)cw_base_f32_fwd, (void *)cw_base_f64_fwd,
-                      (void *)cw_base_f32_bwd, (void *)cw_base_f64_bwd};
+        void *t[4] = CW_TABLE(base);
         return t[k];
     }
+#undef CW_TABLE
 }
 
 /* A run over the batch in ``parts`` runs of images, part p on images

@@ -13,9 +13,9 @@
  *   nnkit_stream_fence (): orders those stores before the caller's later ones.
  *
  * One source, compiled for AVX-512, AVX2+FMA and the baseline ISA on x86-64 (GCC, Clang),
- * chosen at run time by the CPU's features (gemm_select_*); elsewhere the baseline only.
- * The vectors are GCC vector extensions; compilers without them (or a build with
- * -DNNKIT_GEMM_PLAIN) get plain loops. */
+ * chosen at run time by the CPU's features (gemm_select_*); elsewhere the baseline only
+ * (isa_targets.h). The vectors are GCC vector extensions; compilers without them (or a
+ * build with -DNNKIT_PLAIN) get plain loops. */
 
 #ifndef NNKIT_GEMM_PACKED_H
 #define NNKIT_GEMM_PACKED_H
@@ -29,7 +29,8 @@
  * without evicting anything: for data the loop will not read again (the BPTT's packed dA,
  * read once by the weight-gradient product after the loop). Its 32 panels' rows, 1 MiB
  * apart, filled the same few cache sets at every step and pushed the step weights out of
- * L2: streamed, the LSTM's BPTT step ran ~10% faster (benchmarks/RESULTS.md). SSE2, so
+ * L2: streamed, the LSTM's BPTT step ran faster (benchmarks/RESULTS.md, "The LSTM above
+ * torch again"). SSE2, so
  * every x86-64 build; elsewhere a plain copy. A 16-byte piece of dst that is not aligned
  * is written with plain stores. */
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -68,81 +69,34 @@ static void stream_fence(void) {}
 #define NNKIT_GEMM_NR_F32 32
 #define NNKIT_GEMM_NR_F64 16
 
-typedef void (*nnkit_gemm_f32_fn)(const float *, const float *, float *, ptrdiff_t, ptrdiff_t, ptrdiff_t);
-typedef void (*nnkit_gemm_f64_fn)(const double *, const double *, double *, ptrdiff_t, ptrdiff_t, ptrdiff_t);
+typedef void (*nnkit_gemm_f32_fn)(const float *, const float *, float *, ptrdiff_t, ptrdiff_t,
+                                  ptrdiff_t);
+typedef void (*nnkit_gemm_f64_fn)(const double *, const double *, double *, ptrdiff_t,
+                                  ptrdiff_t, ptrdiff_t);
 
-#if defined(__GNUC__) && !defined(NNKIT_GEMM_PLAIN)
+#if NNKIT_VECTORS
 
-typedef float nnkit_v16f __attribute__((vector_size(64), aligned(4)));
-typedef double nnkit_v8d __attribute__((vector_size(64), aligned(8)));
-#define GP_INLINE inline __attribute__((always_inline))
-
-#define GP_T float
-#define GP_V nnkit_v16f
-#define GP_L 16
-#define GP_NAME gemm_generic_f32
+/* the kernels of each float type and instruction set (isa_targets.h): gemm_<type>_<isa>
+ * (c = a @ b, a contiguous) and gemm_ld_<type>_<isa> (c (+)= a @ b, a's rows lda apart) */
+#define NNKIT_TYPE f32
+#define NNKIT_ISA base
 #include "gemm_packed_body.h"
-#undef GP_T
-#undef GP_V
-#undef GP_L
-#undef GP_NAME
-
-#define GP_T double
-#define GP_V nnkit_v8d
-#define GP_L 8
-#define GP_NAME gemm_generic_f64
+#define NNKIT_TYPE f64
+#define NNKIT_ISA base
 #include "gemm_packed_body.h"
-#undef GP_T
-#undef GP_V
-#undef GP_L
-#undef GP_NAME
-
-/* the AVX-512 builds' bodies: 8-row tiles first (see gemm_packed_body.h) */
-#define GP_ROWS8
-#define GP_T float
-#define GP_V nnkit_v16f
-#define GP_L 16
-#define GP_NAME gemm_generic8_f32
-#include "gemm_packed_body.h"
-#undef GP_T
-#undef GP_V
-#undef GP_L
-#undef GP_NAME
-
-#define GP_T double
-#define GP_V nnkit_v8d
-#define GP_L 8
-#define GP_NAME gemm_generic8_f64
-#include "gemm_packed_body.h"
-#undef GP_T
-#undef GP_V
-#undef GP_L
-#undef GP_NAME
-#undef GP_ROWS8
-
-/* NAME: c = a @ b, a contiguous; NAME##_ld: c (+)= a @ b, a's rows lda apart */
-#define GP_VARIANT(NAME, TARGET, T, GENERIC)                                           \
-    TARGET static void NAME(const T *a, const T *bp, T *c, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N)      \
-    {                                                                                  \
-        GENERIC(a, bp, c, M, K, N, K, 0);                                              \
-    }                                                                                  \
-    TARGET static void NAME##_ld(const T *a, const T *bp, T *c, ptrdiff_t M, ptrdiff_t K,  \
-                                 ptrdiff_t N, ptrdiff_t lda, ptrdiff_t acc)            \
-    {                                                                                  \
-        if (acc)                                                                       \
-            GENERIC(a, bp, c, M, K, N, lda, 1);                                        \
-        else                                                                           \
-            GENERIC(a, bp, c, M, K, N, lda, 0);                                        \
-    }
-
-GP_VARIANT(gemm_base_f32, , float, gemm_generic_f32)
-GP_VARIANT(gemm_base_f64, , double, gemm_generic_f64)
-
 #ifdef NNKIT_X86_64
-GP_VARIANT(gemm_avx512_f32, NNKIT_TARGET_AVX512, float, gemm_generic8_f32)
-GP_VARIANT(gemm_avx512_f64, NNKIT_TARGET_AVX512, double, gemm_generic8_f64)
-GP_VARIANT(gemm_avx2_f32, NNKIT_TARGET_AVX2, float, gemm_generic_f32)
-GP_VARIANT(gemm_avx2_f64, NNKIT_TARGET_AVX2, double, gemm_generic_f64)
+#define NNKIT_TYPE f32
+#define NNKIT_ISA avx2
+#include "gemm_packed_body.h"
+#define NNKIT_TYPE f64
+#define NNKIT_ISA avx2
+#include "gemm_packed_body.h"
+#define NNKIT_TYPE f32
+#define NNKIT_ISA avx512
+#include "gemm_packed_body.h"
+#define NNKIT_TYPE f64
+#define NNKIT_ISA avx512
+#include "gemm_packed_body.h"
 #endif
 
 /* the build of instruction-set level ``which`` (0 baseline, 1 AVX2+FMA, 2 AVX-512), NULL
@@ -151,10 +105,10 @@ static void *gemm_variant(int which, int f64)
 {
     if (which > nnkit_isa_level()) return NULL;
 #ifdef NNKIT_X86_64
-    if (which == 2) return f64 ? (void *)gemm_avx512_f64 : (void *)gemm_avx512_f32;
-    if (which == 1) return f64 ? (void *)gemm_avx2_f64 : (void *)gemm_avx2_f32;
+    if (which == 2) return f64 ? (void *)gemm_f64_avx512 : (void *)gemm_f32_avx512;
+    if (which == 1) return f64 ? (void *)gemm_f64_avx2 : (void *)gemm_f32_avx2;
 #endif
-    return f64 ? (void *)gemm_base_f64 : (void *)gemm_base_f32;
+    return f64 ? (void *)gemm_f64_base : (void *)gemm_f32_base;
 }
 static nnkit_gemm_f32_fn gemm_select_f32(void)
 {
@@ -169,42 +123,43 @@ static void *gemm_select_ld(int f64)
 {
 #ifdef NNKIT_X86_64
     int which = nnkit_isa_level();
-    if (which == 2) return f64 ? (void *)gemm_avx512_f64_ld : (void *)gemm_avx512_f32_ld;
-    if (which == 1) return f64 ? (void *)gemm_avx2_f64_ld : (void *)gemm_avx2_f32_ld;
+    if (which == 2) return f64 ? (void *)gemm_ld_f64_avx512 : (void *)gemm_ld_f32_avx512;
+    if (which == 1) return f64 ? (void *)gemm_ld_f64_avx2 : (void *)gemm_ld_f32_avx2;
 #endif
-    return f64 ? (void *)gemm_base_f64_ld : (void *)gemm_base_f32_ld;
+    return f64 ? (void *)gemm_ld_f64_base : (void *)gemm_ld_f32_base;
 }
 static const char *gemm_isa(void) { return nnkit_isa_name(nnkit_isa_level()); }
 
 #else /* no vector extensions: plain loops over the same packed layout */
 
-#define GP_PLAIN(NAME, T, NR)                                                          \
-    static void NAME##_ld(const T *a, const T *bp, T *c, ptrdiff_t M, ptrdiff_t K,     \
-                          ptrdiff_t N, ptrdiff_t lda, ptrdiff_t acc)                   \
-    {                                                                                  \
-        for (ptrdiff_t i = 0; i < M; i++)                                                   \
-            for (ptrdiff_t n = 0; n < N; n++) {                                             \
-                const T *col = bp + (n / NR) * K * NR + n % NR;                        \
-                T s = acc ? c[i * N + n] : 0;                                          \
-                for (ptrdiff_t k = 0; k < K; k++) s += a[i * lda + k] * col[k * NR];        \
-                c[i * N + n] = s;                                                      \
-            }                                                                          \
-    }                                                                                  \
-    static void NAME(const T *a, const T *bp, T *c, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N)             \
-    {                                                                                  \
-        NAME##_ld(a, bp, c, M, K, N, K, 0);                                            \
+#define GP_PLAIN(SUFFIX, T, NR)                                                            \
+    static void gemm_ld_##SUFFIX(const T *a, const T *bp, T *c, ptrdiff_t M, ptrdiff_t K,  \
+                                 ptrdiff_t N, ptrdiff_t lda, ptrdiff_t acc)                \
+    {                                                                                      \
+        for (ptrdiff_t i = 0; i < M; i++)                                                  \
+            for (ptrdiff_t n = 0; n < N; n++) {                                            \
+                const T *col = bp + (n / NR) * K * NR + n % NR;                            \
+                T s = acc ? c[i * N + n] : 0;                                              \
+                for (ptrdiff_t k = 0; k < K; k++) s += a[i * lda + k] * col[k * NR];       \
+                c[i * N + n] = s;                                                          \
+            }                                                                              \
+    }                                                                                      \
+    static void gemm_##SUFFIX(const T *a, const T *bp, T *c, ptrdiff_t M, ptrdiff_t K,     \
+                              ptrdiff_t N)                                                 \
+    {                                                                                      \
+        gemm_ld_##SUFFIX(a, bp, c, M, K, N, K, 0);                                         \
     }
-GP_PLAIN(gemm_base_f32, float, NNKIT_GEMM_NR_F32)
-GP_PLAIN(gemm_base_f64, double, NNKIT_GEMM_NR_F64)
+GP_PLAIN(f32_base, float, NNKIT_GEMM_NR_F32)
+GP_PLAIN(f64_base, double, NNKIT_GEMM_NR_F64)
 static void *gemm_select_ld(int f64)
 {
-    return f64 ? (void *)gemm_base_f64_ld : (void *)gemm_base_f32_ld;
+    return f64 ? (void *)gemm_ld_f64_base : (void *)gemm_ld_f32_base;
 }
-static nnkit_gemm_f32_fn gemm_select_f32(void) { return gemm_base_f32; }
-static nnkit_gemm_f64_fn gemm_select_f64(void) { return gemm_base_f64; }
+static nnkit_gemm_f32_fn gemm_select_f32(void) { return gemm_f32_base; }
+static nnkit_gemm_f64_fn gemm_select_f64(void) { return gemm_f64_base; }
 static void *gemm_variant(int which, int f64)
 {
-    if (which == 0) return f64 ? (void *)gemm_base_f64 : (void *)gemm_base_f32;
+    if (which == 0) return f64 ? (void *)gemm_f64_base : (void *)gemm_f32_base;
     return NULL;
 }
 static const char *gemm_isa(void) { return "plain"; }

@@ -1,6 +1,7 @@
-/* One type's packed-panel GEMM, included by gemm_packed.h once per float type with
- *   GP_T (the element type), GP_V (a GCC vector of GP_L elements, 64 bytes), GP_NAME (the
- *   function name). The panel width is NR = 2 * GP_L columns.
+/* The packed-panel GEMM of one float type for one instruction set, instantiated by
+ * gemm_packed.h as isa_targets.h describes (NNKIT_TYPE f32 or f64, NNKIT_ISA). Entry points:
+ * gemm_<type>_<isa> (c = a @ b, a contiguous) and gemm_ld_<type>_<isa> (a's rows lda apart,
+ * c += a @ b when acc). The panel width is NR = 2 NNKIT_L columns.
  *
  * c (M, N) = a (M, K) @ b (K, N), or c += a @ b with ``acc``; c row-major contiguous, a
  * row-major with ``lda`` elements from one row to the next (K for a contiguous a); b is
@@ -19,49 +20,54 @@
  *
  * The panel is prefetched 16 of its rows (2 KiB in float32) ahead of the k loop: the
  * hardware's own prefetching left the loop waiting on L2 at the time loops' shapes, where a
- * panel is read once per call (the LSTM's step GEMM (8, 384) x (384, 1024): ~160-195 ->
- * ~200-220 GFLOP/s a core; benchmarks/RESULTS.md). */
+ * panel is read once per call (the LSTM's step GEMM (8, 384) x (384, 1024) among them:
+ * benchmarks/RESULTS.md, "The LSTM above torch again"). */
+
+#if NNKIT_LEVEL == 2
+#define GP_ROWS8
+#endif
 
 /* dst[:width] = the row (lo, hi) of a tile */
 #define GP_STORE(dst, lo, hi, width)                                                     \
     do {                                                                                 \
-        GP_V row_[2] = {lo, hi};                                                         \
-        if ((width) == 2 * GP_L) /* a fixed size: vector stores */                       \
+        NNKIT_V row_[2] = {lo, hi};                                                      \
+        if ((width) == 2 * NNKIT_L) /* a fixed size: vector stores */                    \
             memcpy(dst, row_, sizeof row_);                                              \
         else                                                                             \
-            memcpy(dst, row_, (size_t)(width) * sizeof(GP_T));                           \
+            memcpy(dst, row_, (size_t)(width) * sizeof(NNKIT_T));                        \
     } while (0)
 
 /* (lo, hi) = the row src[:width] of a tile (zeros beyond width) when accumulating, else 0 */
 #define GP_INIT(lo, hi, src, width)                                                      \
     do {                                                                                 \
-        GP_V row_[2] = {{0}, {0}};                                                       \
+        NNKIT_V row_[2] = {{0}, {0}};                                                    \
         if (acc) {                                                                       \
-            if ((width) == 2 * GP_L)                                                     \
+            if ((width) == 2 * NNKIT_L)                                                  \
                 memcpy(row_, src, sizeof row_);                                          \
             else                                                                         \
-                memcpy(row_, src, (size_t)(width) * sizeof(GP_T));                       \
+                memcpy(row_, src, (size_t)(width) * sizeof(NNKIT_T));                    \
         }                                                                                \
         lo = row_[0];                                                                    \
         hi = row_[1];                                                                    \
     } while (0)
 
-static GP_INLINE void GP_NAME(const GP_T *a, const GP_T *bp, GP_T *c, ptrdiff_t M, ptrdiff_t K,
-                              ptrdiff_t N, ptrdiff_t lda, int acc)
+static NNKIT_INLINE void NNKIT_NAME(gemm_panels)(const NNKIT_T *a, const NNKIT_T *bp,
+                                                 NNKIT_T *c, ptrdiff_t M, ptrdiff_t K,
+                                                 ptrdiff_t N, ptrdiff_t lda, int acc)
 {
-    enum { L = GP_L, NR = 2 * GP_L };
+    enum { L = NNKIT_L, NR = 2 * NNKIT_L };
     ptrdiff_t npanels = (N + NR - 1) / NR;
     for (ptrdiff_t p = 0; p < npanels; p++) {
-        const GP_T *panel = bp + p * K * NR;
+        const NNKIT_T *panel = bp + p * K * NR;
         ptrdiff_t n0 = p * NR, width = N - n0 < NR ? N - n0 : NR;
         ptrdiff_t i = 0;
 #ifdef GP_ROWS8
         for (; i + 8 <= M; i += 8) {
-            const GP_T *a0 = a + i * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
-            const GP_T *a4 = a3 + lda, *a5 = a4 + lda, *a6 = a5 + lda, *a7 = a6 + lda;
-            GP_T *c0 = c + i * N + n0;
-            GP_V c00, c01, c10, c11, c20, c21, c30, c31;
-            GP_V c40, c41, c50, c51, c60, c61, c70, c71;
+            const NNKIT_T *a0 = a + i * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
+            const NNKIT_T *a4 = a3 + lda, *a5 = a4 + lda, *a6 = a5 + lda, *a7 = a6 + lda;
+            NNKIT_T *c0 = c + i * N + n0;
+            NNKIT_V c00, c01, c10, c11, c20, c21, c30, c31;
+            NNKIT_V c40, c41, c50, c51, c60, c61, c70, c71;
             GP_INIT(c00, c01, c0, width);
             GP_INIT(c10, c11, c0 + N, width);
             GP_INIT(c20, c21, c0 + 2 * N, width);
@@ -71,13 +77,13 @@ static GP_INLINE void GP_NAME(const GP_T *a, const GP_T *bp, GP_T *c, ptrdiff_t 
             GP_INIT(c60, c61, c0 + 6 * N, width);
             GP_INIT(c70, c71, c0 + 7 * N, width);
             for (ptrdiff_t k = 0; k < K; k++) {
-                GP_V b0, b1;
+                NNKIT_V b0, b1;
                 __builtin_prefetch(panel + (k + 16) * NR);
                 __builtin_prefetch(panel + (k + 16) * NR + L);
                 memcpy(&b0, panel + k * NR, sizeof b0);
                 memcpy(&b1, panel + k * NR + L, sizeof b1);
-                GP_T x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
-                GP_T x4 = a4[k], x5 = a5[k], x6 = a6[k], x7 = a7[k];
+                NNKIT_T x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
+                NNKIT_T x4 = a4[k], x5 = a5[k], x6 = a6[k], x7 = a7[k];
                 c00 += x0 * b0; c01 += x0 * b1;
                 c10 += x1 * b0; c11 += x1 * b1;
                 c20 += x2 * b0; c21 += x2 * b1;
@@ -98,20 +104,20 @@ static GP_INLINE void GP_NAME(const GP_T *a, const GP_T *bp, GP_T *c, ptrdiff_t 
         }
 #endif
         for (; i + 4 <= M; i += 4) {
-            const GP_T *a0 = a + i * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
-            GP_T *c0 = c + i * N + n0;
-            GP_V c00, c01, c10, c11, c20, c21, c30, c31;
+            const NNKIT_T *a0 = a + i * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
+            NNKIT_T *c0 = c + i * N + n0;
+            NNKIT_V c00, c01, c10, c11, c20, c21, c30, c31;
             GP_INIT(c00, c01, c0, width);
             GP_INIT(c10, c11, c0 + N, width);
             GP_INIT(c20, c21, c0 + 2 * N, width);
             GP_INIT(c30, c31, c0 + 3 * N, width);
             for (ptrdiff_t k = 0; k < K; k++) {
-                GP_V b0, b1;
+                NNKIT_V b0, b1;
                 __builtin_prefetch(panel + (k + 16) * NR);
                 __builtin_prefetch(panel + (k + 16) * NR + L);
                 memcpy(&b0, panel + k * NR, sizeof b0);
                 memcpy(&b1, panel + k * NR + L, sizeof b1);
-                GP_T x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
+                NNKIT_T x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
                 c00 += x0 * b0; c01 += x0 * b1;
                 c10 += x1 * b0; c11 += x1 * b1;
                 c20 += x2 * b0; c21 += x2 * b1;
@@ -123,11 +129,11 @@ static GP_INLINE void GP_NAME(const GP_T *a, const GP_T *bp, GP_T *c, ptrdiff_t 
             GP_STORE(c0 + 3 * N, c30, c31, width);
         }
         for (; i < M; i++) {
-            const GP_T *a0 = a + i * lda;
-            GP_V c00, c01;
+            const NNKIT_T *a0 = a + i * lda;
+            NNKIT_V c00, c01;
             GP_INIT(c00, c01, c + i * N + n0, width);
             for (ptrdiff_t k = 0; k < K; k++) {
-                GP_V b0, b1;
+                NNKIT_V b0, b1;
                 memcpy(&b0, panel + k * NR, sizeof b0);
                 memcpy(&b1, panel + k * NR + L, sizeof b1);
                 c00 += a0[k] * b0; c01 += a0[k] * b1;
@@ -137,5 +143,26 @@ static GP_INLINE void GP_NAME(const GP_T *a, const GP_T *bp, GP_T *c, ptrdiff_t 
     }
 }
 
+/* the entry points (gemm_packed.h's table): c = a @ b, a contiguous; c (+)= a @ b, a's rows
+ * lda apart */
+static NNKIT_TARGET void NNKIT_NAME(gemm)(const NNKIT_T *a, const NNKIT_T *bp, NNKIT_T *c,
+                                          ptrdiff_t M, ptrdiff_t K, ptrdiff_t N)
+{
+    NNKIT_NAME(gemm_panels)(a, bp, c, M, K, N, K, 0);
+}
+
+static NNKIT_TARGET void NNKIT_NAME(gemm_ld)(const NNKIT_T *a, const NNKIT_T *bp, NNKIT_T *c,
+                                             ptrdiff_t M, ptrdiff_t K, ptrdiff_t N,
+                                             ptrdiff_t lda, ptrdiff_t acc)
+{
+    if (acc)
+        NNKIT_NAME(gemm_panels)(a, bp, c, M, K, N, lda, 1);
+    else
+        NNKIT_NAME(gemm_panels)(a, bp, c, M, K, N, lda, 0);
+}
+
 #undef GP_STORE
 #undef GP_INIT
+#undef GP_ROWS8
+#undef NNKIT_TYPE
+#undef NNKIT_ISA

@@ -31,8 +31,9 @@ on the thread count); ``prange`` runs over the blocks, each adding its rows into
 of a float64 workspace ``(n_chunks, D)``, and a second kernel sums the workspace over the
 blocks in order. The result is therefore bit-for-bit reproducible for any thread count.
 
-``fastmath={"reassoc"}`` only: it lets LLVM vectorise the row reductions (about 2.5x faster;
-without reassociation a reduction is one scalar chain). It sets no ``nnan``/``ninf`` flags, so NaN
+``fastmath={"reassoc"}`` only: it lets LLVM vectorise the row reductions (several times
+faster: benchmarks/RESULTS.md, "Figures moved from code comments"; without reassociation a
+reduction is one scalar chain). It sets no ``nnan``/``ninf`` flags, so NaN
 and infinity still propagate. The compiled kernels differ from the plain functions (the
 debugging path, run under ``prange = range``) only in summation order: within a few float64
 ulps of the row sums, far below the output dtype's resolution for well-conditioned rows.

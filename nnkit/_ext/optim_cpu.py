@@ -1,17 +1,24 @@
 """Fused optimizer updates (Numba CPU): one pass over a parameter's flat array.
 
 One pass instead of the dozen array passes of in-place ufuncs: an Adam step of a small MLP
-runs about 3x faster than NumPy's ufuncs and 5x faster than torch.optim.Adam
+runs several times faster than NumPy's ufuncs and torch.optim.Adam
 (benchmarks/RESULTS.md, "Foundation" and "Figures moved from docstrings").
 error_model="numpy" matters: Python's division semantics (a ZeroDivisionError check per
 element) keep LLVM from vectorising the loop, which then runs several times slower. The
 kernel vectorises without fastmath (no reductions).
+
+``adam_step`` takes a list of parameters, as ``nnkit._ext.optim_cuda.adam_step`` (the same
+name and signature, picked by ``nnkit._backend.kernels_for``), and runs the pass on each.
+``FUSED`` names the steps fused here: Adam only; SGD's update is already one in-place ufunc
+per operation on the CPU, so ``nnkit.optim`` keeps it.
 """
 
 import numba
 import numpy as np
 
-__all__ = ["adam_update_cpu"]
+__all__ = ["FUSED", "adam_update_cpu", "adam_step"]
+
+FUSED = ("adam",)  # the steps this module fuses (``nnkit.kernels.optim.fusable``)
 
 
 def _adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, coef, small_weight,
@@ -59,3 +66,20 @@ def _adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, coef, small_w
 
 
 adam_update_cpu = numba.njit(cache=True, error_model="numpy")(_adam_update)
+
+
+def adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, *, lr, beta1, beta2,
+              eps, weight_decay, step, maximize, decoupled):
+    """One Adam (``decoupled``: AdamW) step of every tensor, one ``adam_update_cpu`` pass
+    each: lists of flat C-contiguous NumPy arrays of one float dtype, all at step count
+    ``step`` (after this step's increment); ``max_exp_avg_sqs`` None without AMSGrad."""
+    w1 = 1 - beta1
+    coef = np.array([weight_decay, 1 - lr * weight_decay, w1, 1 - w1, beta2, 1 - beta2,
+                     (1 - beta2**step) ** 0.5, eps, -(lr / (1 - beta1**step))],
+                    dtype=params[0].dtype)
+    amsgrad = max_exp_avg_sqs is not None
+    flags = (w1 < 0.5, amsgrad, bool(maximize), weight_decay != 0 and not decoupled,
+             weight_decay != 0 and bool(decoupled))
+    vmaxes = max_exp_avg_sqs if amsgrad else exp_avg_sqs  # not read without AMSGrad
+    for p, g, m, v, vmax in zip(params, grads, exp_avgs, exp_avg_sqs, vmaxes, strict=True):
+        adam_update_cpu(p, g, m, v, vmax, coef, *flags)

@@ -20,7 +20,9 @@ simulator the results are bit for bit the CuPy path's; on a GPU the compiler may
 multiply and an add into an FMA, an ulp or so apart.
 
 Launchers take CuPy arrays (NumPy arrays under ``NUMBA_ENABLE_CUDASIM=1``), flat and
-C-contiguous, and launch through ``_launch.launch`` on CuPy's current stream.
+C-contiguous, and launch through ``_launch.launch`` on CuPy's current stream. ``adam_step``
+has the signature of ``nnkit._ext.optim_cpu.adam_step`` (``nnkit._backend.kernels_for``
+picks one of them).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from numba import cuda
 
 from ._launch import launch
 
-__all__ = ["adam_step", "sgd_step", "per_launch"]
+__all__ = ["FUSED", "adam_step", "sgd_step", "per_launch"]
+
+FUSED = ("adam", "sgd")  # the steps this module fuses (``nnkit.kernels.optim.fusable``)
 
 threads = 256  # threads per block (the CuPy stand-in's tests lower it)
 max_blocks = 512  # blocks per tensor along x; threads stride over the rest

@@ -1,9 +1,10 @@
 /* A few persistent worker threads for C kernels that split their work into parts:
  * part_threads_run(fn, ctx, parts) runs fn(ctx, 0) on the calling thread and fn(ctx, p),
  * p = 1 .. parts - 1, on the workers, and returns when all are done. No Python, no GIL:
- * handing a part to a worker through Python's ThreadPoolExecutor cost 50-100 us a call on
- * these machines; here a spinning worker takes it within a microsecond, a sleeping one in
- * 3-170 us (the wake-up of another CPU, see PART_THREADS_SPIN_NS and pt_keep_off).
+ * handing a part to a worker through Python's ThreadPoolExecutor cost tens of microseconds
+ * a call, a large share of a small layer's part; here a spinning worker takes it at once, a sleeping one after the
+ * wake-up of another CPU (see PART_THREADS_SPIN_NS and pt_keep_off; benchmarks/RESULTS.md,
+ * "Figures moved from code comments" and "Convolution: the window GEMM").
  *
  * Calls from several threads at once run one after another. A forked child starts with no
  * workers (they are created again on its first call). Where POSIX threads are missing, the
@@ -21,8 +22,9 @@ typedef void (*part_fn)(void *ctx, ptrdiff_t part);
 
 /* How long a thread waits without sleeping, for a worker its next part and for the caller
  * the workers' ends, before it sleeps on a condition variable: waking a sleeping thread on
- * another core took 67 us on average (3-170 us) on these virtual machines, as much as a
- * small layer's whole part; ``part_threads_set_spin`` changes it. */
+ * another core of a virtual machine took as long as a small layer's whole part
+ * (benchmarks/RESULTS.md, "Convolution: the window GEMM"); ``part_threads_set_spin``
+ * changes it. */
 #ifndef PART_THREADS_SPIN_NS
 #define PART_THREADS_SPIN_NS 100000L
 #endif
@@ -115,8 +117,9 @@ static void pt_after_fork_in_child(void)
 
 /* Keep the workers off the caller's CPU ``cpu``. A virtual machine's idle CPU looks
  * preempted to the guest's scheduler, which then wakes a worker on the waker's own CPU: on
- * these 2-CPU machines 279 of 300 runs after a 0.3 ms pause ran both parts on one CPU, one
- * after the other. (Linux with _GNU_SOURCE only; elsewhere the scheduler decides.) */
+ * 2-CPU virtual machines nearly every call after a short pause ran both parts on one CPU,
+ * one after the other (benchmarks/RESULTS.md, "Convolution: the window GEMM"). (Linux with
+ * _GNU_SOURCE only; elsewhere the scheduler decides.) */
 static void pt_keep_off(int cpu)
 {
 #if defined(__linux__) && defined(CPU_SET)

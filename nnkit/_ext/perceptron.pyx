@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # distutils: extra_compile_args = -ffp-contract=off
-"""Cython epoch loop of Rosenblatt's mistake-driven perceptron (Algorithm 1 of the notes).
+"""Cython epoch loop of Rosenblatt's mistake-driven perceptron (notes §1.2, Algorithm 1).
 
 ``perceptron_epochs(X, y, w, b, order, max_epochs, fit_intercept)`` runs up to ``max_epochs``
 passes over the rows of ``X`` (S, D) in the order ``order`` (S,) and, on every mistake
@@ -10,8 +10,8 @@ hold the starting point on entry; ``X`` is float32 or float64, ``y`` (S,) float6
 The dot product is summed in float64 in 8 interleaved partial sums (term j goes to sum
 j mod 8, in increasing j), combined as ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)),
 then ``b`` is added: eight independent add chains instead of one, so the sum is not bound by
-the add latency (about 3x faster at D = 100), and still one fixed order. With
-``-ffp-contract=off`` (no fused multiply-add) the plain Python twin
+the add latency (benchmarks/RESULTS.md, "Figures moved from code comments"), and still one
+fixed order. With ``-ffp-contract=off`` (no fused multiply-add) the plain Python twin
 ``nnkit.classic.perceptron._perceptron_epochs_reference`` gives the same numbers bit for bit.
 One thread; validates nothing beyond the shapes.
 

@@ -30,9 +30,14 @@ What forward keeps for backward (the cache):
 
 Kernels validate nothing: C-contiguous arrays of one float dtype, preallocated outputs.
 ``w_ih_t``, ``w_hh_t`` are W_ih^T (D, G*H) and W_hh^T (H, G*H), contiguous or the views
-W.T (the packing reads those down their columns: no transposed copies).
-``nnkit.kernels.recurrent`` is the validated entry point. Each ``*_cpu`` entry point has a
-``.serial`` and a ``.parallel`` build (tests hold them equal).
+W.T (the packing reads those down their columns: no transposed copies). Each ``*_cpu``
+kernel has a ``.serial`` and a ``.parallel`` build (tests hold them equal).
+
+``nnkit.kernels.recurrent`` is the validated entry point; it calls the launchers
+``rnn_forward_layer`` ... ``gru_backward_layer`` at the end of this module, which
+``nnkit._ext.recurrent_cuda`` exposes with the same signatures (``nnkit._backend
+.kernels_for`` picks the module): they allocate the buffers, run the kernels and, after
+BPTT, form the weight gradients (``packed_weight_grads``).
 
 Numerics. The time loops are compiled with ``fastmath={'contract'}`` and nothing else
 (``JIT_OPTIONS``): a * b + c may become one fused multiply-add, which rounds once instead of
@@ -42,8 +47,8 @@ are called one element at a time), inlined into the loops: float64 math for floa
 (<= 3 ulp), float32 math for float32 arrays (<= 2.5 ulp measured, tests/test_recurrent.py),
 chosen from the argument type. NaN propagates; inputs beyond the clamp give the limits
 (sigmoid(-inf) is 6e-39 in float32, not 0). ``error_model="numpy"`` drops Python's
-ZeroDivisionError check, whose branch alone kept the sigmoid loop scalar (about 10x slower).
-The fused multiply-adds made the LSTM cell ~15% faster and its backward ~30%
+ZeroDivisionError check, whose branch alone kept the sigmoid loop scalar (several times slower).
+The fused multiply-adds made the LSTM cell and its backward faster
 (benchmarks/RESULTS.md, "Recurrent networks").
 """
 
@@ -56,6 +61,7 @@ from numba.extending import overload
 
 from ._dispatch import serial_or_parallel
 from .gemm_cpu import (
+    PANEL_WIDTH,
     pack_panels,
     pack_stacked_panels,
     step_gemm,
@@ -66,6 +72,12 @@ from .gemm_cpu import (
 from .simd_math import act_sigmoid, act_tanh
 
 __all__ = [
+    "rnn_forward_layer",
+    "rnn_backward_layer",
+    "lstm_forward_layer",
+    "lstm_backward_layer",
+    "gru_forward_layer",
+    "gru_backward_layer",
     "rnn_forward_cpu",
     "rnn_backward_cpu",
     "lstm_forward_cpu",
@@ -85,7 +97,7 @@ JIT_OPTIONS = {"error_model": "numpy", "fastmath": {"contract"}}
 def one_like(a):
     """The number 1 in the dtype of array a: float32 for float32 arrays. A literal 1.0 is
     float64 to Numba, so ``1.0 - g[j]`` ran the float32 cells in float64 (half the SIMD
-    lanes, plus conversions): the LSTM cell backward was ~1.7x slower
+    lanes, plus conversions): the LSTM cell backward was markedly slower
     (benchmarks/RESULTS.md, "Recurrent networks")."""
     return 1.0
 
@@ -117,7 +129,7 @@ prev = numba.njit(cache=True, inline="always", error_model="numpy")(_prev)
 # thread (``prange``): no barrier per step. Each step does one ``step_gemm`` on the block's
 # rows, then the cell's elementwise work row by row, in short loops over 0-based views of
 # one gate (a loop indexed g[2 * H + j] or writing many arrays LLVM cannot prove distinct is
-# left scalar: the LSTM gate loop ran ~3x slower with offset indexing;
+# left scalar: the LSTM gate loop ran several times slower with offset indexing;
 # benchmarks/RESULTS.md, "Recurrent networks"). The state of step t is read back
 # from the outputs (y[t-1], c[t-1]) instead of being copied.
 
@@ -145,7 +157,8 @@ add_direct_grad = numba.njit(cache=True, inline="always",
 
 def _copy_into(dst, src):
     """dst[:] = src for 1-D arrays, as a plain loop (numba's slice assignment checks the two
-    for overlap on every call: 2-3% of the small LSTM forward for its 16-row x copies)."""
+    for overlap on every call, a visible share of the small LSTM forward for its 16-row x
+    copies: benchmarks/RESULTS.md, "Figures moved from code comments")."""
     for j in range(src.shape[0]):
         dst[j] = src[j]
 
@@ -186,9 +199,10 @@ def _rnn_backward(dy, dh_T, y, w_hh, w_ih, relu, reverse, dx, gp, work, dh, hidd
                   chunks):
     """BPTT: dx (T, B, D) = dA @ W_ih; gp receives dA = dL/d(pre-activations) of every step
     packed (see ``store_packed``); work (B, H) workspace; dh (B, H) ends as dL/dh0;
-    hidden_grads (T, B, H) receives the total dL/dh_t unless it is empty (size 0)."""
+    hidden_grads (T, B, H) receives the total dL/dh_t unless it is empty (size 0). An empty
+    dx (gp) skips the dx product (the packing of dA): a gradient nobody asked for."""
     T, B, H = y.shape
-    keep = hidden_grads.size > 0
+    keep, need_dx, keep_da = hidden_grads.size > 0, dx.size > 0, gp.size > 0
     wp, wp_ih = pack_panels(w_hh), pack_panels(w_ih)
     dh[:, :] = dh_T
     for k in prange(chunks):
@@ -209,9 +223,11 @@ def _rnn_backward(dy, dh_T, y, w_hh, w_ih, relu, reverse, dx, gp, work, dh, hidd
                 else:
                     for j in range(H):
                         drow[j] = drow[j] * (one - yrow[j] * yrow[j])
-            store_packed(work[b0:b1], gp, t * B + b0)
+            if keep_da:
+                store_packed(work[b0:b1], gp, t * B + b0)
             step_gemm(work[b0:b1], wp, dh[b0:b1])  # (rows, H) @ (H, H)
-            step_gemm(work[b0:b1], wp_ih, dx[t][b0:b1])  # (rows, H) @ (H, D)
+            if need_dx:
+                step_gemm(work[b0:b1], wp_ih, dx[t][b0:b1])  # (rows, H) @ (H, D)
         stream_fence()  # the packed dA streamed by store_packed
 
 
@@ -270,7 +286,8 @@ def _lstm_forward(x, w_ih_t, bias, gates, h0, c0, w_hh_t, reverse, y, c_all, h, 
     """x (T, B, D); w_ih_t (D, 4H); bias (4H,) = b_ih + b_hh; gates (T, B, 4H) receives the
     activated gates; outputs y, c_all (T, B, H); h, c (B, H) end as h_T, c_T; xh (B, D + H)
     workspace: each step is one GEMM [x_t, h_{t-1}] @ [W_ih^T; W_hh^T] (K = D + H: one
-    pass over the output tile instead of two: 3-5% of the forward on one thread).
+    pass over the output tile instead of two, a few percent of the forward on one thread:
+    benchmarks/RESULTS.md, "Recurrent networks").
 
     Without backward to feed, gates (1, B, 4H) and c_all (1, B, H) hold the current step
     only (the cell updates c in place): no (T, B, 4H) buffer to allocate and stream."""
@@ -299,9 +316,10 @@ def _lstm_backward(dy, dh_T, dc_T, c0, gates, c_all, w_hh, w_ih, reverse, dx, gp
                    dc, hidden_grads, chunks):
     """BPTT: dx (T, B, D) = dA @ W_ih; gp receives dA = dL/d(gate pre-activations) of every
     step packed (see ``store_packed``); work (B, 4H) workspace; dh, dc (B, H) end as dL/dh0,
-    dL/dc0; hidden_grads (T, B, H) receives the total dL/dh_t unless empty."""
+    dL/dc0; hidden_grads (T, B, H) receives the total dL/dh_t unless empty; an empty dx
+    (gp) skips the dx product (the packing of dA)."""
     T, B, G = gates.shape
-    keep = hidden_grads.size > 0
+    keep, need_dx, keep_da = hidden_grads.size > 0, dx.size > 0, gp.size > 0
     wp, wp_ih = pack_panels(w_hh), pack_panels(w_ih)
     dh[:, :] = dh_T
     dc[:, :] = dc_T
@@ -313,9 +331,11 @@ def _lstm_backward(dy, dh_T, dc_T, c0, gates, c_all, w_hh, w_ih, reverse, dx, gp
             for b in range(b0, b1):
                 add_direct_grad(dh[b], dy[t, b], keep, hidden_grads, t, b)
                 lstm_cell_backward(gates[t, b], c_all[t, b], c_prev[b], dh[b], dc[b], work[b])
-            store_packed(work[b0:b1], gp, t * B + b0)
+            if keep_da:
+                store_packed(work[b0:b1], gp, t * B + b0)
             step_gemm(work[b0:b1], wp, dh[b0:b1])  # (rows, 4H) @ (4H, H)
-            step_gemm(work[b0:b1], wp_ih, dx[t][b0:b1])  # (rows, 4H) @ (4H, D)
+            if need_dx:
+                step_gemm(work[b0:b1], wp_ih, dx[t][b0:b1])  # (rows, 4H) @ (4H, D)
         stream_fence()  # the packed dA streamed by store_packed
 
 
@@ -393,9 +413,10 @@ def _gru_backward(dy, dh_T, h0, y, gates, hn, w_hh, w_ih, reverse, dx, gpx, gph,
     """BPTT: dx (T, B, D) = dA_x @ W_ih; gpx, gph receive dA_x = dL/d(x-side
     pre-activations) and dA_h = dL/d(h W_hh^T + b_hh) of every step packed (see
     ``store_packed``); work_x, work_h (B, 3H) and dh_gated (B, H) workspaces; dh (B, H) ends
-    as dL/dh0; hidden_grads (T, B, H) receives the total dL/dh_t unless empty."""
+    as dL/dh0; hidden_grads (T, B, H) receives the total dL/dh_t unless empty; an empty dx
+    (gpx) skips the dx product (the packing of dA_x and dA_h)."""
     T, B, G = gates.shape
-    keep = hidden_grads.size > 0
+    keep, need_dx, keep_da = hidden_grads.size > 0, dx.size > 0, gpx.size > 0
     wp, wp_ih = pack_panels(w_hh), pack_panels(w_ih)
     dh[:, :] = dh_T
     for k in prange(chunks):
@@ -407,10 +428,12 @@ def _gru_backward(dy, dh_T, h0, y, gates, hn, w_hh, w_ih, reverse, dx, gpx, gph,
                 add_direct_grad(dh[b], dy[t, b], keep, hidden_grads, t, b)
                 gru_cell_backward(gates[t, b], h_prev[b], hn[t, b], dh[b], work_x[b],
                                   work_h[b])
-            store_packed(work_x[b0:b1], gpx, t * B + b0)
-            store_packed(work_h[b0:b1], gph, t * B + b0)
+            if keep_da:
+                store_packed(work_x[b0:b1], gpx, t * B + b0)
+                store_packed(work_h[b0:b1], gph, t * B + b0)
             step_gemm(work_h[b0:b1], wp, dh_gated[b0:b1])  # (rows, 3H) @ (3H, H)
-            step_gemm(work_x[b0:b1], wp_ih, dx[t][b0:b1])  # (rows, 3H) @ (3H, D)
+            if need_dx:
+                step_gemm(work_x[b0:b1], wp_ih, dx[t][b0:b1])  # (rows, 3H) @ (3H, D)
             for b in range(b0, b1):
                 dhrow, grow = dh[b], dh_gated[b]
                 for j in range(dhrow.shape[0]):
@@ -563,3 +586,149 @@ lstm_forward_cpu = _launcher(_lstm_forward)
 lstm_backward_cpu = _launcher(_lstm_backward)
 gru_forward_cpu = _launcher(_gru_forward)
 gru_backward_cpu = _launcher(_gru_backward)
+
+
+# ---- the launchers of ``nnkit.kernels.recurrent`` (``recurrent_cuda`` has the same) ------
+# One layer-direction through time each. The forwards allocate their outputs and what the
+# backward reads; the backwards take the forward's cache (``kernels.recurrent
+# .RecurrentCache``) and return every gradient: dx None without ``need_dx``, the four
+# parameter gradients None without ``need_weights`` (the biases' also without biases).
+
+def rnn_forward_layer(x, w_ih, w_hh, bias, h0, relu, reverse):
+    """(y (T, B, H), h_T (B, H)) of the Elman layer: x (T, B, D); w_ih (H, D); w_hh (H, H);
+    bias (H,) = b_ih + b_hh; h0 (B, H)."""
+    T, B, _ = x.shape
+    y = np.empty((T, B, w_hh.shape[0]), dtype=x.dtype)
+    h = np.empty_like(h0)
+    rnn_forward_cpu(x, w_ih.T, bias, np.empty_like(y), h0, w_hh.T, relu, reverse, y, h)
+    return y, h
+
+
+def lstm_forward_layer(x, w_ih, w_hh, bias, h0, c0, reverse, keep):
+    """(y (T, B, H), h_T, c_T (B, H), gates (T, B, 4H), c (T, B, H)) of the LSTM layer:
+    w_ih (4H, D); w_hh (4H, H); bias (4H,) = b_ih + b_hh. Without ``keep`` (no backward
+    follows) gates and c hold the current step only."""
+    T, B, D = x.shape
+    H = h0.shape[1]
+    slots = T if keep else 1
+    gates = np.empty((slots, B, 4 * H), dtype=x.dtype)
+    y, c = np.empty((T, B, H), dtype=x.dtype), np.empty_like(h0)
+    c_all = np.empty((slots, B, H), dtype=x.dtype)
+    h = np.empty_like(h0)
+    xh = np.empty((B, D + H), dtype=x.dtype)  # [x_t, h_{t-1}] rows: one GEMM per step
+    lstm_forward_cpu(x, w_ih.T, bias, gates, h0, c0, w_hh.T, reverse, y, c_all, h, c, xh)
+    return y, h, c, gates, c_all
+
+
+def gru_forward_layer(x, w_ih, w_hh, b_ih, b_hh, h0, reverse, keep):
+    """(y (T, B, H), h_T (B, H), gates (T, B, 3H), hn (T, B, H)) of the GRU layer: w_ih
+    (3H, D); w_hh (3H, H); b_ih, b_hh (3H,). Without ``keep`` gates and hn hold one step."""
+    T, B, _ = x.shape
+    H = h0.shape[1]
+    slots = T if keep else 1
+    gates = np.empty((slots, B, 3 * H), dtype=x.dtype)
+    y = np.empty((T, B, H), dtype=x.dtype)
+    hn = np.empty((slots, B, H), dtype=x.dtype)
+    h = np.empty_like(h0)
+    gh = np.empty((B, 3 * H), dtype=x.dtype)
+    gru_forward_cpu(x, w_ih.T, b_ih, gates, h0, w_hh.T, b_hh, reverse, y, hn, h, gh)
+    return y, h, gates, hn
+
+
+def rnn_backward_layer(cache, dy, dh_T, hidden_grads, need_dx, need_weights):
+    """(dx, dh0, dW_ih, dW_hh, db_ih, db_hh) of the Elman layer by BPTT; dy (T, B, H),
+    dh_T (B, H); hidden_grads (T, B, H) receives dL/dh_t unless empty."""
+    dx, (gp,), (work,) = _grad_buffers(cache, 1, need_dx, need_weights)
+    dh = np.empty_like(cache.h0)
+    rnn_backward_cpu(dy, dh_T, cache.saved["y"], cache.weight_hh, cache.weight_ih,
+                     cache.nonlinearity == "relu", cache.reverse, dx, gp, work, dh,
+                     hidden_grads)
+    return (dx if need_dx else None), dh, *_weight_grads(cache, gp, gp, need_weights)
+
+
+def lstm_backward_layer(cache, dy, dh_T, dc_T, hidden_grads, need_dx, need_weights):
+    """(dx, dh0, dc0, dW_ih, dW_hh, db_ih, db_hh) of the LSTM layer by BPTT."""
+    dx, (gp,), (work,) = _grad_buffers(cache, 1, need_dx, need_weights)
+    dh, dc = np.empty_like(cache.h0), np.empty_like(cache.h0)
+    lstm_backward_cpu(dy, dh_T, dc_T, cache.c0, cache.saved["gates"], cache.saved["c"],
+                      cache.weight_hh, cache.weight_ih, cache.reverse, dx, gp, work, dh, dc,
+                      hidden_grads)
+    return (dx if need_dx else None), dh, dc, *_weight_grads(cache, gp, gp, need_weights)
+
+
+def gru_backward_layer(cache, dy, dh_T, hidden_grads, need_dx, need_weights):
+    """(dx, dh0, dW_ih, dW_hh, db_ih, db_hh) of the GRU layer by BPTT."""
+    dx, (gpx, gph), (work_x, work_h) = _grad_buffers(cache, 2, need_dx, need_weights)
+    dh = np.empty_like(cache.h0)
+    gru_backward_cpu(dy, dh_T, cache.h0, cache.saved["y"], cache.saved["gates"],
+                     cache.saved["hn"], cache.weight_hh, cache.weight_ih, cache.reverse, dx,
+                     gpx, gph, work_x, work_h, dh, np.empty_like(dh), hidden_grads)
+    return (dx if need_dx else None), dh, *_weight_grads(cache, gpx, gph, need_weights)
+
+
+def _grad_buffers(cache, count, need_dx=True, need_da=True):
+    """The BPTT kernels' outputs: dx (T, B, D), then ``count`` packed dA buffers
+    (P, T B, NR) and ``count`` (B, G H) workspaces; dx (the packed dA) empty without
+    ``need_dx`` (``need_da``), which the kernels read as "skip it"."""
+    x = cache.x
+    T, B, _ = x.shape
+    GH = cache.weight_hh.shape[0]
+    nr = PANEL_WIDTH[x.dtype.name]
+    shape = ((GH + nr - 1) // nr, T * B, nr) if need_da else (0, 0, nr)
+    packed = [_line_aligned(shape, x.dtype) for _ in range(count)]
+    work = [np.empty((B, GH), dtype=x.dtype) for _ in range(count)]
+    return (np.empty_like(x) if need_dx else np.empty((0, 0, 0), dtype=x.dtype)), packed, work
+
+
+def _line_aligned(shape, dtype):
+    """An uninitialised array starting on a 64-byte cache line: the packed dA panels, whose
+    rows the BPTT kernels write with non-temporal stores whole lines at a time."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(size + 64, dtype=np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + size].view(dtype).reshape(shape)
+
+
+def _rows_apart(shape, dtype):
+    """An uninitialised (M, N) array whose rows are an odd number of 64-byte lines apart.
+    The weight-gradient product reads 8 rows of it at a time down a block of columns; with
+    N a power of two (T B = 8192 at the LSTM benchmark) those rows fell into the same few
+    cache sets and evicted one another (the product ran slower; benchmarks/RESULTS.md,
+    "The LSTM above torch again")."""
+    M, N = shape
+    per_line = 64 // np.dtype(dtype).itemsize
+    lines = -(-N // per_line)
+    lines += 1 - lines % 2
+    return np.empty((M, lines * per_line), dtype=dtype)[:, :N]
+
+
+def _weight_grads(cache, gpx, gph, need=True):
+    """(dW_ih, dW_hh, db_ih, db_hh) from the packed dA of the BPTT kernels (all None without
+    ``need``): [dW_ih, db, dW_hh]^T = [x; 1; h_prev]^T dA, one product when dA_x is dA_h
+    (RNN, LSTM), else [dW_ih, db_ih]^T = [x; 1]^T dA_x and [dW_hh, db_hh]^T =
+    [h_prev; 1]^T dA_h."""
+    if not need:
+        return None, None, None, None
+    x, y = cache.x, cache.saved["y"]
+    T, B, D = x.shape
+    GH, H = cache.weight_hh.shape
+    shared = gph is gpx  # one product over [x; 1; h_prev]
+    at = _rows_apart((D + 1 + H + (0 if shared else 1), T * B), x.dtype)
+    at[D] = 1
+    if not shared:
+        at[D + 1 + H] = 1
+    transposed_inputs_cpu(x.reshape(T * B, D), y, cache.h0, cache.reverse, at, D + 1)
+    if shared:
+        dw = packed_weight_grads(at, gpx)[:GH]  # (G H, D + 1 + H)
+        dw_x, dw_h = dw[:, :D + 1], dw[:, D + 1:]
+        db_x = db_h = dw[:, D]
+    else:
+        dw_x = packed_weight_grads(at[:D + 1], gpx)[:GH]  # (G H, D + 1)
+        dw_h = packed_weight_grads(at[D + 1:], gph)[:GH]  # (G H, H + 1)
+        db_x, db_h = dw_x[:, D], dw_h[:, H]
+    dw_ih = np.ascontiguousarray(dw_x[:, :D])
+    dw_hh = np.ascontiguousarray(dw_h[:, :H])
+    if not cache.has_bias:
+        return dw_ih, dw_hh, None, None
+    return dw_ih, dw_hh, db_x.copy(), db_h.copy()

@@ -31,11 +31,17 @@ y[t] as stored (and c_t as stored), as on the CPU (``nnkit._ext.recurrent_cpu``,
 formulas and gate layouts these kernels share: LSTM (i, f, g, o), GRU (r, z, n) with b_hn
 inside r * (W_hn h + b_hn)).
 
-Launchers (``rnn_forward_gpu`` ... ``gru_backward_gpu``) take CuPy arrays, or NumPy arrays
-under ``NUMBA_ENABLE_CUDASIM=1`` (the tests); all C-contiguous, outputs preallocated. The
-forwards take their CPU twins' arguments after the projection (x_proj (T, B, G H) becomes
-the activated gates in place for the LSTM and GRU); the backwards leave dL/d(pre-activation)
-of every step (T, B, G H) for the caller's GEMMs, and dh (dc) as dL/dh0 (dL/dc0).
+The kernel launchers (``rnn_forward_gpu`` ... ``gru_backward_gpu``) take CuPy arrays, or
+NumPy arrays under ``NUMBA_ENABLE_CUDASIM=1`` (the tests); all C-contiguous, outputs
+preallocated. The forwards take the projected input (x_proj (T, B, G H) becomes the
+activated gates in place for the LSTM and GRU); the backwards leave dL/d(pre-activation) of
+every step (T, B, G H), and dh (dc) as dL/dh0 (dL/dc0).
+
+``nnkit.kernels.recurrent`` calls the layer launchers at the end of this module
+(``rnn_forward_layer`` ... ``gru_backward_layer``), which have the signatures of
+``nnkit._ext.recurrent_cpu``'s (``nnkit._backend.kernels_for`` picks the module): the
+projection GEMM before a forward, the input and weight gradients (cuBLAS GEMMs over all
+steps) after a backward.
 """
 
 from __future__ import annotations
@@ -50,6 +56,12 @@ from ._launch import device_empty, launch
 from .simd_math import sigmoid_dev
 
 __all__ = [
+    "rnn_forward_layer",
+    "rnn_backward_layer",
+    "lstm_forward_layer",
+    "lstm_backward_layer",
+    "gru_forward_layer",
+    "gru_backward_layer",
     "threads",
     "max_blocks",
     "shared_limit",
@@ -423,9 +435,9 @@ def rnn_backward_gpu(dy, dh_T, y, w_hh, relu, reverse, da, dh, hidden_grads):
          (*_hidden(hidden_grads), da, dh))
 
 
-def lstm_forward_gpu(x_proj, h0, c0, w_hh_t, reverse, y, c_all, h, c, work=None):
+def lstm_forward_gpu(x_proj, h0, c0, w_hh_t, reverse, y, c_all, h, c):
     """x_proj (T, B, 4H) becomes the gates in place; y, c_all (T, B, H); h, c the last
-    states. ``work``: the CPU kernel's workspace, unused."""
+    states."""
     B, H = h0.shape
     w = _flat(w_hh_t)
     _run(_lstm_seq_fwd, B, 5 * H, w, 4 * H, (x_proj, h0, c0, w, bool(reverse)),
@@ -441,9 +453,9 @@ def lstm_backward_gpu(dy, dh_T, dc_T, c0, gates, c_all, w_hh, reverse, dgates, d
          (*_hidden(hidden_grads), dgates, dh, dc))
 
 
-def gru_forward_gpu(x_proj, h0, w_hh_t, b_hh, reverse, y, hn, h, gh=None):
+def gru_forward_gpu(x_proj, h0, w_hh_t, b_hh, reverse, y, hn, h):
     """x_proj (T, B, 3H) = x W_ih^T + b_ih becomes r, z, n in place; hn (T, B, H) =
-    h_{t-1} W_hn^T + b_hn; h the last state. ``gh``: the CPU kernel's workspace, unused."""
+    h_{t-1} W_hn^T + b_hn; h the last state."""
     B, H = h0.shape
     w = _flat(w_hh_t)
     _run(_gru_seq_fwd, B, 4 * H, w, 3 * H, (x_proj, h0, w, b_hh, bool(reverse)), (y, hn, h))
@@ -456,3 +468,118 @@ def gru_backward_gpu(dy, dh_T, h0, y, gates, hn, w_hh, reverse, dgx, dgh, dh, hi
     w = _flat(w_hh)
     _run(_gru_seq_bwd, B, 4 * H, w, H, (dy, dh_T, h0, y, gates, hn, w, bool(reverse)),
          (*_hidden(hidden_grads), dgx, dgh, dh))
+
+
+# ---- the launchers of ``nnkit.kernels.recurrent`` (``recurrent_cpu`` has the same) -------
+# One layer-direction through time each, as ``recurrent_cpu``'s: the forwards allocate
+# their outputs and what the backward reads; the backwards take the forward's cache and
+# return every gradient, dx None without ``need_dx``, the parameter gradients None without
+# ``need_weights`` (the biases' also without biases).
+
+def _projected(x, w_ih, bias, out):
+    """out (T, B, G H) = x W_ih^T + bias: the input projection of every step as one GEMM
+    (cuBLAS) before the time loop. (The CPU kernels project step by step on their
+    threads.)"""
+    T, B, D = x.shape
+    flat = out.reshape(T * B, -1)
+    array_module(x).matmul(x.reshape(T * B, D), w_ih.T, out=flat)
+    flat += bias
+    return out
+
+
+def rnn_forward_layer(x, w_ih, w_hh, bias, h0, relu, reverse):
+    """(y (T, B, H), h_T (B, H)) of the Elman layer: x (T, B, D); w_ih (H, D); w_hh (H, H);
+    bias (H,) = b_ih + b_hh; h0 (B, H)."""
+    xp = array_module(x)
+    T, B, _ = x.shape
+    y = xp.empty((T, B, w_hh.shape[0]), dtype=x.dtype)
+    h = xp.empty_like(h0)
+    x_proj = _projected(x, w_ih, bias, xp.empty_like(y))
+    rnn_forward_gpu(x_proj, h0, w_hh.T, relu, reverse, y, h)
+    return y, h
+
+
+def lstm_forward_layer(x, w_ih, w_hh, bias, h0, c0, reverse, keep):
+    """(y (T, B, H), h_T, c_T (B, H), gates (T, B, 4H), c (T, B, H)) of the LSTM layer:
+    bias (4H,) = b_ih + b_hh. ``keep`` changes nothing here: the projection of every step
+    is the gates buffer."""
+    xp = array_module(x)
+    T, B, _ = x.shape
+    H = h0.shape[1]
+    gates = _projected(x, w_ih, bias, xp.empty((T, B, 4 * H), dtype=x.dtype))
+    y, c_all = xp.empty((T, B, H), dtype=x.dtype), xp.empty((T, B, H), dtype=x.dtype)
+    h, c = xp.empty_like(h0), xp.empty_like(h0)
+    lstm_forward_gpu(gates, h0, c0, w_hh.T, reverse, y, c_all, h, c)
+    return y, h, c, gates, c_all
+
+
+def gru_forward_layer(x, w_ih, w_hh, b_ih, b_hh, h0, reverse, keep):
+    """(y (T, B, H), h_T (B, H), gates (T, B, 3H), hn (T, B, H)) of the GRU layer: b_ih,
+    b_hh (3H,). ``keep`` changes nothing here (as ``lstm_forward_layer``'s)."""
+    xp = array_module(x)
+    T, B, _ = x.shape
+    H = h0.shape[1]
+    gates = _projected(x, w_ih, b_ih, xp.empty((T, B, 3 * H), dtype=x.dtype))
+    y, hn = xp.empty((T, B, H), dtype=x.dtype), xp.empty((T, B, H), dtype=x.dtype)
+    h = xp.empty_like(h0)
+    gru_forward_gpu(gates, h0, w_hh.T, b_hh, reverse, y, hn, h)
+    return y, h, gates, hn
+
+
+def rnn_backward_layer(cache, dy, dh_T, hidden_grads, need_dx, need_weights):
+    """(dx, dh0, dW_ih, dW_hh, db_ih, db_hh) of the Elman layer by BPTT; dy (T, B, H),
+    dh_T (B, H); hidden_grads (T, B, H) receives dL/dh_t unless empty."""
+    y = cache.saved["y"]
+    xp = array_module(y)
+    dh, da = xp.empty_like(cache.h0), xp.empty_like(y)
+    rnn_backward_gpu(dy, dh_T, y, cache.weight_hh, cache.nonlinearity == "relu",
+                     cache.reverse, da, dh, hidden_grads)
+    dx, *weights = _input_and_weight_grads(cache, da, da, need_dx, need_weights)
+    return dx, dh, *weights
+
+
+def lstm_backward_layer(cache, dy, dh_T, dc_T, hidden_grads, need_dx, need_weights):
+    """(dx, dh0, dc0, dW_ih, dW_hh, db_ih, db_hh) of the LSTM layer by BPTT."""
+    gates = cache.saved["gates"]
+    xp = array_module(gates)
+    dh, dc, dgates = xp.empty_like(cache.h0), xp.empty_like(cache.h0), xp.empty_like(gates)
+    lstm_backward_gpu(dy, dh_T, dc_T, cache.c0, gates, cache.saved["c"], cache.weight_hh,
+                      cache.reverse, dgates, dh, dc, hidden_grads)
+    dx, *weights = _input_and_weight_grads(cache, dgates, dgates, need_dx, need_weights)
+    return dx, dh, dc, *weights
+
+
+def gru_backward_layer(cache, dy, dh_T, hidden_grads, need_dx, need_weights):
+    """(dx, dh0, dW_ih, dW_hh, db_ih, db_hh) of the GRU layer by BPTT."""
+    gates = cache.saved["gates"]
+    xp = array_module(gates)
+    dh, dgx, dgh = xp.empty_like(cache.h0), xp.empty_like(gates), xp.empty_like(gates)
+    gru_backward_gpu(dy, dh_T, cache.h0, cache.saved["y"], gates, cache.saved["hn"],
+                     cache.weight_hh, cache.reverse, dgx, dgh, dh, hidden_grads)
+    dx, *weights = _input_and_weight_grads(cache, dgx, dgh, need_dx, need_weights)
+    return dx, dh, *weights
+
+
+def _input_and_weight_grads(cache, dgx, dgh, need_dx, need_weights):
+    """(dx, dW_ih, dW_hh, db_ih, db_hh) from the pre-activation gradients of all steps
+    (T, B, G H), x-side dgx and hidden-side dgh: one cuBLAS GEMM each, skipped where not
+    needed (None)."""
+    x, y, h0 = cache.x, cache.saved["y"], cache.h0
+    T, B, D = x.shape
+    GH, H = cache.weight_hh.shape
+    dgx2 = dgx.reshape(T * B, GH)  # (T*B, G*H)
+    dx = (dgx2 @ cache.weight_ih).reshape(T, B, D) if need_dx else None
+    if not need_weights:
+        return dx, None, None, None, None
+    # the step at t reads h_{t-1} = y[t-1] (y[t+1] in reverse), and h0 at the first step
+    first, later, prev = (T - 1, slice(0, T - 1), slice(1, T)) if cache.reverse else (
+        0, slice(1, T), slice(0, T - 1))
+    dw_ih = dgx2.T @ x.reshape(T * B, D)
+    dw_hh = dgh[first].T @ h0
+    if T > 1:
+        dw_hh += dgh[later].reshape(-1, GH).T @ y[prev].reshape(-1, H)
+    if not cache.has_bias:
+        return dx, dw_ih, dw_hh, None, None
+    db_ih = dgx2.sum(axis=0)
+    db_hh = db_ih.copy() if dgh is dgx else dgh.reshape(T * B, GH).sum(axis=0)
+    return dx, dw_ih, dw_hh, db_ih, db_hh

@@ -3,7 +3,14 @@
 Arrays are C-contiguous (B, T, D) (real or complex, one dtype); ``h0`` is (B, D). Nothing is
 validated here (``nnkit.kernels.scan`` does that); outputs are preallocated by the caller.
 
-Two ways to be parallel, chosen by ``nnkit.kernels.scan``:
+Launchers (``linear_scan`` and ``linear_scan_backward`` have the names and signatures of
+``nnkit._ext.scan_cuda``'s; ``log_linear_scan`` is CPU only):
+
+- ``linear_scan(a, b, h0, out, reverse)``
+- ``linear_scan_backward(dh, a, h, h0, da, db, dh0, reverse)``
+- ``log_linear_scan(log_a, log_b, log_h0, out)``
+
+They choose between two ways to be parallel (``plan``):
 
 - over sequences (``scan_rows``, ``scan_rows_backward``): the B x D recurrences are
   independent. A task is one batch row and a block of ``block`` consecutive features; it walks
@@ -11,15 +18,32 @@ Two ways to be parallel, chosen by ``nnkit.kernels.scan``:
   a, b read once, h written once (the bandwidth bound). Each task is one call of a C kernel
   (scan_rows.h, through ``row_forward``/``row_backward``) that keeps the carried state in L1,
   streams large outputs past the caches and walks down through T in descending address
-  order; see that header for the measurements behind each choice. With one feature
-  (D = 1) the C kernel vectorises along T (scan_time_body.h).
+  order; see that header for the measurements behind each choice. Feature blocks are whole
+  rows (D) unless B is smaller than twice the thread count; then D is cut into blocks of at
+  least ``MIN_BLOCK`` features (short blocks defeat the hardware prefetcher: block 32 of
+  D = 256 ran many times slower than whole rows: benchmarks/RESULTS.md, "Figures moved
+  from code comments"). With one feature (D = 1) a task is one sequence contiguous in T,
+  and the C kernel vectorises along T instead (``scan_time_body.h``: each vector of 1-16
+  steps is composed in registers, and only one multiply-add per vector waits for the
+  previous state), so a single sequence streams at memory speed on one core, several times
+  the one-chain loop (benchmarks/RESULTS.md, "Linear recurrences"). Its products of
+  consecutive coefficients reassociate the loop: equal to rounding, NaN reaches every later
+  step, but an infinite coefficient may give NaN where the loop gives +-inf.
 - chunked along T (``chunk_reduce``, ``chunk_carries``, ``chunk_apply``, on (S, T) views of
-  S = B sequences when D = 1) when there are too few sequences to feed the threads
-  (B = D = 1, T = 10^7, on many threads; see ``nnkit.kernels.scan``). Reduce-then-scan:
-  each chunk c reduces its pairs to one affine map h -> A_c h + H_c (in parallel, the last
-  chunk skipped), a short serial scan over the chunks gives each chunk's incoming state, and
-  every chunk rescans from it (in parallel). Five array passes instead of three, but the
-  T-long dependency chain is cut into chunks that run at once.
+  S = B sequences when D = 1; ``scan_chunked``, ``backward_chunked``) when there are too few
+  sequences to feed the threads: D = 1 problems with B < ``CHUNK_MAX_SEQUENCES`` and
+  T >= ``CHUNK_MIN_T``, and only with at least ``CHUNK_MIN_THREADS`` = 16 threads.
+  Reduce-then-scan over ``CHUNK_LANES`` x threads chunks: each chunk c reduces its pairs to
+  one affine map h -> A_c h + H_c (in parallel, the last chunk skipped), a short serial scan
+  over the chunks gives each chunk's incoming state, and every chunk rescans from it (in
+  parallel), each task walking ``CHUNK_LANES`` chunks in lockstep (independent dependency
+  chains overlap on one core). Five array passes instead of three, each chunk a scalar
+  chain: against the one-thread vectorised kernel the chunks on two threads lose by far at
+  (1, 10^7, 1) (benchmarks/RESULTS.md, "Linear recurrences"), so they need several times
+  the threads just to draw level, and then the memory bandwidth of more than one core to
+  win: 16 is an estimate of where that starts, not a measurement (the machine measured has
+  2 cores). The tests hold the chunked kernels to the sequential twin whatever ``plan``
+  says.
 
 The reverse direction (h_t = a_t * h_{t+1} + b_t, t from T-1 down) walks the same arrays
 backwards. ``fastmath`` is off: NaN and inf propagate as in the sequential loop.
@@ -36,9 +60,18 @@ from numba.extending import overload
 from . import scan_rows as _c
 from ._dispatch import serial_or_parallel
 
-__all__ = ["scan_rows", "scan_rows_backward", "scan_rows_builds", "scan_rows_backward_builds",
-           "STREAM_MIN_BYTES", "chunk_reduce",
-           "chunk_carries", "chunk_apply", "conj_shift", "log_scan_rows", "copy"]
+__all__ = ["linear_scan", "linear_scan_backward", "log_linear_scan", "plan", "scan_chunked",
+           "backward_chunked", "scan_rows", "scan_rows_backward", "scan_rows_builds",
+           "scan_rows_backward_builds", "STREAM_MIN_BYTES", "MIN_BLOCK", "CHUNK_MAX_SEQUENCES",
+           "CHUNK_MIN_T", "CHUNK_MIN_THREADS", "CHUNK_LANES", "chunk_reduce", "chunk_carries",
+           "chunk_apply", "conj_shift", "log_scan_rows", "copy", "num_threads"]
+
+MIN_BLOCK = 64  # features of a task at least, when D is cut into blocks
+# Chunk along T only when fewer independent sequences than this and at least this many steps.
+CHUNK_MAX_SEQUENCES = 2
+CHUNK_MIN_T = 1 << 20
+CHUNK_MIN_THREADS = 16
+CHUNK_LANES = 8  # chunks a task walks in lockstep
 
 
 # ---- over sequences: the C row kernels of scan_rows.h ---------------------------------------
@@ -289,3 +322,80 @@ chunk_carries = numba.njit(cache=True)(_chunk_carries)
 def num_threads() -> int:
     """Numba's thread count (the parallel builds use this many)."""
     return numba.get_num_threads()
+
+
+# ---- the launchers --------------------------------------------------------------------------
+
+def plan(B, T, D):
+    """('chunks', n_chunks) or ('rows', feature block) for a (B, T, D) problem (see the
+    module docstring)."""
+    threads = num_threads()
+    if (threads >= CHUNK_MIN_THREADS and D == 1 and B < CHUNK_MAX_SEQUENCES
+            and T >= CHUNK_MIN_T):
+        return "chunks", threads * CHUNK_LANES
+    if B >= 2 * threads or D <= MIN_BLOCK:
+        return "rows", max(D, 1)
+    pieces = -(-2 * threads // B)
+    return "rows", max(MIN_BLOCK, -(-D // pieces))
+
+
+def scan_chunked(a, b, h0, out, reverse, n_chunks, lanes=None):
+    """The chunked scan on D = 1 problems, as (B, T) sequences (views, no copies); returns
+    ``out``."""
+    B, T, _ = a.shape
+    a2, b2, out2 = a.reshape(B, T), b.reshape(B, T), out.reshape(B, T)  # (S, T), S = B
+    lanes = CHUNK_LANES if lanes is None else lanes
+    bounds = np.linspace(0, T, n_chunks + 1).astype(np.int64)
+    A = np.empty((n_chunks, B), a.dtype)
+    H = np.empty_like(A)
+    carry = np.empty_like(A)
+    chunk_reduce(a2, b2, bounds, A, H, reverse, lanes)
+    chunk_carries(A, H, h0.reshape(B), carry)
+    chunk_apply(a2, b2, bounds, carry, out2, reverse, lanes)
+    return out
+
+
+def backward_chunked(dh, a, h, h0, da, db, dh0, reverse, n_chunks, lanes=None):
+    """g by the chunked scan with coefficients conj(a) shifted by one step (into db), then
+    da and dh0; returns (da, db, dh0)."""
+    coef = np.empty_like(a)
+    conj_shift(a, coef, reverse)
+    scan_chunked(coef, dh, np.zeros_like(h0), db, not reverse, n_chunks, lanes)
+    if reverse:  # h_prev(t) = h_{t+1}, h0 after the end
+        np.multiply(db[:, :-1], h[:, 1:].conj(), out=da[:, :-1])
+        np.multiply(db[:, -1], h0.conj(), out=da[:, -1])
+        np.multiply(a[:, -1].conj(), db[:, -1], out=dh0)
+    else:
+        np.multiply(db[:, 1:], h[:, :-1].conj(), out=da[:, 1:])
+        np.multiply(db[:, 0], h0.conj(), out=da[:, 0])
+        np.multiply(a[:, 0].conj(), db[:, 0], out=dh0)
+    return da, db, dh0
+
+
+def linear_scan(a, b, h0, out, reverse):
+    """h = scan(a, b) from h0 into ``out`` (B, T, D), over sequences or chunked along T
+    (``plan``); returns ``out``."""
+    mode, n = plan(*a.shape)
+    if mode == "chunks":
+        return scan_chunked(a, b, h0, out, reverse, n)
+    scan_rows(a, b, h0, out, reverse, n)
+    return out
+
+
+def linear_scan_backward(dh, a, h, h0, da, db, dh0, reverse):
+    """Fill da, db (B, T, D) and dh0 (B, D): the adjoint recurrence walked backwards, over
+    sequences or chunked along T (``plan``)."""
+    mode, n = plan(*a.shape)
+    if mode == "chunks":
+        backward_chunked(dh, a, h, h0, da, db, dh0, reverse, n)
+    else:
+        scan_rows_backward(dh, a, h, h0, da, db, dh0, reverse, n)
+
+
+def log_linear_scan(log_a, log_b, log_h0, out):
+    """log h = the scan of (a, b) in the log semiring, forward in T, into ``out`` (B, T, D);
+    tasks over sequences (whole rows D when ``plan`` would chunk). Returns ``out``."""
+    B, T, D = log_a.shape
+    mode, n = plan(B, T, D)
+    log_scan_rows(log_a, log_b, log_h0, out, False, n if mode == "rows" else D)
+    return out

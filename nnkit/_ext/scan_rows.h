@@ -19,12 +19,13 @@
  * A walk down through T (the reverse scan, and the backward of the forward one) reads
  * each step's elements in descending order too, so that every input is one descending
  * stream: read ascending within a step and descending across steps, the hardware
- * prefetcher lost them (the reverse forward scan ran 4x slower, the backward 3x:
- * benchmarks/RESULTS.md, "Linear recurrences").
+ * prefetcher lost them (the reverse forward scan and the backward ran several times
+ * slower: benchmarks/RESULTS.md, "Linear recurrences").
  *
  * With one feature (stride = n = one element) the kernels hand over to the scan
- * vectorised along T of scan_time_body.h: a single chain of multiply-adds would wait ~4 ns
- * a step.
+ * vectorised along T of scan_time_body.h: a single chain of multiply-adds would wait for
+ * the latency of each step's multiply-add (benchmarks/RESULTS.md, "Figures moved from
+ * docstrings").
  *
  * One source, compiled for AVX-512, AVX2+FMA and the baseline (isa_targets.h). */
 
@@ -43,16 +44,8 @@
 
 #define SR_CHUNK 512
 
-#ifdef __GNUC__
-#define SR_INLINE static inline __attribute__((always_inline))
-#define SR_ALIGNED __attribute__((aligned(64)))
-#else
-#define SR_INLINE static inline
-#define SR_ALIGNED
-#endif
-
 /* dst[0:bytes) = src[0:bytes); the 16-byte-aligned body with non-temporal stores when nt */
-SR_INLINE void sr_store(void *dst, const void *src, size_t bytes, int nt)
+static NNKIT_INLINE void sr_store(void *dst, const void *src, size_t bytes, int nt)
 {
 #ifdef NNKIT_X86_64
     if (nt) {
@@ -79,102 +72,72 @@ static inline void sr_fence(int nt)
     (void)nt;
 }
 
-#define SR_T float
-#define SR_COMPLEX 0
-#define SR_NAME f32
-#include "scan_rows_body.h"
-#define SR_T double
-#define SR_COMPLEX 0
-#define SR_NAME f64
-#include "scan_rows_body.h"
-#define SR_T float
-#define SR_COMPLEX 1
-#define SR_NAME c64
-#include "scan_rows_body.h"
-#define SR_T double
-#define SR_COMPLEX 1
-#define SR_NAME c128
-#include "scan_rows_body.h"
-
 /* One feature (stride = n = 1 scalar, or 2 for complex types): the scan vectorised along
- * T of scan_time_body.h, one vector width per instruction set (GCC's vector extensions;
- * other compilers keep the row kernels for it). */
-#if defined(__GNUC__) && !defined(__clang__)
+ * T of scan_time_body.h, one vector register wide (GCC's vector extensions; other compilers
+ * keep the row kernels for it). */
+#if NNKIT_VECTORS && !defined(__clang__)
 #define SR_TIME 1
-#define SR_T float
-#define SR_I int32_t
-#define SR_K 1
-#define SR_V 4
-#define ST_NAME f32_v4
-#include "scan_time_body.h"
-#define SR_T float
-#define SR_I int32_t
-#define SR_K 1
-#define SR_V 8
-#define ST_NAME f32_v8
-#include "scan_time_body.h"
-#define SR_T float
-#define SR_I int32_t
-#define SR_K 1
-#define SR_V 16
-#define ST_NAME f32_v16
-#include "scan_time_body.h"
-#define SR_T double
-#define SR_I int64_t
-#define SR_K 1
-#define SR_V 2
-#define ST_NAME f64_v2
-#include "scan_time_body.h"
-#define SR_T double
-#define SR_I int64_t
-#define SR_K 1
-#define SR_V 4
-#define ST_NAME f64_v4
-#include "scan_time_body.h"
-#define SR_T double
-#define SR_I int64_t
-#define SR_K 1
-#define SR_V 8
-#define ST_NAME f64_v8
-#include "scan_time_body.h"
-#define SR_T float
-#define SR_I int32_t
-#define SR_K 2
-#define SR_V 4
-#define ST_NAME c64_v4
-#include "scan_time_body.h"
-#define SR_T float
-#define SR_I int32_t
-#define SR_K 2
-#define SR_V 8
-#define ST_NAME c64_v8
-#include "scan_time_body.h"
-#define SR_T float
-#define SR_I int32_t
-#define SR_K 2
-#define SR_V 16
-#define ST_NAME c64_v16
-#include "scan_time_body.h"
-#define SR_T double
-#define SR_I int64_t
-#define SR_K 2
-#define SR_V 2
-#define ST_NAME c128_v2
-#include "scan_time_body.h"
-#define SR_T double
-#define SR_I int64_t
-#define SR_K 2
-#define SR_V 4
-#define ST_NAME c128_v4
-#include "scan_time_body.h"
-#define SR_T double
-#define SR_I int64_t
-#define SR_K 2
-#define SR_V 8
-#define ST_NAME c128_v8
-#include "scan_time_body.h"
 #else
 #define SR_TIME 0
+#endif
+
+/* Blocks of the time kernels' walk end where the output is 64-byte aligned (t = phase + k
+ * SR_CHUNK), so the streamed stores of two blocks never share a cache line: partly streamed
+ * lines cost (fresh NumPy arrays start 16 bytes into a line; misaligned blocks made the
+ * 1-feature backward several times slower: benchmarks/RESULTS.md, "Linear recurrences"). */
+static inline ptrdiff_t st_phase(const void *out, size_t size)
+{
+    return (ptrdiff_t)(((64 - (uintptr_t)out % 64) % 64) / size);
+}
+/* the first cut above t (ascending walk) and the last cut below t (descending) */
+static inline ptrdiff_t st_cut_above(ptrdiff_t t, ptrdiff_t phase)
+{
+    return t < phase ? phase : phase + ((t - phase) / SR_CHUNK + 1) * SR_CHUNK;
+}
+static inline ptrdiff_t st_cut_below(ptrdiff_t t, ptrdiff_t phase)
+{
+    return t - 1 >= phase ? phase + ((t - 1 - phase) / SR_CHUNK) * SR_CHUNK : 0;
+}
+
+/* the kernels of each type and instruction set (isa_targets.h): sr_fwd_<type>_<isa>,
+ * sr_bwd_<type>_<isa> */
+#define NNKIT_TYPE f32
+#define NNKIT_ISA base
+#include "scan_rows_body.h"
+#define NNKIT_TYPE f64
+#define NNKIT_ISA base
+#include "scan_rows_body.h"
+#define NNKIT_TYPE c64
+#define NNKIT_ISA base
+#include "scan_rows_body.h"
+#define NNKIT_TYPE c128
+#define NNKIT_ISA base
+#include "scan_rows_body.h"
+#ifdef NNKIT_X86_64
+#define NNKIT_TYPE f32
+#define NNKIT_ISA avx2
+#include "scan_rows_body.h"
+#define NNKIT_TYPE f64
+#define NNKIT_ISA avx2
+#include "scan_rows_body.h"
+#define NNKIT_TYPE c64
+#define NNKIT_ISA avx2
+#include "scan_rows_body.h"
+#define NNKIT_TYPE c128
+#define NNKIT_ISA avx2
+#include "scan_rows_body.h"
+#define NNKIT_TYPE f32
+#define NNKIT_ISA avx512
+#include "scan_rows_body.h"
+#define NNKIT_TYPE f64
+#define NNKIT_ISA avx512
+#include "scan_rows_body.h"
+#define NNKIT_TYPE c64
+#define NNKIT_ISA avx512
+#include "scan_rows_body.h"
+#define NNKIT_TYPE c128
+#define NNKIT_ISA avx512
+#include "scan_rows_body.h"
 #endif
 
 typedef void (*nnkit_scan_fwd_fn)(const void *, const void *, const void *, void *, ptrdiff_t,
@@ -182,59 +145,6 @@ typedef void (*nnkit_scan_fwd_fn)(const void *, const void *, const void *, void
 typedef void (*nnkit_scan_bwd_fn)(const void *, const void *, const void *, const void *,
                                   void *, void *, void *, ptrdiff_t, ptrdiff_t, ptrdiff_t,
                                   int, int);
-
-/* one build of every kernel per instruction set; TIME: the suffix of the type's
- * time-vectorised kernels for this set */
-#define SR_BUILD(ISA, TARGET, NAME, TIME)                                                  \
-    TARGET static void sr_fwd_##NAME##_##ISA(const void *a, const void *b, const void *h0,  \
-                                             void *h, ptrdiff_t T, ptrdiff_t stride,       \
-                                             ptrdiff_t n, int reverse, int nt)             \
-    {                                                                                      \
-        SR_IF_TIME(TIME, stride, n, st_fwd_##TIME(a, b, h0, h, T, reverse, nt); return;)    \
-        sr_fwd_##NAME(a, b, h0, h, T, stride, n, reverse, nt);                             \
-    }                                                                                      \
-    TARGET static void sr_bwd_##NAME##_##ISA(const void *dh, const void *a, const void *h,  \
-                                             const void *h0, void *da, void *db,           \
-                                             void *dh0, ptrdiff_t T, ptrdiff_t stride,     \
-                                             ptrdiff_t n, int reverse, int nt)             \
-    {                                                                                      \
-        SR_IF_TIME(TIME, stride, n,                                                        \
-                   st_bwd_##TIME(dh, a, h, h0, da, db, dh0, T, reverse, nt); return;)      \
-        sr_bwd_##NAME(dh, a, h, h0, da, db, dh0, T, stride, n, reverse, nt);               \
-    }
-/* BODY when the block is one feature (K scalars) and the time kernels exist */
-#if SR_TIME
-#define SR_IF_TIME(TIME, stride, n, BODY) SR_TIME_##TIME(stride, n, BODY)
-#define SR_ONE_FEATURE(K, stride, n, BODY)                                                 \
-    if ((stride) == (K) && (n) == (K)) {                                                   \
-        BODY                                                                               \
-    }
-#define SR_REAL(stride, n, BODY) SR_ONE_FEATURE(1, stride, n, BODY)
-#define SR_CPLX(stride, n, BODY) SR_ONE_FEATURE(2, stride, n, BODY)
-#define SR_TIME_f32_v4 SR_REAL
-#define SR_TIME_f32_v8 SR_REAL
-#define SR_TIME_f32_v16 SR_REAL
-#define SR_TIME_f64_v2 SR_REAL
-#define SR_TIME_f64_v4 SR_REAL
-#define SR_TIME_f64_v8 SR_REAL
-#define SR_TIME_c64_v4 SR_CPLX
-#define SR_TIME_c64_v8 SR_CPLX
-#define SR_TIME_c64_v16 SR_CPLX
-#define SR_TIME_c128_v2 SR_CPLX
-#define SR_TIME_c128_v4 SR_CPLX
-#define SR_TIME_c128_v8 SR_CPLX
-#else
-#define SR_IF_TIME(TIME, stride, n, BODY)
-#endif
-#define SR_BUILD_ALL(ISA, TARGET, F32, F64, C64, C128)                                     \
-    SR_BUILD(ISA, TARGET, f32, F32) SR_BUILD(ISA, TARGET, f64, F64)                        \
-    SR_BUILD(ISA, TARGET, c64, C64) SR_BUILD(ISA, TARGET, c128, C128)
-
-SR_BUILD_ALL(base, , f32_v4, f64_v2, c64_v4, c128_v2)
-#ifdef NNKIT_X86_64
-SR_BUILD_ALL(avx2, NNKIT_TARGET_AVX2, f32_v8, f64_v4, c64_v8, c128_v4)
-SR_BUILD_ALL(avx512, NNKIT_TARGET_AVX512, f32_v16, f64_v8, c64_v16, c128_v8)
-#endif
 
 /* kernel k of build ``level`` (0 baseline, 1 AVX2, 2 AVX-512; NULL if not built):
  * k = 2 * type + direction, types f32, f64, c64, c128, directions forward, backward */

@@ -62,7 +62,8 @@ both targets, so a seed gives the same dropout mask on the CPU and on the GPU.
 
 The plain-NumPy form of SplitMix64 (uint64 arrays, for the reference twins and the Python
 side) is ``nnkit._random.splitmix64``; the C form of the Cython kernels is
-``splitmix64.h``; the CuPy elementwise kernel's is ``nnkit._random._SPLITMIX_BODY``.
+``splitmix64.h``; the CuPy elementwise kernel's is
+``nnkit._ext.elementwise_cuda._SPLITMIX_BODY``.
 """
 
 from __future__ import annotations
@@ -282,8 +283,9 @@ def exp_approx(z):
 
 
 # fastmath={'contract'} only: lets LLVM fuse a*b + c into one FMA (one rounding instead of
-# two, ~25% faster); no nnan/ninf/reassoc, so NaN and inf propagate and the Cody-Waite and
-# magic-number steps are evaluated as written.
+# two, and faster: benchmarks/RESULTS.md, "Figures moved from code comments"); no
+# nnan/ninf/reassoc, so NaN and inf propagate and the Cody-Waite and magic-number steps are
+# evaluated as written.
 _exp_f32_jit = numba.njit(cache=True, fastmath={"contract"})(_exp_f32)
 _exp_f64_jit = numba.njit(cache=True, fastmath={"contract"})(_exp_f64)
 
@@ -298,8 +300,9 @@ def _ov_exp_approx(z):
 
 
 # ---- expm1_parts: exp and expm1 as s + e, for sigmoid and tanh -------------------------------
-# Measured: about 6x faster than math.exp (benchmarks/RESULTS.md, "Figures moved from
-# docstrings"); in the LSTM cell libm's calls cost ~6x the arithmetic.
+# Several times faster than math.exp, whose libm calls had cost the LSTM cell more than
+# its arithmetic (benchmarks/RESULTS.md, "Figures moved from docstrings" and "Figures moved
+# from code comments").
 
 _LOG2E = 1.4426950408889634
 _LN2_HI = 0.6931471803691238  # ln 2 split so that k * _LN2_HI is exact for |k| <= 1024

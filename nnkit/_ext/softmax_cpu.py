@@ -10,6 +10,11 @@ preallocated outputs, rows ``(R, C)``):
 - ``log_softmax_backward_rows(dy, y, out)``
 - ``cross_entropy_rows(logits, target, ignore_index, lse, loss_rows)``
 - ``cross_entropy_backward_rows(logits, target, lse, scale, ignore_index, out)``
+- ``cross_entropy_mean(loss_rows, target, ignore_index, loss, n_valid)``
+- ``cross_entropy_mean_backward_rows(logits, target, lse, dloss, n_valid, ignore_index, out)``
+- ``first_invalid_target(target, C, ignore_index)``: the index of the first target outside
+  [0, C) (other than ``ignore_index``), or None; the CPU kernels index the logits by the
+  targets, so ``nnkit.kernels.softmax`` refuses such a target before they run.
 
 Why this is fast. Numba's ``math.exp`` is a scalar libm call here (llvmlite has no SVML), so
 the kernels use ``simd_math.exp_approx`` (Cody-Waite reduction, a polynomial and ``2**n``
@@ -43,6 +48,9 @@ __all__ = [
     "log_softmax_backward_rows",
     "cross_entropy_rows",
     "cross_entropy_backward_rows",
+    "cross_entropy_mean",
+    "cross_entropy_mean_backward_rows",
+    "first_invalid_target",
 ]
 
 _N_CHUNKS = 64  # prange chunks of rows in cross-entropy (each allocates its scratch once)
@@ -244,7 +252,7 @@ def _cross_entropy_backward_rows(logits, target, lse, scale, ignore_index, out):
             continue
         # lse (float64) as hi + lo in the row's dtype: z = (x - hi) - lo keeps the precision
         # of a float64 difference (x - hi is exact where x is near lse, where it matters) in
-        # row-dtype arithmetic, which vectorises (about 2x faster in float32:
+        # row-dtype arithmetic, which vectorises (faster in float32:
         # benchmarks/RESULTS.md, "BERT and ViT")
         hi = _cast_like(lse[i], xr[0])
         lo = _cast_like(lse[i] - hi, xr[0])
@@ -260,3 +268,29 @@ softmax_backward_rows = serial_or_parallel(_softmax_backward_rows)
 log_softmax_backward_rows = serial_or_parallel(_log_softmax_backward_rows)
 cross_entropy_rows = serial_or_parallel(_cross_entropy_rows)
 cross_entropy_backward_rows = serial_or_parallel(_cross_entropy_backward_rows)
+
+
+def cross_entropy_mean(loss_rows, target, ignore_index, loss, n_valid):
+    """The mean over the valid rows: n_valid (1,) float64 = the rows whose target is not
+    ``ignore_index``, loss (1,) (the logits' dtype) = sum(loss_rows) / n_valid (NaN when
+    none is valid); loss_rows (N,) float64 from ``cross_entropy_rows``."""
+    count = int(np.count_nonzero(target != ignore_index))
+    total = float(loss_rows.sum(dtype=np.float64)) if loss_rows.shape[0] else 0.0
+    n_valid[0] = count
+    loss[0] = total / count if count else math.nan
+
+
+def cross_entropy_mean_backward_rows(logits, target, lse, dloss, n_valid, ignore_index, out):
+    """``cross_entropy_backward_rows`` with scale = dloss[0] / n_valid[0] (0 when no row is
+    valid): dloss (1,) the upstream gradient, n_valid (1,) from ``cross_entropy_mean``."""
+    count = n_valid[0]
+    scale = float(dloss[0]) / count if count > 0 else 0.0
+    if out.size:
+        cross_entropy_backward_rows(logits, target, lse, scale, ignore_index, out)
+
+
+def first_invalid_target(target, C, ignore_index):
+    """The index of the first entry of ``target`` (N,) outside [0, C) that is not
+    ``ignore_index``, or None when every target is valid (read here, on the host)."""
+    bad = np.flatnonzero((target != ignore_index) & ((target < 0) | (target >= C)))
+    return int(bad[0]) if bad.size else None

@@ -12,7 +12,10 @@ these kernels are memory-bound.
 Launchers take 2-D C-contiguous device arrays (CuPy arrays, Numba device arrays, or NumPy
 arrays under ``NUMBA_ENABLE_CUDASIM=1``) and preallocated outputs; they validate nothing
 (``nnkit.kernels.softmax`` is the validated entry point) and launch through
-``_launch.launch`` (CuPy's current stream). A launch with zero rows does nothing.
+``_launch.launch`` (CuPy's current stream). A launch with zero rows does nothing. The
+launchers have the names and signatures of ``nnkit._ext.softmax_cpu``'s; the targets of
+cross-entropy are never read on the host (``first_invalid_target`` says None): a target
+outside [0, C) gives a NaN loss instead, so that no call waits for the device.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ __all__ = [
     "cross_entropy_backward_rows",
     "cross_entropy_mean",
     "cross_entropy_mean_backward_rows",
+    "first_invalid_target",
 ]
 
 MAX_THREADS = 256  # shared-memory size of every reduction buffer; a power of two
@@ -272,3 +276,9 @@ def cross_entropy_mean_backward_rows(logits, target, lse, dloss, n_valid, ignore
     ``cross_entropy_mean``. No host round trip."""
     _launch(_cross_entropy_mean_backward_kernel, logits.shape[0], logits.shape[1], logits,
             target, lse, dloss, n_valid, int(ignore_index), out)
+
+
+def first_invalid_target(target, C, ignore_index):
+    """None: the targets stay on the device, unread (the kernels give a NaN loss for a
+    target outside [0, C); torch reports it by a device-side assert)."""
+    return None

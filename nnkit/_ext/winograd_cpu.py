@@ -3,8 +3,8 @@
 Lavin and Gray's minimal filtering algorithm: a 4x4 output tile of a 3x3 cross-correlation
 is ``A^T [(G g G^T) * (B^T d B)] A`` with d the 6x6 input tile (tiles overlap by 2), so the
 36 elementwise products, summed over channels, are 36 GEMMs with a quarter of im2col's
-multiplies (``nnkit.kernels.conv`` runs them). The kernels here, one (n, c) plane per
-``prange`` iteration (no two threads write one element: deterministic):
+multiplies (``nnkit.kernels.conv.cpu_winograd`` runs them). The kernels here, one (n, c)
+plane per ``prange`` iteration (no two threads write one element: deterministic):
 
 - ``wino_input``: V[e1 6 + e2, c, t] = (B^T d B)[e1, e2] for the tiles t of x padded by
   (pt, pl), t = n S + ta (TW + 1) + tb, S = TH (TW + 1): each tile row ends with a junk
@@ -299,7 +299,8 @@ def _wino_input_adjoint(dV, L, pt, pl, TH, TW, dx):
                     (n * C + c) * H * W)
 
 
-# nogil: ``nnkit.kernels.conv`` runs the serial builds from one Python thread per run of images
+# nogil: ``nnkit.kernels.conv.cpu_winograd`` runs the serial builds from one Python thread per
+# run of images
 _builds = {f.__name__.lstrip("_"): serial_or_parallel(f, nogil=True) for f in
            (_wino_input, _wino_output, _wino_output_adjoint, _wino_input_adjoint)}
 

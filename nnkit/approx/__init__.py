@@ -1,9 +1,9 @@
 """Approximation theory made executable (``nk.approx``).
 
-Constructions (the book appendix's sigmoid bins, the notes' ReLU interpolant) that return real
+Constructions (the sigmoid bins of appendix B, the ReLU interpolant of notes §2.5) that return real
 ``nn.Module`` objects with hand-set weights, the error predictions they are tested against,
 activation regions of ReLU networks (exact in 1-D and for one hidden layer in 2-D), and
-Barron's O(1/m) rate (Theorem 2.7) measured on trained networks in several dimensions.
+Barron's O(1/m) rate (notes §2.4, Theorem 2.7) measured on trained networks in several dimensions.
 """
 
 from .barron import (

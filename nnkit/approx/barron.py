@@ -1,4 +1,4 @@
-"""Barron's O(1/m) rate (the notes' Theorem 2.7) as an experiment.
+"""Barron's O(1/m) rate (notes §2.4, Theorem 2.7) as an experiment.
 
 Theorem 2.7: a target f with finite Barron norm C_f = int |omega| |f_hat(omega)| d omega has,
 for every width m, a one-hidden-layer network g_m of m sigmoidal units with

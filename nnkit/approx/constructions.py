@@ -1,16 +1,17 @@
 """1-D universal approximation by construction: sigmoid steps and bins, ReLU interpolants.
 
-The book appendix's construction, one step at a time (all weights set by hand, every result
+The construction of appendix B, one step at a time (all weights set by hand, every result
 a real ``nn.Module`` that ``nk.optim`` can train further):
 
-1. a step: one sigmoid unit, ``f(x) = a sigma(w (x - s))`` (E.B.1), a jump of height ``a``
-   at ``s`` when ``w`` is large;
+1. a step: one sigmoid unit, ``f(x) = a sigma(w (x - s))`` (appendix eq. E.B.1), a jump of
+   height ``a`` at ``s`` when ``w`` is large;
 2. a bin: two units, ``f(x; a, s, Delta) = a sigma(w(x - s + Delta/2)) - a sigma(w(x - s -
-   Delta/2))`` (E.B.2), equal to ``a`` on ``[s - Delta/2, s + Delta/2]`` and 0 elsewhere (the
-   appendix prints E.B.2 with the two terms' signs swapped, which gives ``-a`` on the bin;
-   this is the form its text describes: up at ``s - Delta/2``, down at ``s + Delta/2``);
-3. m bins: 2m units, ``f(x) = sum_i f(x; g_i, c_i, Delta)`` (E.B.3) with ``g_i`` the mean of
-   ``g`` over bin ``i`` (Gauss-Legendre quadrature).
+   Delta/2))`` (appendix eq. E.B.2), equal to ``a`` on ``[s - Delta/2, s + Delta/2]`` and 0
+   elsewhere (appendix eq. E.B.2 is printed with the two terms' signs swapped, which gives
+   ``-a`` on the bin; this is the form its text describes: up at ``s - Delta/2``, down at
+   ``s + Delta/2``);
+3. m bins: 2m units, ``f(x) = sum_i f(x; g_i, c_i, Delta)`` (appendix eq. E.B.3) with ``g_i``
+   the mean of ``g`` over bin ``i`` (Gauss-Legendre quadrature).
 
 The appendix centres bin ``i`` at ``i / m`` on [0, 1] (so the bins overhang the interval by
 half a bin); here the m bins tile ``[lo, hi]`` exactly: ``c_i = lo + (i - 1/2) Delta``,
@@ -29,7 +30,7 @@ m ~ 1000 bins on [0, 10]; beyond, the steps' blur dominates. ``w=None`` scales
 ``w = max(1e4, 1e3 / Delta)`` (``w Delta >= 1000``), which keeps the ratio within a few
 percent for any m.
 
-ReLU interpolant (the notes' Theorem 2.11): ``g(x) ~ a x + b + sum_i c_i (x - x_i)_+`` through
+ReLU interpolant (notes §2.5, Theorem 2.11): ``g(x) ~ a x + b + sum_i c_i (x - x_i)_+`` through
 the m + 1 points ``x_k = lo + k Delta``; its mean squared error is
 ``~ Delta^4 mean(g''^2) / 120`` (:func:`predicted_relu_mse`), its sup error
 ``<= Delta^2 max|g''| / 8``: both O(1/m^2) in the error itself.
@@ -129,7 +130,8 @@ def _sigmoid_layer(weight, bias, out_weight, out_bias: float = 0.0) -> nn.Sequen
 
 
 def step(a: float, s: float, w: float = DEFAULT_W) -> nn.Sequential:
-    """One sigmoid unit as a step of height ``a`` at ``s`` (E.B.1): ``a sigma(w (x - s))``.
+    """One sigmoid unit as a step of height ``a`` at ``s`` (appendix eq. E.B.1):
+    ``a sigma(w (x - s))``.
 
     Returns ``Sequential(Linear(1, 1), Sigmoid(), Linear(1, 1))`` in float64 with weight
     ``w``, bias ``-w s``, output weight ``a`` and output bias 0. Input (N, 1), output (N, 1).
@@ -156,10 +158,11 @@ def _bin_units(heights, centers, delta, w):
 
 
 def bin_function(a: float, s: float, delta: float, w: float = DEFAULT_W) -> nn.Sequential:
-    """Two units as a bin (E.B.2): ``f(x; a, s, Delta) = a sigma(w(x - s + Delta/2)) -
-    a sigma(w(x - s - Delta/2))``, about ``a`` on ``[s - Delta/2, s + Delta/2]``, 0 elsewhere.
+    """Two units as a bin (appendix eq. E.B.2): ``f(x; a, s, Delta) = a sigma(w(x - s +
+    Delta/2)) - a sigma(w(x - s - Delta/2))``, about ``a`` on ``[s - Delta/2, s + Delta/2]``,
+    0 elsewhere.
 
-    The appendix's printed E.B.2 has the two signs swapped (it is ``-a`` on the bin as
+    Appendix eq. E.B.2 as printed has the two signs swapped (it is ``-a`` on the bin as
     printed); this is the form the appendix's text describes.
 
     Examples
@@ -177,8 +180,9 @@ def bin_function(a: float, s: float, delta: float, w: float = DEFAULT_W) -> nn.S
 
 
 def bins_network(heights, centers, delta: float, w: float = DEFAULT_W) -> nn.Sequential:
-    """The sum of k bins (E.B.3): 2k sigmoid units, bin i of height ``heights[i]`` centred at
-    ``centers[i]``, width ``delta``. Units are ordered (up_1, down_1, up_2, down_2, ...)."""
+    """The sum of k bins (appendix eq. E.B.3): 2k sigmoid units, bin i of height
+    ``heights[i]`` centred at ``centers[i]``, width ``delta``. Units are ordered (up_1,
+    down_1, up_2, down_2, ...)."""
     heights = check_array(heights, name="heights", ndim=1, finite=True).astype(np.float64)
     centers = check_array(centers, name="centers", ndim=1, finite=True).astype(np.float64)
     if heights.shape != centers.shape or heights.size == 0:
@@ -249,7 +253,7 @@ def sigmoid_bins(g, m: int, interval=(0.0, 1.0), w: float | None = DEFAULT_W) ->
 def relu_interpolant(g, m: int, interval=(0.0, 1.0)) -> nn.Sequential:
     """Piecewise-linear interpolant of g through m + 1 equispaced points, m ReLU units.
 
-    The notes' Theorem 2.11, ``g(x) ~ a x + b + sum_{i=1}^{m-1} c_i (x - x_i)_+`` with knots
+    Notes §2.5, Theorem 2.11: ``g(x) ~ a x + b + sum_{i=1}^{m-1} c_i (x - x_i)_+`` with knots
     ``x_k = lo + k Delta``, written with the linear part as one more ReLU, ``a (x - x_0)_+``,
     which equals ``a (x - x_0)`` on the interval:
 

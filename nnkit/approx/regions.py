@@ -1,4 +1,4 @@
-"""Activation patterns and linear regions of ReLU networks (notes, section 2.5).
+"""Activation patterns and linear regions of ReLU networks (notes §2.5).
 
 A ReLU layer's pattern at x is ``1{W x + b > 0}``; a network's pattern concatenates every ReLU
 layer's. The set of inputs with one full pattern is an intersection of half-spaces (given the
@@ -315,7 +315,7 @@ def _arrangement_inputs(m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def montufar_network(m: int, n: int, L: int) -> nn.Sequential:
     """A ReLU network on ``[0, 1]^n`` with L hidden layers of width m and
-    ``R(m) floor(m/n)^{n(L-1)}`` regions, ``R(m) = sum_{i=0}^{n} C(m, i)`` (the notes'
+    ``R(m) floor(m/n)^{n(L-1)}`` regions, ``R(m) = sum_{i=0}^{n} C(m, i)`` (notes §2.5,
     Theorem 2.9, Montufar et al. 2014).
 
     Layers 1..L-1 fold: with ``p = floor(m/n)``, units ``relu(p u_j - k)``, k < p, combine

@@ -1,7 +1,7 @@
 """Classic models (``nk.classic``): NumPy in, NumPy out, scikit-learn estimator conventions.
 
 McCulloch-Pitts units, Rosenblatt's perceptron, Hopfield networks and their dense and
-modern successors, least-squares and logistic regression (sections 1 and 2.1 of the notes).
+modern successors, least-squares and logistic regression (notes §1 and §2.1).
 """
 
 from .hopfield import (

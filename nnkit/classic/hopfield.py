@@ -1,10 +1,10 @@
 """Associative memories: the Hopfield network, dense associative memories, modern Hopfield.
 
-The notes (section 1.4): n binary neurons X in {-1, +1}^n, energy
+Notes §1.4: n binary neurons X in {-1, +1}^n, energy
 H(X) = -1/2 sum_ij w_ij X_i X_j - sum_i b_i X_i, w_ii = 0, w_ij = w_ji; the dynamics
 X_i <- sgn(h_i), h_i = sum_j w_ij X_j + b_i, sgn(z) = +1 for z >= 0, -1 otherwise; Hebbian
 storage W = (1/n) sum_t x_t x_t^T (with the diagonal set to zero). The biases b (``bias=``,
-default none) enter with this sign in both places; the notes write the same model with
+default none) enter with this sign in both places; notes §1.4 writes the same model with
 thresholds theta = -b (energy + theta^T X, field W X - theta).
 
 Exact arithmetic. ``Hopfield`` keeps the integer couplings C = n W (C_ij = sum_t x_ti x_tj)
@@ -227,7 +227,7 @@ class Hopfield(_StoresPatterns):
         ``DENSE_MAX_BYTES``.
     bias : array_like (n,) of real numbers, optional
         Biases b of the local field h = W x + b and of the energy
-        E = -1/2 x^T W x - b^T x (section 1.4; the notes' thresholds are -b). None: no
+        E = -1/2 x^T W x - b^T x (notes §1.4, whose thresholds are -b). None: no
         biases, the code path and the numbers of a network without them. A large
         |b_i| > sum_j |W_ij| pins neuron i to sgn(b_i).
 
@@ -362,7 +362,7 @@ class Hopfield(_StoresPatterns):
         return float(e[0]) if x8.ndim == 1 else e
 
     def crosstalk(self, patterns=None):
-        """Crosstalk C_ti = h_i(x_t) - x_ti of the notes: x_t is a fixed point of the dynamics
+        """Crosstalk C_ti = h_i(x_t) - x_ti of notes §1.4: x_t is a fixed point of the dynamics
         iff sgn(x_ti + C_ti) = x_ti for every i. patterns (s, n), default the stored ones ->
         ndarray float64 (s, n). For random patterns C_ti ~ N(0, s/n) approximately
         (plus b_i with biases)."""
@@ -712,7 +712,7 @@ class RetrievalCurve:
         pattern (the retrieval branch; see ``retrieval_curve``).
     flip_rate : ndarray (A,)
         Fraction of the stored patterns' bits that one update flips, sgn(h_i(x_t)) != x_ti:
-        the quantity the notes estimate by (1 - erf(sqrt(1/(2 alpha)))) / 2.
+        the quantity notes §1.4 estimates by (1 - erf(sqrt(1/(2 alpha)))) / 2.
     retrieved_at : float
         The overlap that counts as retrieved.
     """
@@ -731,7 +731,7 @@ class RetrievalCurve:
 
         Linear interpolation between the two loads (in increasing alpha) that bracket the
         first drop of ``retrieved`` below ``share``; NaN when no load of the curve is on
-        each side. The notes (section 1.4) put the transition at alpha ~ 0.138 for n -> oo.
+        each side. Notes §1.4 puts the transition at alpha ~ 0.138 for n -> oo.
 
         Parameters
         ----------

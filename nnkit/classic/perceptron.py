@@ -1,4 +1,4 @@
-"""The McCulloch-Pitts neuron and Rosenblatt's perceptron (section 1.1-1.2 of the notes).
+"""The McCulloch-Pitts neuron and Rosenblatt's perceptron (notes §1.1-1.2).
 
 ``McCullochPitts(sigma, theta)`` is the fixed threshold unit f(x) = 1{sigma . x >= theta}.
 ``Perceptron`` learns (w, b) with the mistake-driven rule w <- w + y x, b <- b + y; its epoch
@@ -92,7 +92,8 @@ def _activation_reference(x, w, b) -> float:
 
 def _perceptron_epochs_reference(X, y, w, b, order, max_epochs, fit_intercept,
                                  mistakes=None):
-    """Plain-Python twin of ``nnkit.kernels.perceptron.perceptron_epochs`` (Algorithm 1).
+    """Plain-Python twin of ``nnkit.kernels.perceptron.perceptron_epochs``: Algorithm 1 of
+    notes §1.2.
 
     Same arguments, same in-place updates of ``w`` (D,) and ``b`` (1,), same return value
     ``(n_updates, n_epochs, converged)``, the same float64 arithmetic in the same order;
@@ -116,7 +117,7 @@ def _perceptron_epochs_reference(X, y, w, b, order, max_epochs, fit_intercept,
 
 
 class Perceptron(ClassifierMixin, BaseEstimator):
-    """Rosenblatt's perceptron, trained by the mistake-driven algorithm of the notes.
+    """Rosenblatt's perceptron, trained by the mistake-driven algorithm of notes §1.2.
 
     f[w, b](x) = sgn(w^T x + b). Starting from w = 0, b = 0, each pass visits every sample;
     on a mistake, y (w^T x + b) <= 0 with y in {-1, +1}, it updates
@@ -170,7 +171,7 @@ class Perceptron(ClassifierMixin, BaseEstimator):
     -----
     X is converted as scikit-learn estimators do (integers to float64; float32 is kept), then
     the compiled loop (Cython, one thread) runs; sums are taken in float64. A sample with
-    w^T x + b = 0 exactly is a mistake in training (the notes' sgn(0) = 0 is no class) and is
+    w^T x + b = 0 exactly is a mistake in training (sgn(0) = 0 of notes §1.2 is no class) and is
     predicted as ``classes_[0]`` by ``predict``. Only binary problems: more than two classes
     raise ``ValueError``.
 
@@ -275,7 +276,7 @@ class Perceptron(ClassifierMixin, BaseEstimator):
         return self.classes_[positive.astype(np.intp)]
 
     def margin(self, X, y) -> float:
-        """The notes' margin gamma[w, b](S) = min_i y_i (w^T x_i + b) / ||w||.
+        """The margin of notes §1.2, gamma[w, b](S) = min_i y_i (w^T x_i + b) / ||w||.
 
         Positive if and only if the fitted hyperplane separates (X, y). ``y`` holds labels
         from ``classes_``; a zero w gives -inf (it separates nothing).

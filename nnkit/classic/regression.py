@@ -1,8 +1,8 @@
-"""Least squares and logistic regression (section 2.1 of the notes), as scikit-learn estimators.
+"""Least squares and logistic regression (notes §2.1), as scikit-learn estimators.
 
 ``LinearRegression`` solves min_w 1/2 ||X w - y||^2 with ``np.linalg.lstsq`` (the OLSE
 w* = (X^T X)^{-1} X^T y when X has full column rank, the minimum-norm solution otherwise).
-``LogisticRegression`` fits f(x) = sigma(w^T x) by SGD with the notes' per-sample gradient
+``LogisticRegression`` fits f(x) = sigma(w^T x) by SGD with the per-sample gradient of notes §2.1
 (sigma(w^T x) - y) x, averaged over a minibatch.
 """
 
@@ -92,10 +92,11 @@ class LinearRegression(RegressorMixin, BaseEstimator):
 
 
 class LogisticRegression(ClassifierMixin, BaseEstimator):
-    """Logistic regression f(x) = sigma(w^T x + b) trained by minibatch SGD, as the notes.
+    """Logistic regression f(x) = sigma(w^T x + b) trained by minibatch SGD, as in notes §2.1.
 
     The loss is the mean cross-entropy l(w) = (1/s) sum_i -log sigma((2 y_i - 1) w^T x_i) with
-    y_i in {0, 1}; each step moves along the notes' per-sample gradient averaged over a batch,
+    y_i in {0, 1}; each step moves along the per-sample gradient of notes §2.1 averaged over a
+    batch,
 
         w <- w - lr * (1/B) sum_{i in batch} (sigma(w^T x_i + b) - y_i) x_i,
         b <- b - lr * (1/B) sum_{i in batch} (sigma(w^T x_i + b) - y_i),

@@ -1,4 +1,4 @@
-"""A seeded toy translation task: English number words to digits (notes, section 6.4).
+"""A seeded toy translation task: English number words to digits (notes §6.4).
 
 "three hundred five thousand forty two" -> "3 0 5 0 4 2". The source language has 30 words
 (zero .. nineteen, twenty .. ninety, hundred, thousand), the target language the ten

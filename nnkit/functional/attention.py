@@ -8,8 +8,10 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from .._random import get_rng
+from .._types import Array
 from .._validation import check_scalar
 from ..autograd import Tensor, apply_op, as_tensor
 from ..kernels import attention as K
@@ -17,8 +19,10 @@ from ..kernels import attention as K
 __all__ = ["scaled_dot_product_attention", "sinusoidal_positional_encoding"]
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None) -> Tensor:
+def scaled_dot_product_attention(query: Tensor | Array, key: Tensor | Array, value: Tensor | Array,
+                                 attn_mask: Tensor | Array | None = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: float | None = None,
+                                 ) -> Tensor:
     """softmax(query key^T * scale + attn_mask) value, fused (torch's semantics).
 
     Parameters
@@ -59,25 +63,20 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if dropout_p is not None and not isinstance(dropout_p, bool) and isinstance(
             dropout_p, numbers.Real) and dropout_p > 0:
         seed = int(get_rng().integers(0, 2**63 - 1))
-
-    def backward(g, cache, needs):
-        dq, dk, dv = K.attention_backward(g, cache)
-        dmask = K.attention_mask_backward(g, cache, mask.shape) if needs[3] else None
-        return dq, dk, dv, dmask
-
-    return apply_op("scaled_dot_product_attention", K.attention_forward, backward,
+    return apply_op("scaled_dot_product_attention", K.attention_forward, K.attention_backward,
                     (q, k, v, mask), is_causal, scale, dropout_p, seed)
 
 
 _MAX_ENCODING = 2**31 - 1  # entries of one encoding (16 GiB in float64)
 
 
-def sinusoidal_positional_encoding(T, d, base=10000.0, dtype=np.float32) -> Tensor:
+def sinusoidal_positional_encoding(T: int, d: int, base: float = 10000.0,
+                                   dtype: DTypeLike = np.float32) -> Tensor:
     """The sinusoidal positional encoding of Vaswani et al. (2017), (T, d).
 
         p[t, 2i] = sin(t / base^(2i/d)),   p[t, 2i+1] = cos(t / base^(2i/d))
 
-    (the lecture notes' section 6.3 writes omega_k = C^(k/d); the frequency is the
+    (notes §6.3 writes omega_k = C^(k/d); the frequency is the
     reciprocal, base^(-2i/d), shared by the pair of columns 2i and 2i+1, as in the paper).
     Odd ``d`` works: the last column is a sine.
 

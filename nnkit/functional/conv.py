@@ -1,9 +1,10 @@
 """Differentiable convolution and pooling (``F.conv1d``, ``F.conv2d``, ``F.max_pool2d``,
 ``F.avg_pool2d``), torch's names, argument order and semantics.
 
-Each is one autograd op calling a forward/backward pair of ``nnkit.kernels.conv``; inputs
-are ``nk.Tensor``s or arrays (wrapped as constants). The input gradient is skipped when x
-does not require grad (a network's first layer), as torch does. As in torch, an unbatched
+Each is one autograd op (``nnkit.autograd.apply_op``) on a forward/backward pair of
+``nnkit.kernels.conv``, passed as it is; inputs are ``nk.Tensor``s or arrays (wrapped as
+constants). The backward computes only the gradients wanted: none for x when it does not
+require grad (a network's first layer), as torch does. As in torch, an unbatched
 input ((C, L) for conv1d, (C, H, W) for the others) is a batch of one, and so is its result.
 """
 
@@ -41,15 +42,12 @@ def _batched(x, nd: int, name: str):
 
 
 def _conv(forward, backward, x, weight, bias, stride, padding, dilation, groups, name, nd):
+    """The pair as one op; the backward computes only the gradients ``needs`` asks for (no
+    dx for a first layer), and ``release`` frees the cols when no backward will run."""
     (x, unbatched), weight = _batched(x, nd, name), _float_tensor(weight, "weight")
     b = _float_tensor(bias, "bias") if bias is not None else None
-
-    def grads(g, cache, needs):  # the input gradient is skipped when x needs none
-        return backward(g, cache, needs_input_grad=needs[0],
-                        needs_weight_grad=needs[1] or needs[2])
-
-    out = apply_op(name, forward, grads, (x, weight, b), stride, padding, dilation, groups,
-                   release=K.release)  # no backward will read the cols
+    out = apply_op(name, forward, backward, (x, weight, b), stride, padding, dilation, groups,
+                   release=K.release)
     return out.squeeze(0) if unbatched else out  # (K, Ho, Wo) for a (C, H, W) x
 
 

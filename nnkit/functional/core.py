@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Literal
 
 import numpy as np
-from scipy import special
 
 from .. import kernels
-from .._backend import array_module, matmul
+from .._backend import array_module, kernels_for, matmul
 from .._random import get_rng
+from .._types import Array
 from .._validation import (
     axis_or_dim,
     check_array,
@@ -21,7 +22,7 @@ from .._validation import (
     check_scalar,
     describe_dtype,
 )
-from ..autograd import Tensor, _conj, apply_op, as_tensor, make_result, unbroadcast
+from ..autograd import Tensor, _conj, apply_op, as_tensor, unbroadcast
 
 __all__ = [
     "linear",
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 _REDUCTIONS = ("mean", "sum", "none")
+Reduction = Literal["mean", "sum", "none"]
 
 
 def _float_tensor(x, name: str) -> Tensor:
@@ -74,7 +76,7 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
     return loss
 
 
-def linear(x, weight, bias=None) -> Tensor:
+def linear(x: Tensor | Array, weight: Tensor | Array, bias: Tensor | Array | None = None) -> Tensor:
     """y = x @ weight.T + bias.
 
     Parameters
@@ -123,58 +125,57 @@ def _linear_backward(g, cache, needs):
     return gx, gw, g2.sum(axis=0) if needs[2] else None
 
 
-def sigmoid(x) -> Tensor:
+def sigmoid(x: Tensor | Array) -> Tensor:
     """1 / (1 + exp(-x)), computed without overflow for real x; complex x as torch."""
     return _float_tensor(x, "x").sigmoid()
 
 
-def tanh(x) -> Tensor:
+def tanh(x: Tensor | Array) -> Tensor:
     return _float_tensor(x, "x").tanh()
 
 
-def relu(x) -> Tensor:
-    """max(x, 0), as torch: relu(-inf) = 0 and NaN stays NaN. The gradient is 0 where
-    x <= 0 (at 0 and -inf too) and the upstream one elsewhere (NaN included), as torch's
-    threshold_backward; selected, not multiplied by a mask: x * (x > 0) made
-    relu(-inf) = -inf * 0 = NaN, and an infinite upstream gradient NaN where it is off.
-    The backward reads the output: y <= 0 exactly where x <= 0 (y is 0 there, x itself
-    elsewhere, NaN at NaN), so no mask is made or kept (one pass fewer, one GPU kernel)."""
-    x = _real_tensor(x, "x", "relu")
-    xd = x.data
-    xp = array_module(xd)
-    y = xp.maximum(xd, xd.dtype.type(0))  # NaN propagates through maximum
-    return make_result(y, (x,), lambda g: (xp.where(y <= 0, g.dtype.type(0), g),), "relu")
+def relu(x: Tensor | Array) -> Tensor:
+    """max(x, 0), as torch: relu(-inf) = 0 and NaN stays NaN; the gradient is 0 where
+    x <= 0 and the upstream one elsewhere (NaN included), as torch's threshold_backward
+    (``Tensor.relu``)."""
+    return _real_tensor(x, "x", "relu").relu()
 
 
-def gelu(x, approximate: str = "none") -> Tensor:
+def gelu(x: Tensor | Array, approximate: Literal["none", "tanh"] = "none") -> Tensor:
     """x * Phi(x) (Phi the standard normal CDF), or its tanh approximation.
 
     approximate='tanh': 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as torch.
     """
     check_choice(approximate, name="approximate", choices=("none", "tanh"))
     x = _real_tensor(x, "x", "gelu")
-    xd_in = x.data
-    xp = array_module(xd_in)
     if approximate == "none":  # the fused kernels (one pass, or one launch, each way)
         return apply_op("gelu", kernels.gelu_forward, kernels.gelu_backward, (x,))
-    # tanh: beyond |x| = 10 gelu is relu to within float64 rounding; evaluating the formula
-    # there overflows x**3 and x*x (and 0 * inf gives NaN gradients)
+    return apply_op("gelu", _gelu_tanh_forward, _gelu_tanh_backward, (x,))
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+def _gelu_tanh_forward(xd_in):
+    """0.5 x (1 + tanh(c (x + 0.044715 x^3))); beyond |x| = 10 gelu is relu to within
+    float64 rounding, and evaluating the formula there overflows x**3 and x*x (and 0 * inf
+    gives NaN gradients), so those entries are relu's."""
+    xp = array_module(xd_in)
     big = xp.abs(xd_in) > 10
     xd = xp.where(big, 0, xd_in).astype(xd_in.dtype, copy=False)
-    c = math.sqrt(2.0 / math.pi)
-    inner = c * (xd + 0.044715 * xd**3)
-    t = xp.tanh(inner)
-    y = 0.5 * xd * (1 + t)
-
-    def backward(g):
-        dinner = c * (1 + 3 * 0.044715 * xd**2)
-        return (g * xp.where(big, xd_in > 0, 0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * dinner),)
-
-    y = xp.where(big, xp.maximum(xd_in, 0), y)
-    return make_result(y.astype(xd.dtype, copy=False), (x,), backward, "gelu")
+    t = xp.tanh(_GELU_C * (xd + 0.044715 * xd**3))
+    y = xp.where(big, xp.maximum(xd_in, 0), 0.5 * xd * (1 + t))
+    return y.astype(xd.dtype, copy=False), (xd_in, xd, big, t)
 
 
-def softmax(x, dim: int | None = None, *, axis: int | None = None) -> Tensor:
+def _gelu_tanh_backward(g, cache, needs):
+    xd_in, xd, big, t = cache
+    dinner = _GELU_C * (1 + 3 * 0.044715 * xd**2)
+    return g * array_module(g).where(big, xd_in > 0,
+                                     0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * dinner)
+
+
+def softmax(x: Tensor | Array, dim: int | None = None, *, axis: int | None = None) -> Tensor:
     """exp(x - max) / sum exp(x - max) along ``dim`` (torch's name) or ``axis`` (NumPy's),
     -1 by default (fused kernel, forward and backward)."""
     axis = axis_or_dim(axis, dim, default=-1, op="softmax")
@@ -182,7 +183,7 @@ def softmax(x, dim: int | None = None, *, axis: int | None = None) -> Tensor:
     return apply_op("softmax", kernels.softmax_forward, kernels.softmax_backward, (x,), axis)
 
 
-def log_softmax(x, dim: int | None = None, *, axis: int | None = None) -> Tensor:
+def log_softmax(x: Tensor | Array, dim: int | None = None, *, axis: int | None = None) -> Tensor:
     """x - logsumexp(x) along ``dim`` (torch's name) or ``axis`` (NumPy's), -1 by default
     (fused kernel, forward and backward)."""
     axis = axis_or_dim(axis, dim, default=-1, op="log_softmax")
@@ -200,7 +201,8 @@ def _check_target(target, n: int, name="target"):
     return target
 
 
-def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+def cross_entropy(logits: Tensor | Array, target: Array, ignore_index: int = -100,
+                  reduction: Reduction = "mean") -> Tensor:
     """Cross-entropy of class ``target`` under softmax(``logits``), torch's ``cross_entropy``.
 
     Parameters
@@ -240,7 +242,7 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     return _reduce(per_row, reduction)
 
 
-def mse_loss(pred, target, reduction: str = "mean") -> Tensor:
+def mse_loss(pred: Tensor | Array, target: Tensor | Array, reduction: Reduction = "mean") -> Tensor:
     """Mean (or sum, or elementwise) squared error; shapes must match or broadcast."""
     check_choice(reduction, name="reduction", choices=_REDUCTIONS)
     pred = _real_tensor(pred, "pred", "mse_loss")
@@ -257,8 +259,10 @@ def mse_loss(pred, target, reduction: str = "mean") -> Tensor:
     return _reduce(diff * diff, reduction)
 
 
-def binary_cross_entropy_with_logits(logits, target, weight=None, pos_weight=None,
-                                     reduction: str = "mean") -> Tensor:
+def binary_cross_entropy_with_logits(logits: Tensor | Array, target: Tensor | Array,
+                                     weight: Tensor | Array | None = None,
+                                     pos_weight: Tensor | Array | None = None,
+                                     reduction: Reduction = "mean") -> Tensor:
     """-[p y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))] computed stably, as torch.
 
     ``weight`` multiplies each element's loss; ``pos_weight`` (p, broadcast along the last
@@ -286,17 +290,24 @@ def binary_cross_entropy_with_logits(logits, target, weight=None, pos_weight=Non
         if np.ndim(value) and not _broadcasts_to(value.shape, x.shape):
             raise ValueError(f"{op}: {name} has shape {value.shape}, which does not "
                              f"broadcast to the logits' shape {x.shape}")
+    per_elem = apply_op("bce_with_logits", _bce_forward, _bce_backward, (x,), y, p, w)
+    return _reduce(per_elem, reduction)
+
+
+def _bce_forward(xd, y, p, w):
+    """Per-element losses (the shape of the logits ``xd``) and what the backward reads."""
+    xp = array_module(xd)
     coef = p * y + 1 - y
     # log(1 + exp(-|x|)) + max(-x, 0) = -log sigmoid(x), without overflow
     softplus_neg = xp.log1p(xp.exp(-xp.abs(xd))) + xp.maximum(-xd, 0)
     loss = w * ((1 - y) * xd + coef * softplus_neg)
-    sig = special.expit(xd) if xp is np else 0.5 * (xp.tanh(0.5 * xd) + 1)
+    sig = kernels_for("elementwise_cpu", "elementwise_cuda", xd).expit(xd)
+    return xp.asarray(loss, dtype=xd.dtype), (sig, coef, w, p, y, xd.shape)
 
-    def backward(g):
-        return (unbroadcast(g * w * (sig * coef - p * y), xd.shape),)
 
-    per_elem = make_result(xp.asarray(loss, dtype=xd.dtype), (x,), backward, "bce_with_logits")
-    return _reduce(per_elem, reduction)
+def _bce_backward(g, cache, needs):
+    sig, coef, w, p, y, shape = cache
+    return unbroadcast(g * w * (sig * coef - p * y), shape)
 
 
 def _broadcasts_to(shape, target) -> bool:
@@ -306,7 +317,9 @@ def _broadcasts_to(shape, target) -> bool:
         return False
 
 
-def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
+def layer_norm(x: Tensor | Array, normalized_shape: int | tuple[int, ...],
+               weight: Tensor | Array | None = None, bias: Tensor | Array | None = None,
+               eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(var + eps) * weight + bias over the trailing ``normalized_shape``.
 
     Parameters
@@ -322,7 +335,8 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -
                     (x, w, b), normalized_shape, eps)
 
 
-def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
+def dropout(x: Tensor | Array, p: float = 0.5, training: bool = True,
+            rng: int | np.random.Generator | None = None) -> Tensor:
     """Zero each element with probability ``p`` and scale the rest by 1/(1-p) (training only).
 
     ``rng`` defaults to nnkit's global generator (``nk.manual_seed``). One seed is taken
@@ -344,7 +358,7 @@ def dropout(x, p: float = 0.5, training: bool = True, rng=None) -> Tensor:
     return apply_op("dropout", kernels.dropout_forward, kernels.dropout_backward, (x,), p, seed)
 
 
-def embedding(ids, weight) -> Tensor:
+def embedding(ids: Array, weight: Tensor | Array) -> Tensor:
     """Rows of ``weight`` (num_embeddings, dim) picked by integer ``ids`` (any shape)."""
     weight = _float_tensor(weight, "weight")
     ids = check_array(ids, name="ids", contiguous=False)

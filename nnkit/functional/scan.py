@@ -4,13 +4,17 @@
 
 from __future__ import annotations
 
-from ..autograd import apply_op, as_tensor
+from .._types import Array
+from ..autograd import Tensor, apply_op, as_tensor
 from ..kernels import scan as K
+from ..kernels.scan import ScanAlgorithm
 
 __all__ = ["linear_scan", "log_linear_scan"]
 
 
-def linear_scan(a, b, h0=None, reverse=False, algorithm="sequential"):
+def linear_scan(a: Tensor | Array, b: Tensor | Array, h0: Tensor | Array | None = None,
+                reverse: bool = False,
+                algorithm: ScanAlgorithm = "sequential") -> Tensor:
     """The diagonal linear recurrence h_t = a_t * h_{t-1} + b_t, all steps at once.
 
     Parameters
@@ -46,7 +50,8 @@ def linear_scan(a, b, h0=None, reverse=False, algorithm="sequential"):
                     reverse, algorithm=algorithm)
 
 
-def log_linear_scan(log_a, log_b, log_h0=None):
+def log_linear_scan(log_a: Tensor | Array, log_b: Tensor | Array,
+                    log_h0: Tensor | Array | None = None) -> Tensor:
     """The linear scan of positive coefficients in log space (Feng et al. 2024):
     log h_t = logaddexp(log a_t + log h_{t-1}, log b_t).
 

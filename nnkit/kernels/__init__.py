@@ -3,15 +3,15 @@
 Each function checks its inputs once (``nnkit._validation``), picks the backend by array
 type in one place (``nnkit._backend.kernels_for``: NumPy -> the compiled CPU kernels in
 ``nnkit._ext``, CuPy/device arrays -> the Numba CUDA kernels) and returns plain arrays.
-One convention for the differentiable families: ``<op>_forward(inputs..., options...)``
-returns ``(out, cache)``; ``<op>_backward(dy, cache, ...)`` returns one gradient per
-differentiable input in the forward's order (the array itself for one input), trusting the
-cache and checking only ``dy``. The softmax, cross-entropy, layer-norm, activation, scan and
-pooling backwards take ``nnkit.autograd.apply_op``'s mask of the inputs that want a
-gradient as their third argument ``needs``, so their pairs go to ``apply_op`` as they are.
-``nnkit.kernels.reference`` holds the naive twin of each. The layers above (functional,
-optim, approx, classic) reach the compiled kernels only through this package; the entry
-points of the optimizer, approximation and classic kernels (``adam_update``,
+One convention for every differentiable family: ``<op>_forward(inputs..., options...)``
+returns ``(out, cache)`` (``out`` a tuple where there are several outputs, as an LSTM's
+(y, h_T, c_T)); ``<op>_backward(douts, cache, needs=None)`` returns one gradient per
+differentiable input in the forward's order (the array itself for one input), ``None``
+where ``needs`` (``nnkit.autograd.apply_op``'s mask of the inputs that want one) says none
+is wanted; it trusts the cache and checks only ``douts``. The pairs go to ``apply_op`` as
+they are. ``nnkit.kernels.reference`` holds the naive twin of each. The layers above
+(functional, optim, approx, classic) reach the compiled kernels only through this package;
+the entry points of the optimizer, approximation and classic kernels (``adam_update``,
 ``window_sum``, ``perceptron_epochs``, the Hopfield dynamics) trust their callers'
 validation.
 """
@@ -19,7 +19,7 @@ validation.
 from . import reference
 from .activation import dropout_backward, dropout_forward, gelu_backward, gelu_forward
 from .approx import window_sum
-from .attention import attention_backward, attention_forward, attention_mask_backward
+from .attention import attention_backward, attention_forward
 from .conv import (
     avg_pool2d_backward,
     avg_pool2d_forward,
@@ -38,7 +38,7 @@ from .hopfield import (
     hopfield_sync_run,
 )
 from .layer_norm import layer_norm_backward, layer_norm_forward
-from .optim import adam_step_gpu, adam_update, sgd_step_gpu
+from .optim import adam_step, adam_update, fusable, sgd_step
 from .perceptron import perceptron_epochs
 from .recurrent import (
     gru_backward,
@@ -68,7 +68,6 @@ __all__ = [
     "reference",
     "attention_forward",
     "attention_backward",
-    "attention_mask_backward",
     "softmax_forward",
     "softmax_backward",
     "log_softmax_forward",
@@ -103,8 +102,9 @@ __all__ = [
     "gru_forward",
     "gru_backward",
     "adam_update",
-    "adam_step_gpu",
-    "sgd_step_gpu",
+    "adam_step",
+    "sgd_step",
+    "fusable",
     "window_sum",
     "perceptron_epochs",
     "hopfield_init_fields",

@@ -1,8 +1,9 @@
 """The exact GELU, y = x Phi(x) (Phi the standard normal CDF): a validated forward/backward
 pair on NumPy arrays, running the fused Numba kernels of ``nnkit._ext.activation_cpu``
 (one pass each way; the naive twin is ``nnkit.kernels.reference.gelu``), and dropout; CuPy
-arrays run on the CUDA twins of ``nnkit._ext.activation_cuda`` (one launch each). Each
-forward returns ``(y, cache)``, each backward takes ``(dy, cache)``.
+arrays run on the CUDA twins of ``nnkit._ext.activation_cuda`` (one launch each), picked
+by ``nnkit._backend.kernels_for``. Each forward returns ``(y, cache)``, each backward takes
+``(dy, cache, needs=None)`` and returns dx.
 
 Examples
 --------
@@ -22,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._backend import array_module, backend, kernels_for
+from .._types import Array, Needs
 from .._validation import FLOATS, check_array, check_cache, check_grad, check_scalar
 
 __all__ = ["GeluCache", "DropoutCache", "gelu_forward", "gelu_backward", "dropout_forward",
@@ -46,7 +48,7 @@ def _kernels(x):
     return kernels_for("activation_cpu", "activation_cuda", x)
 
 
-def gelu_forward(x):
+def gelu_forward(x: Array) -> tuple[Array, GeluCache]:
     """(y, cache): y = x Phi(x), shaped and typed like ``x`` (float32/64); the cache keeps x
     and Phi(x) for ``gelu_backward``."""
     x = check_array(x, name="x", dtype=FLOATS)
@@ -57,7 +59,7 @@ def gelu_forward(x):
     return y, GeluCache(x, cdf)
 
 
-def gelu_backward(dy, cache, needs=None):
+def gelu_backward(dy: Array, cache: GeluCache, needs: Needs = None) -> Array:
     """dL/dx = dy (Phi(x) + x phi(x)) from ``gelu_forward``'s cache; ``dy`` of y's shape,
     dtype and device. ``needs``: ``nnkit.autograd.apply_op``'s mask (the one input always
     needs its gradient)."""
@@ -70,11 +72,11 @@ def gelu_backward(dy, cache, needs=None):
     return dx
 
 
-def dropout_forward(x, p: float, seed: int):
+def dropout_forward(x: Array, p: float, seed: int) -> tuple[Array, DropoutCache]:
     """(y, cache): y = x * mask with mask = 1/(1-p) where u >= p, else 0, shaped and typed
     like ``x`` (float32/64); the cache keeps the mask. u is element i's (C order) uniform
     draw ``splitmix64(seed + (i + 1) 0x9E3779B97F4A7C15) >> 11`` times 2**-53, the stream of
-    ``nnkit._random.device_uniform`` (twin: ``nnkit.kernels.reference.dropout_mask``).
+    ``nnkit._random.uniform`` (twin: ``nnkit.kernels.reference.dropout_mask``).
     ``p`` in [0, 1); ``seed`` in [0, 2**64)."""
     x = check_array(x, name="x", dtype=FLOATS)
     check_scalar(p, name="p", low=0.0, high=1.0)
@@ -90,7 +92,7 @@ def dropout_forward(x, p: float, seed: int):
     return y, DropoutCache(mask)
 
 
-def dropout_backward(dy, cache, needs=None):
+def dropout_backward(dy: Array, cache: DropoutCache, needs: Needs = None) -> Array:
     """dL/dx = dy * mask (one elementwise pass, one kernel on the GPU); ``dy`` of y's shape,
     dtype and device. ``needs`` as in ``gelu_backward``."""
     (mask,) = check_cache(cache, DropoutCache, forward="dropout_forward")

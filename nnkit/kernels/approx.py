@@ -6,11 +6,13 @@ Numba, parallel over points for large inputs): the kernel behind
 from __future__ import annotations
 
 from .._backend import kernels_for
+from .._types import Array
 
 __all__ = ["window_sum"]
 
 
-def window_sum(x, s, w, b, a, prefix, tau, out):
+def window_sum(x: Array, s: Array, w: Array, b: Array, a: Array, prefix: Array, tau: float,
+               out: Array) -> Array:
     """out[n] = prefix[#(s <= x_n - tau)] + sum over s_j in (x_n - tau, x_n + tau) of
     a_j sigma(w_j x_n + b_j), in place.
 

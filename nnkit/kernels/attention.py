@@ -22,9 +22,10 @@ still without its broadcast L or S axes).
 
 NumPy arrays run on ``nnkit._ext.attention_cpu``, GPU arrays (CuPy) on
 ``nnkit._ext.attention_cuda`` (imported lazily; ``nnkit._backend.kernels_for`` chooses).
-``attention_mask_backward`` gives the gradient of a float mask (dL/dscores, summed to the
-mask's shape); it is not fused (it builds one (L, S) slab per (batch, head)) and only runs
-when a mask requires grad.
+``attention_backward(dout, cache, needs)`` returns (dquery, dkey, dvalue, dmask): ``needs``
+says which of (query, key, value, attn_mask) want a gradient. The mask's (dL/dscores, summed
+to the mask's shape; None for a bool mask or none) is not fused: it builds one (L, S) slab
+per (batch, head), so it runs only when ``needs`` asks for it.
 
 Examples
 --------
@@ -34,7 +35,7 @@ Examples
 >>> out, cache = attention_forward(q, k, v)
 >>> out[:, 0, 0].tolist()  # uniform weights: the mean of the values
 [2.0, 7.0]
->>> dq, dk, dv = attention_backward(np.ones_like(out), cache)
+>>> dq, dk, dv, dmask = attention_backward(np.ones_like(out), cache)
 >>> dv[0, :, 0].round(12).tolist()
 [0.6, 0.6, 0.6, 0.6, 0.6]
 """
@@ -48,11 +49,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._backend import array_module, kernels_for, unbroadcast
-from .._ext import attention_cpu
+from .._types import Array, Needs
 from .._validation import FLOATS, check_array, check_bool, check_same_device, check_scalar
 
-__all__ = ["attention_forward", "attention_backward", "attention_mask_backward",
-           "AttentionCache"]
+__all__ = ["attention_forward", "attention_backward", "AttentionCache"]
 
 
 @dataclass
@@ -73,6 +73,7 @@ class AttentionCache:
     lse: object
     shapes: tuple  # original shapes of query, key, value
     batch: tuple  # the broadcast batch shape
+    mask_shape: tuple | None  # a float attn_mask's shape (None: no mask, or a bool one)
 
 
 # ---- validation ---------------------------------------------------------------------------
@@ -168,14 +169,9 @@ def _mask_4d(additive, batch, B, H, L, S, xp):
     if nb == 0:
         return xp.broadcast_to(m.reshape(1, 1, *m.shape[-2:]), (B, H, L, S))
     lead = xp.broadcast_to(m, batch[:-1] + tuple(m.shape[nb - 1:]))  # (b_1..b_{n-1}, h, l, s)
-    folded_shape = (B,) + tuple(m.shape[nb - 1:])
-    if xp is np:
-        try:
-            folded = np.reshape(lead, folded_shape, copy=False)
-        except ValueError:  # varies along leading axes that do not fold into one stride
-            folded = np.ascontiguousarray(lead).reshape(folded_shape)
-    else:
-        folded = lead.reshape(folded_shape)
+    # a view where the leading axes fold into one stride, else a copy of them (a mask that
+    # varies along leading axes which do not fold), without the broadcast L or S axes
+    folded = lead.reshape((B,) + tuple(m.shape[nb - 1:]))
     return xp.broadcast_to(folded, (B, H, L, S))
 
 
@@ -186,8 +182,10 @@ def _kernels(x):
 
 # ---- public pair --------------------------------------------------------------------------
 
-def attention_forward(query, key, value, attn_mask=None, is_causal=False, scale=None,
-                      dropout_p=0.0, seed=None):
+def attention_forward(query: Array, key: Array, value: Array, attn_mask: Array | None = None,
+                      is_causal: bool = False, scale: float | None = None,
+                      dropout_p: float = 0.0, seed: int | None = None,
+                      ) -> tuple[Array, AttentionCache]:
     """Fused scaled-dot-product attention (see the module docstring).
 
     Parameters
@@ -223,23 +221,32 @@ def attention_forward(query, key, value, attn_mask=None, is_causal=False, scale=
     lse = xp.empty((B, H, L), query.dtype)
     _kernels(query).attention_forward(q, k, v, mask, has_mask, is_causal, scale, dropout_p,
                                       seed, out, lse)
+    float_mask = has_mask and attn_mask.dtype != np.bool_
     cache = AttentionCache(q, k, v, mask, has_mask, is_causal, scale, dropout_p, seed, out, lse,
-                           (tuple(query.shape), tuple(key.shape), tuple(value.shape)), batch)
+                           (tuple(query.shape), tuple(key.shape), tuple(value.shape)), batch,
+                           tuple(attn_mask.shape) if float_mask else None)
     return out.reshape(batch + (L, Ev)), cache
 
 
-def attention_backward(dout, cache):
+def attention_backward(dout: Array, cache: AttentionCache, needs: Needs = None,
+                       ) -> tuple[Array | None, Array | None, Array | None, Array | None]:
     """Gradients of ``attention_forward``'s output.
 
     Parameters
     ----------
     dout : array (batch..., L, Ev), the upstream gradient, the forward's dtype
     cache : AttentionCache from ``attention_forward``
+    needs : tuple of 4 bool, optional
+        Which of (query, key, value, attn_mask) want a gradient (``nnkit.autograd.apply_op``'s
+        mask; None: all). One fused kernel gives the three of query, key and value; the
+        mask's is computed apart, only when asked for.
 
     Returns
     -------
-    dq, dk, dv : arrays of the shapes of query, key and value (summed over the batch
-        dimensions along which they were broadcast)
+    dquery, dkey, dvalue : arrays of the shapes of query, key and value (summed over the
+        batch dimensions along which they were broadcast); None where not needed
+    dmask : array of a float attn_mask's shape (dL/dscores summed to it); None where not
+        needed, and for a bool mask or none
     """
     c = cache
     B, H, L, Ev = c.out.shape
@@ -248,64 +255,78 @@ def attention_backward(dout, cache):
     if tuple(dout.shape) != c.batch + (L, Ev):
         raise ValueError(f"dout must have the output's shape {c.batch + (L, Ev)}, got "
                          f"{tuple(dout.shape)}")
+    needs = _check_needs(needs)
     xp = array_module(c.q)
     dout4 = xp.ascontiguousarray(dout).reshape(B, H, L, Ev)
+    grads = _qkv_grads(dout4, c, needs[:3], xp) if any(needs[:3]) else (None, None, None)
+    dmask = _mask_grad(dout4, c, xp) if needs[3] and c.mask_shape is not None else None
+    return (*grads, dmask)
+
+
+def _check_needs(needs):
+    """``needs`` as a tuple of 4 bools (None: all)."""
+    if needs is None:
+        return (True, True, True, True)
+    needs = tuple(bool(n) for n in needs)
+    if len(needs) != 4:
+        raise ValueError(f"needs must say for each of (query, key, value, attn_mask) whether it "
+                         f"wants a gradient: 4 bools, got {len(needs)}")
+    return needs
+
+
+def _qkv_grads(dout4, c, needs, xp):
+    """(dq, dk, dv) by the fused kernel, each reduced to its input's shape, None where not
+    needed."""
     dq, dk, dv = xp.empty_like(c.q), xp.empty_like(c.k), xp.empty_like(c.v)
     _kernels(c.q).attention_backward(c.q, c.k, c.v, c.mask, c.has_mask, c.causal, c.scale,
                                      c.dropout_p, c.seed, c.out, c.lse, dout4, dq, dk, dv)
     grads = []
-    for g, shape in zip((dq, dk, dv), c.shapes, strict=True):
+    for g, shape, need in zip((dq, dk, dv), c.shapes, needs, strict=True):
         full = g.reshape(c.batch + tuple(shape[-2:]))
-        grads.append(xp.ascontiguousarray(unbroadcast(full, shape)))
+        grads.append(xp.ascontiguousarray(unbroadcast(full, shape)) if need else None)
     return tuple(grads)
 
 
-def attention_mask_backward(dout, cache, mask_shape):
-    """The gradient of a float ``attn_mask`` (the scores' gradient dS, summed to
-    ``mask_shape``).
-
-    dS = P (dP - D), P = exp(s - lse), dP = (dout v^T) z, D_i = sum_e dout_ie out_ie. The
-    result has the mask's own shape, which may be (batch..., L, S); it is built one
-    (batch, head) slab of (L, S) at a time (never (B, H, L, S) at once when the mask is
-    smaller). Not a fused kernel: only used when the mask itself requires a gradient.
-    """
-    c = cache
-    B, H, L, Ev = c.out.shape
-    S = c.k.shape[2]
-    xp = array_module(c.q)
-    dout4 = xp.ascontiguousarray(dout).reshape(B, H, L, Ev)
-    delta = (dout4 * c.out).sum(axis=-1, keepdims=True)  # (B, H, L, 1)
+def _mask_grad(dout4, c, xp):
+    """The gradient of a float ``attn_mask``: the scores' gradient dS, summed to the mask's
+    shape (which may be (batch..., L, S) itself), one (batch, head) slab of (L, S) at a time
+    (never (B, H, L, S) at once when the mask is smaller)."""
+    B, H, L, _ = c.out.shape
+    delta = (dout4 * c.out).sum(axis=-1, keepdims=True)  # (B, H, L, 1): D_i
     nb = len(c.batch)
-    shape = tuple(mask_shape)
-    padded = (1,) * (nb + 2 - len(shape)) + shape
-    lead = padded[: max(nb - 1, 0)]
+    padded = (1,) * (nb + 2 - len(c.mask_shape)) + c.mask_shape
+    lead = padded[: max(nb - 1, 0)]  # the mask's axes over b_1..b_{n-1}
     head_axis = padded[nb - 1] if nb >= 1 else 1
     grad = xp.zeros(lead + (head_axis,) + padded[-2:], dtype=c.q.dtype)
-    grad_bh = grad.reshape((-1,) + grad.shape[-3:]) if lead else grad.reshape(
-        (1,) + grad.shape[-3:])
+    grad_bh = grad.reshape((-1,) + grad.shape[-3:])  # (prod lead, head_axis, l, s)
     strides = [int(np.prod(c.batch[d + 1:-1], dtype=np.int64)) for d in range(len(lead))]
+    z = xp.empty((1, 1, L, c.k.shape[2]), c.q.dtype) if c.dropout_p > 0 else None
     for bh in range(B * H):
         b, h = divmod(bh, H)
-        s = (c.q[b, h] @ c.k[b, h].T) * c.scale + c.mask[b, h]
-        if c.causal:
-            s = xp.where(xp.tril(xp.ones((L, S), dtype=bool)), s, -xp.inf)
-        with np.errstate(invalid="ignore", over="ignore"):
-            p = xp.where(xp.isneginf(c.lse[b, h])[:, None], 0.0, xp.exp(s - c.lse[b, h][:, None]))
-        dp = dout4[b, h] @ c.v[b, h].T
-        if c.dropout_p > 0:
-            z = attention_cpu.dropout_multipliers(c.seed, c.dropout_p, (1, 1, L, S), c.q.dtype,
-                                                  bh0=bh)[0, 0]
-            dp = dp * xp.asarray(z)
-        ds = (p * (dp - delta[b, h])).astype(c.q.dtype)
+        ds = _score_grad_slab(dout4, delta, c, b, h, z, xp)
         idx = 0
         for d, stride in enumerate(strides):  # flat index of b in the mask's leading axes
             coord = (b // stride) % c.batch[d]
             idx = idx * lead[d] + (coord if lead[d] > 1 else 0)
-        hh = h if head_axis > 1 else 0
-        target = grad_bh[idx, hh]
         if padded[-2] == 1:
             ds = ds.sum(axis=0, keepdims=True)
         if padded[-1] == 1:
             ds = ds.sum(axis=1, keepdims=True)
-        target += ds
-    return grad.reshape(shape)
+        grad_bh[idx, h if head_axis > 1 else 0] += ds
+    return grad.reshape(c.mask_shape)
+
+
+def _score_grad_slab(dout4, delta, c, b, h, z, xp):
+    """dS (L, S) of (batch, head) (b, h): P (dP - D), P = exp(s - lse), dP = (dout v^T) z;
+    ``z`` a (1, 1, L, S) buffer for the dropout multipliers, None without dropout."""
+    L, S = c.q.shape[2], c.k.shape[2]
+    s = (c.q[b, h] @ c.k[b, h].T) * c.scale + c.mask[b, h]
+    if c.causal:
+        s = xp.where(xp.tril(xp.ones((L, S), dtype=bool)), s, -xp.inf)
+    with np.errstate(invalid="ignore", over="ignore"):
+        p = xp.where(xp.isneginf(c.lse[b, h])[:, None], 0.0, xp.exp(s - c.lse[b, h][:, None]))
+    dp = dout4[b, h] @ c.v[b, h].T
+    if z is not None:
+        bh = b * c.q.shape[1] + h
+        dp = dp * _kernels(c.q).fill_dropout_multipliers(c.seed, c.dropout_p, z, bh)[0, 0]
+    return (p * (dp - delta[b, h])).astype(c.q.dtype)

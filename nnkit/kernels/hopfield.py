@@ -17,23 +17,28 @@ with zeros (Numba), bit for bit as before.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from .._backend import kernels_for
+from .._types import Array
 
 __all__ = ["hopfield_init_fields", "hopfield_async_run", "hopfield_async_run_patterns",
            "hopfield_sync_run", "dense_memory_async_run"]
 
 
-def hopfield_init_fields(patterns_i8, patterns, states, fields, rows):
+def hopfield_init_fields(patterns_i8: Array, patterns: Array, states: Array, fields: Array,
+                         rows: Array) -> None:
     """fields[r] = C states[r] for r in ``rows``, C the Hebbian couplings (zero diagonal) of
     the patterns, given as int8 ``patterns_i8`` (s, n) and as floats ``patterns`` (s, n)."""
     kernels_for("hopfield", None, states, name="states").init_fields(
         patterns_i8, patterns, states, fields, rows)
 
 
-def hopfield_async_run(couplings, states, fields, order_work, rows, max_sweeps, shuffle, seed,
-              sweeps, converged, thresholds=None):
+def hopfield_async_run(couplings: Array, states: Array, fields: Array, order_work: Array,
+                       rows: Array, max_sweeps: int, shuffle: bool, seed: int, sweeps: Array,
+                       converged: Array, thresholds: Array | None = None) -> None:
     """Asynchronous dynamics on ``states[rows]`` in place with the couplings (n, n) and the
     fields (B, n) they give (kept up to date as neurons flip); ``shuffle``: a fresh
     splitmix64-driven order of the neurons before every sweep, seeded with ``seed``."""
@@ -42,8 +47,10 @@ def hopfield_async_run(couplings, states, fields, order_work, rows, max_sweeps, 
         converged, thresholds)
 
 
-def hopfield_async_run_patterns(patterns_t, states, overlaps, order_work, rows, max_sweeps, shuffle,
-                       seed, sweeps, converged, thresholds=None):
+def hopfield_async_run_patterns(patterns_t: Array, states: Array, overlaps: Array,
+                                order_work: Array, rows: Array, max_sweeps: int,
+                                shuffle: bool, seed: int, sweeps: Array, converged: Array,
+                                thresholds: Array | None = None) -> None:
     """Asynchronous dynamics from the patterns ``patterns_t`` (n, s) int8 and the states'
     overlaps (B, s) int64 with them (kept up to date), without a coupling matrix."""
     kernels_for("hopfield_cpu", None, states, name="states").async_run_patterns(
@@ -51,8 +58,9 @@ def hopfield_async_run_patterns(patterns_t, states, overlaps, order_work, rows, 
         converged, _zeros_for(states) if thresholds is None else thresholds)
 
 
-def hopfield_sync_run(fields, couplings, states, work, max_sweeps, sweeps, converged,
-                      thresholds=None):
+def hopfield_sync_run(fields: Array, couplings: Array, states: Array, work: Array,
+                      max_sweeps: int, sweeps: Array, converged: Array,
+                      thresholds: Array | None = None) -> None:
     """Synchronous steps x <- sgn(C x) on every state until one changes nothing or
     ``max_sweeps``; ``fields`` (B, n) = C x of the initial states (kept up to date),
     ``work`` (B, n) int64 scratch."""
@@ -66,8 +74,10 @@ def _zeros_for(states):
     return np.zeros(states.shape[-1], np.float64)
 
 
-def dense_memory_async_run(patterns_t, states, overlaps, order_work, rows, max_sweeps,
-                           shuffle, seed, interaction, degree, sweeps, converged):
+def dense_memory_async_run(patterns_t: Array, states: Array, overlaps: Array,
+                           order_work: Array, rows: Array, max_sweeps: int, shuffle: bool,
+                           seed: int, interaction: Literal["quadratic", "poly", "exp"],
+                           degree: int, sweeps: Array, converged: Array) -> None:
     """Asynchronous dynamics of a dense associative memory: ``interaction`` 'quadratic',
     'poly' (of ``degree``) or 'exp' of the overlaps with the patterns ``patterns_t`` (n, s)."""
     kernels = kernels_for("hopfield_cpu", None, states, name="states")

@@ -3,7 +3,8 @@
 ``layer_norm_forward`` normalises over the trailing ``len(normalized_shape)`` axes of ``x``
 (biased variance, torch's ``layer_norm`` semantics) and returns ``(y, cache)``, the cache
 holding x, the per-row ``mean`` and ``rstd`` it used and the weight;
-``layer_norm_backward(dy, cache)`` returns (dx, dweight, dbias). NumPy arrays run on
+``layer_norm_backward(dy, cache, needs=None)`` returns (dx, dweight, dbias), None for
+those ``needs`` says are not wanted. NumPy arrays run on
 ``nnkit._ext.layer_norm_cpu`` (Numba, parallel over rows), GPU arrays (CuPy) on
 ``nnkit._ext.layer_norm_cuda`` (chosen by ``nnkit._backend.kernels_for``). Both accumulate
 in float64; see those modules for the numerics and the deterministic reduction of
@@ -19,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._backend import array_module, backend, is_gpu_array, kernels_for
+from .._types import Array, Needs
 from .._validation import (
     FLOATS,
     check_array,
@@ -85,11 +87,9 @@ def _kernels(x):
     return kernels_for("layer_norm_cpu", "layer_norm_cuda", x), xp
 
 
-def _contiguous(a, xp):
-    return a if xp is np else xp.ascontiguousarray(a)  # check_array already did NumPy's
-
-
-def layer_norm_forward(x, weight, bias, normalized_shape, eps=1e-5):
+def layer_norm_forward(x: Array, weight: Array | None, bias: Array | None,
+                       normalized_shape: int | tuple[int, ...], eps: float = 1e-5,
+                       ) -> tuple[Array, LayerNormCache]:
     """Layer normalisation over the trailing axes of ``x`` (Ba et al. 2016; torch semantics).
 
     With the statistics taken over the trailing ``len(normalized_shape)`` axes::
@@ -137,9 +137,7 @@ def layer_norm_forward(x, weight, bias, normalized_shape, eps=1e-5):
     weight = _check_param(weight, "weight", shape, x)
     bias = _check_param(bias, "bias", shape, x)
     eps = float(check_scalar(eps, name="eps", low=0, low_inclusive=False))
-    kernels, xp = _kernels(x)
-    x = _contiguous(x, xp)
-    weight = None if weight is None else _contiguous(weight, xp)
+    kernels, xp = _kernels(x)  # x, weight and bias are C-contiguous (check_array)
 
     batch = tuple(x.shape[: x.ndim - k])
     M, D = math.prod(batch), math.prod(shape)
@@ -152,14 +150,15 @@ def layer_norm_forward(x, weight, bias, normalized_shape, eps=1e-5):
         rstd[...] = math.nan
     else:
         w = xp.ones(D, dtype=x.dtype) if weight is None else weight.reshape(D)
-        b = xp.zeros(D, dtype=x.dtype) if bias is None else _contiguous(bias, xp).reshape(D)
+        b = xp.zeros(D, dtype=x.dtype) if bias is None else bias.reshape(D)
         kernels.layer_norm_rows(x2, w, b, eps, y, mean, rstd)
     cache = LayerNormCache(x, mean.reshape(batch), rstd.reshape(batch), weight,
                            bias is not None)
     return y.reshape(x.shape), cache
 
 
-def layer_norm_backward(dy, cache, needs=None):
+def layer_norm_backward(dy: Array, cache: LayerNormCache, needs: Needs = None,
+                        ) -> tuple[Array | None, Array | None, Array | None]:
     """Gradients of ``layer_norm_forward``: (dx, dweight, dbias).
 
     With xhat = (x - mean) * rstd and g = dy * weight, over the normalised axes::
@@ -195,8 +194,7 @@ def layer_norm_backward(dy, cache, needs=None):
                                                   forward="layer_norm_forward")
     need_x, need_w, need_b = (True, True, True) if needs is None else needs
     dy = check_grad(dy, shape=x.shape, dtype=x.dtype, device=backend(x))
-    kernels, xp = _kernels(x)
-    dy = _contiguous(dy, xp)
+    kernels, xp = _kernels(x)  # dy is C-contiguous (check_grad)
     nb = mean.ndim
     shape = tuple(x.shape[nb:])  # normalized_shape
     M, D = math.prod(x.shape[:nb]), math.prod(shape)

@@ -5,11 +5,14 @@ kernel of ``nnkit.classic.Perceptron``, which validates the data first.
 from __future__ import annotations
 
 from .._backend import kernels_for
+from .._types import Array
 
 __all__ = ["perceptron_epochs"]
 
 
-def perceptron_epochs(X, y, w, b, order, max_epochs, fit_intercept, mistakes=None):
+def perceptron_epochs(X: Array, y: Array, w: Array, b: Array, order: Array, max_epochs: int,
+                      fit_intercept: bool, mistakes: Array | None = None,
+                      ) -> tuple[int, int, bool]:
     """Run the perceptron on rows ``X[order]`` for at most ``max_epochs`` passes, updating
     ``w`` and ``b`` in place (w <- w + y x, b <- b + y on each mistake).
 

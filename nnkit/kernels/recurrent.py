@@ -20,19 +20,27 @@ BPTT kernel does dx_t step by step on its threads and leaves dA packed for the p
 GEMM, and [dW_ih, dW_hh]^T = [x; h_prev]^T dA is one product over the panels (see
 ``recurrent_cpu.packed_weight_grads``); on the GPU each is one cuBLAS GEMM.
 
+The pairs follow the kernels' convention, so ``nnkit.autograd.apply_op`` takes them as they
+are: ``<cell>_forward(x, h0, [c0,] weight_ih, weight_hh, bias_ih, bias_hh, options) ->
+((y, h_T[, c_T]), cache)`` and ``<cell>_backward((dy, dh_T[, dc_T]), cache, needs=None,
+hidden_grads=None)`` -> one gradient per input, None where ``needs`` says not wanted.
+``nnkit._backend.kernels_for`` picks the device module; ``recurrent_cpu`` and
+``recurrent_cuda`` expose the same launchers (``<cell>_forward_layer``,
+``<cell>_backward_layer``).
+
 Gate orders and formulas are torch's (``torch.nn.RNN/LSTM/GRU``); ``nnkit.kernels.reference``
 (``reference.recurrent``) holds the naive per-step twins.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal
 
 import numpy as np
 
-from .._backend import array_module, backend, is_gpu_array, load_kernels
+from .._backend import array_module, is_gpu_array, kernels_for
+from .._types import Array, Needs
 from .._validation import (
     FLOATS,
     check_array,
@@ -178,57 +186,11 @@ def _hidden_out(hidden_grads, y):
     return check_out(hidden_grads, y, name="hidden_grads", like_name="the forward's y")
 
 
-class _Steps(NamedTuple):
-    """The forward time loops of one device (``nnkit._ext.recurrent_cpu`` or ``_cuda``), all
-    with the CPU kernels' signature."""
+def _kernels(x):
+    """The launchers for x's device (``nnkit._ext.recurrent_cpu`` or ``recurrent_cuda``,
+    chosen by ``nnkit._backend.kernels_for``; the two have the same names)."""
+    return kernels_for("recurrent_cpu", "recurrent_cuda", x)
 
-    rnn_forward: Callable
-    lstm_forward: Callable
-    gru_forward: Callable
-
-
-def _gpu_route(x) -> bool:
-    """Whether x's layer runs on the GPU kernels (``nnkit._backend.backend``: CuPy arrays;
-    tests send NumPy arrays down this route under the CUDA simulator by replacing this
-    function)."""
-    return backend(x) == "cuda"
-
-
-def _steps(x) -> _Steps:
-    """The kernels for x's device: Numba CPU for NumPy arrays, a cuBLAS GEMM and one
-    persistent Numba CUDA launch for CuPy arrays."""
-    if _gpu_route(x):
-        g = _gpu_kernels()
-        return _Steps(_projected(g.rnn_forward_gpu), _projected(g.lstm_forward_gpu),
-                      _projected(g.gru_forward_gpu))
-    c = _cpu_kernels()
-    return _Steps(c.rnn_forward_cpu, c.lstm_forward_cpu, c.gru_forward_cpu)
-
-
-def _cpu_kernels():
-    return load_kernels("recurrent_cpu")
-
-
-def _gpu_kernels():
-    return load_kernels("recurrent_cuda")
-
-
-def _projected(loop):
-    """A GPU time loop behind the CPU kernels' signature ``(x, w_ih_t, bias, x_proj, *rest)``:
-    the input projection of every step as one GEMM (cuBLAS) into ``x_proj``, the bias added,
-    then ``loop(x_proj, *rest)``. (The CPU kernels project step by step on their threads.)"""
-
-    def run(x, w_ih_t, bias, x_proj, *rest):
-        T, B, D = x.shape
-        flat = x_proj.reshape(T * B, -1)
-        array_module(x).matmul(x.reshape(T * B, D), w_ih_t, out=flat)
-        flat += bias
-        return loop(x_proj, *rest)
-
-    return run
-
-
-# ---- shared GEMMs ------------------------------------------------------------------------
 
 def _bias(xp, b_ih, b_hh, size, dtype):
     """The bias the step adds to x_t W_ih^T: b_ih (+ b_hh when given), zeros without one."""
@@ -237,101 +199,41 @@ def _bias(xp, b_ih, b_hh, size, dtype):
     return b_ih if b_hh is None else b_ih + b_hh
 
 
-def _cpu_grad_buffers(cache, count):
-    """The CPU BPTT kernels' outputs: dx (T, B, D), then ``count`` packed dA buffers
-    (P, T B, NR) and ``count`` (B, G H) workspaces."""
-    x = cache.x
-    T, B, _ = x.shape
-    GH = cache.weight_hh.shape[0]
-    nr = load_kernels("gemm_cpu").PANEL_WIDTH[x.dtype.name]
-    packed = [_line_aligned(((GH + nr - 1) // nr, T * B, nr), x.dtype) for _ in range(count)]
-    work = [np.empty((B, GH), dtype=x.dtype) for _ in range(count)]
-    return np.empty_like(x), packed, work
+def _douts(douts, names, cell):
+    """The output gradients of ``{cell}_forward`` from ``douts`` (a tuple, one per output)."""
+    if not isinstance(douts, (tuple, list)) or len(douts) != len(names):
+        got = f"a {type(douts).__name__} of {len(douts)}" if isinstance(
+            douts, (tuple, list)) else type(douts).__name__
+        raise TypeError(f"douts must be a tuple ({', '.join(names)}) of {cell}_forward's "
+                        f"output gradients (None for zeros), got {got}")
+    return douts
 
 
-def _line_aligned(shape, dtype):
-    """An uninitialised array starting on a 64-byte cache line: the packed dA panels, whose
-    rows the BPTT kernels write with non-temporal stores whole lines at a time."""
-    dtype = np.dtype(dtype)
-    size = int(np.prod(shape)) * dtype.itemsize
-    raw = np.empty(size + 64, dtype=np.uint8)
-    start = -raw.ctypes.data % 64
-    return raw[start:start + size].view(dtype).reshape(shape)
+def _needs(needs, count, cell):
+    """``needs`` as a tuple of ``count`` bools (all True for None)."""
+    if needs is None:
+        return (True,) * count
+    needs = tuple(bool(n) for n in needs)
+    if len(needs) != count:
+        raise ValueError(f"needs has {len(needs)} entries; {cell}_backward expects {count}, "
+                         f"one per input of {cell}_forward")
+    return needs
 
 
-def _rows_apart(shape, dtype):
-    """An uninitialised (M, N) array whose rows are an odd number of 64-byte lines apart.
-    The weight-gradient product reads 8 rows of it at a time down a block of columns; with
-    N a power of two (T B = 8192 at the LSTM benchmark) those rows fell into the same few
-    cache sets and evicted one another (the product ran ~15% slower; benchmarks/RESULTS.md,
-    "The LSTM above torch again")."""
-    M, N = shape
-    per_line = 64 // np.dtype(dtype).itemsize
-    lines = -(-N // per_line)
-    lines += 1 - lines % 2
-    return np.empty((M, lines * per_line), dtype=dtype)[:, :N]
-
-
-def _cpu_weight_grads(cache, dx, gpx, gph):
-    """(dx, dW_ih, dW_hh, db_ih, db_hh) from dx and the packed dA of the CPU BPTT kernels:
-    [dW_ih, db, dW_hh]^T = [x; 1; h_prev]^T dA, one product when dA_x is dA_h (RNN, LSTM),
-    else [dW_ih, db_ih]^T = [x; 1]^T dA_x and [dW_hh, db_hh]^T = [h_prev; 1]^T dA_h."""
-    kernels = _cpu_kernels()
-    packed_weight_grads, transposed_inputs_cpu = (kernels.packed_weight_grads,
-                                                  kernels.transposed_inputs_cpu)
-    x, y = cache.x, cache.saved["y"]
-    T, B, D = x.shape
-    GH, H = cache.weight_hh.shape
-    shared = gph is gpx  # one product over [x; 1; h_prev]
-    at = _rows_apart((D + 1 + H + (0 if shared else 1), T * B), x.dtype)
-    at[D] = 1
-    if not shared:
-        at[D + 1 + H] = 1
-    transposed_inputs_cpu(x.reshape(T * B, D), y, cache.h0, cache.reverse, at, D + 1)
-    if shared:
-        dw = packed_weight_grads(at, gpx)[:GH]  # (G H, D + 1 + H)
-        dw_x, dw_h = dw[:, :D + 1], dw[:, D + 1:]
-        db_x = db_h = dw[:, D]
-    else:
-        dw_x = packed_weight_grads(at[:D + 1], gpx)[:GH]  # (G H, D + 1)
-        dw_h = packed_weight_grads(at[D + 1:], gph)[:GH]  # (G H, H + 1)
-        db_x, db_h = dw_x[:, D], dw_h[:, H]
-    dw_ih = np.ascontiguousarray(dw_x[:, :D])
-    dw_hh = np.ascontiguousarray(dw_h[:, :H])
-    if not cache.has_bias:
-        return dx, dw_ih, dw_hh, None, None
-    return dx, dw_ih, dw_hh, db_x.copy(), db_h.copy()
-
-
-def _gpu_weight_grads(cache, dgx, dgh):
-    """(dx, dW_ih, dW_hh, db_ih, db_hh) from the pre-activation gradients of all steps
-    (T, B, G H) on the GPU: one cuBLAS GEMM each."""
-    x, y, h0 = cache.x, cache.saved["y"], cache.h0
-    T, B, D = x.shape
-    GH, H = cache.weight_hh.shape
-    # the step at t reads h_{t-1} = y[t-1] (y[t+1] in reverse), and h0 at the first step
-    first, later, prev = (T - 1, slice(0, T - 1), slice(1, T)) if cache.reverse else (
-        0, slice(1, T), slice(0, T - 1))
-    dgx2 = dgx.reshape(T * B, GH)  # (T*B, G*H)
-    dx = (dgx2 @ cache.weight_ih).reshape(T, B, D)
-    dw_ih = dgx2.T @ x.reshape(T * B, D)
-    dw_hh = dgh[first].T @ h0
-    if T > 1:
-        dw_hh += dgh[later].reshape(-1, GH).T @ y[prev].reshape(-1, H)
-    if not cache.has_bias:
-        return dx, dw_ih, dw_hh, None, None
-    db_ih = dgx2.sum(axis=0)
-    db_hh = db_ih.copy() if dgh is dgx else dgh.reshape(T * B, GH).sum(axis=0)
-    return dx, dw_ih, dw_hh, db_ih, db_hh
+def _masked(grads, needs):
+    """The gradients, None where ``needs`` says not wanted."""
+    return tuple(g if n else None for g, n in zip(grads, needs, strict=True))
 
 
 # ---- Elman RNN ---------------------------------------------------------------------------
 
-def rnn_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None,
-                nonlinearity="tanh", reverse=False):
+def rnn_forward(x: Array, h0: Array | None, weight_ih: Array, weight_hh: Array,
+                bias_ih: Array | None = None, bias_hh: Array | None = None,
+                nonlinearity: Literal["tanh", "relu"] = "tanh", reverse: bool = False,
+                keep_cache: bool = True) -> tuple[tuple[Array, Array], RecurrentCache]:
     """Elman RNN over a sequence: h_t = phi(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh).
 
-    In the notes' notation z_t = phi(U z_{t-1} + V x_t): U = weight_hh, V = weight_ih.
+    In the notation of notes §5, z_t = phi(U z_{t-1} + V x_t): U = weight_hh, V = weight_ih.
 
     Parameters
     ----------
@@ -342,41 +244,39 @@ def rnn_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None,
     nonlinearity : {'tanh', 'relu'}
     reverse : bool
         Run from t = T-1 down to 0 (the reverse direction of a bidirectional layer).
+    keep_cache : bool
+        False when no backward will follow (inference): the cache is None.
 
     Returns
     -------
-    y : ndarray (T, B, H)
-        h_t for every t.
-    h_T : ndarray (B, H)
-        The last state (y[T-1], or y[0] when reverse).
-    cache : RecurrentCache
-        For ``rnn_backward``.
+    (y, h_T) : ndarray (T, B, H), ndarray (B, H)
+        h_t for every t, and the last state (y[T-1], or y[0] when reverse).
+    cache : RecurrentCache for ``rnn_backward``, or None without ``keep_cache``
 
     Examples
     --------
     >>> import numpy as np
     >>> from nnkit.kernels.recurrent import rnn_forward
-    >>> y, h, _ = rnn_forward(np.ones((3, 1, 1)), None, np.ones((1, 1)), np.zeros((1, 1)))
+    >>> (y, h), _ = rnn_forward(np.ones((3, 1, 1)), None, np.ones((1, 1)), np.zeros((1, 1)))
     >>> np.round(y.ravel(), 4)
     array([0.7616, 0.7616, 0.7616])
     """
     check_choice(nonlinearity, name="nonlinearity", choices=("tanh", "relu"))
     x, h0, _, w_ih, w_hh, b_ih, b_hh = _check_inputs(x, h0, weight_ih, weight_hh, bias_ih,
                                                      bias_hh, gates=1)
-    T, B, _ = x.shape
-    H = w_hh.shape[0]
-    xp = array_module(x)
-    y = xp.empty((T, B, H), dtype=x.dtype)
-    h = xp.empty((B, H), dtype=x.dtype)
-    steps = _steps(x)
-    steps.rnn_forward(x, w_ih.T, _bias(xp, b_ih, b_hh, H, x.dtype), xp.empty_like(y), h0,
-                      w_hh.T, nonlinearity == "relu", bool(reverse), y, h)
+    bias = _bias(array_module(x), b_ih, b_hh, w_hh.shape[0], x.dtype)
+    y, h = _kernels(x).rnn_forward_layer(x, w_ih, w_hh, bias, h0, nonlinearity == "relu",
+                                         bool(reverse))
+    if not keep_cache:
+        return (y, h), None
     cache = RecurrentCache("rnn", x, h0, None, w_ih, w_hh, b_ih is not None, nonlinearity,
                            bool(reverse), {"y": y})
-    return y, h, cache
+    return (y, h), cache
 
 
-def rnn_backward(dy, dh_T, cache, hidden_grads=None):
+def rnn_backward(douts: tuple[Array | None, Array | None], cache: RecurrentCache,
+                 needs: Needs = None, hidden_grads: Array | None = None
+                 ) -> tuple[Array | None, ...]:
     """Gradients of ``rnn_forward`` by BPTT.
 
     With a_t the pre-activation and g_t = dL/dh_t (from dy and from step t+1)::
@@ -385,44 +285,38 @@ def rnn_backward(dy, dh_T, cache, hidden_grads=None):
 
     Parameters
     ----------
-    dy : ndarray (T, B, H) or None (zeros)
-    dh_T : ndarray (B, H) or None (zeros)
-        Gradient with respect to the returned last state.
+    douts : tuple (dy, dh_T)
+        dy (T, B, H) and dh_T (B, H), the gradients of the outputs (y, h_T); None: zeros.
     cache : RecurrentCache from ``rnn_forward``
+    needs : tuple of 6 bool, optional
+        Which of (x, h0, weight_ih, weight_hh, bias_ih, bias_hh) want a gradient
+        (``nnkit.autograd.apply_op``'s mask); the others are None, and dx (the weight
+        gradients, when none of the four is wanted) is not computed. None: all.
     hidden_grads : ndarray (T, B, H), x's dtype, optional
-        Filled with the total dL/dh_t of every step (the notes' dL/dz_t: the direct part
+        Filled with the total dL/dh_t of every step (dL/dz_t of notes §5: the direct part
         dy[t] plus everything that flows back through later steps).
 
     Returns
     -------
     dx (T, B, D), dh0 (B, H), dweight_ih (H, D), dweight_hh (H, H), dbias_ih (H,),
-    dbias_hh (H,) — the biases' None when the forward had none.
+    dbias_hh (H,) — None where ``needs`` says so, and the biases' when the forward had none.
     """
     _check_cache(cache, "rnn")
+    dy, dh_T = _douts(douts, ("dy", "dh_T"), "rnn")
+    need = _needs(needs, 6, "rnn")
     y = cache.saved["y"]
-    xp = array_module(y)
-    dy = _check_grad(dy, "dy", y)
-    dh_T = _check_grad(dh_T, "dh_T", cache.h0)
-    dh = xp.empty_like(cache.h0)
-    relu, hidden = cache.nonlinearity == "relu", _hidden_out(hidden_grads, y)
-    if _gpu_route(y):
-        da = xp.empty_like(y)
-        _gpu_kernels().rnn_backward_gpu(dy, dh_T, y, cache.weight_hh, relu, cache.reverse, da,
-                                        dh, hidden)
-        grads = _gpu_weight_grads(cache, da, da)
-    else:
-        dx, (gp,), (work,) = _cpu_grad_buffers(cache, 1)
-        _cpu_kernels().rnn_backward_cpu(dy, dh_T, y, cache.weight_hh, cache.weight_ih, relu,
-                                        cache.reverse, dx, gp, work, dh, hidden)
-        grads = _cpu_weight_grads(cache, dx, gp, gp)
-    dx, dw_ih, dw_hh, db_ih, db_hh = grads
-    return dx, dh, dw_ih, dw_hh, db_ih, db_hh
+    grads = _kernels(y).rnn_backward_layer(
+        cache, _check_grad(dy, "dy", y), _check_grad(dh_T, "dh_T", cache.h0),
+        _hidden_out(hidden_grads, y), need[0], any(need[2:]))
+    return _masked(grads, need)
 
 
 # ---- LSTM --------------------------------------------------------------------------------
 
-def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse=False,
-                 stacked=False, keep_cache=True):
+def lstm_forward(x: Array, h0: Array | None, c0: Array | None, weight_ih: Array,
+                 weight_hh: Array, bias_ih: Array | None = None, bias_hh: Array | None = None,
+                 reverse: bool = False, keep_cache: bool = True
+                 ) -> tuple[tuple[Array, Array, Array], RecurrentCache]:
     """LSTM over a sequence, gates (i, f, g, o) as torch::
 
         [i, f, g, o] = [sig, sig, tanh, sig](W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)
@@ -435,56 +329,39 @@ def lstm_forward(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, re
     weight_ih : ndarray (4H, D);  weight_hh : ndarray (4H, H)
     bias_ih, bias_hh : ndarray (4H,), or both None
     reverse : bool
-    stacked : bool
-        Return, in place of y, one (T + 1, B, H) array holding y (its first T slots) and
-        c_T (the last; the c_T returned is a view of it), for a caller that wants them
-        together without a copy.
     keep_cache : bool
         False when no backward will follow (inference): the gates and cell states of every
         step are not kept (on the CPU only one step's are held), and the cache is None.
 
     Returns
     -------
-    y : ndarray (T, B, H) ((T + 1, B, H) with ``stacked``);  h_T, c_T : ndarray (B, H)
-    cache : RecurrentCache, or None without ``keep_cache``
+    (y, h_T, c_T) : ndarray (T, B, H), ndarray (B, H), ndarray (B, H)
+    cache : RecurrentCache for ``lstm_backward``, or None without ``keep_cache``
 
     Examples
     --------
     >>> import numpy as np
     >>> from nnkit.kernels.recurrent import lstm_forward
-    >>> y, h, c, _ = lstm_forward(np.ones((2, 1, 1)), None, None, np.ones((4, 1)),
-    ...                           np.zeros((4, 1)))
+    >>> (y, h, c), _ = lstm_forward(np.ones((2, 1, 1)), None, None, np.ones((4, 1)),
+    ...                             np.zeros((4, 1)))
     >>> round(float(c[0, 0]), 4)
     0.9638
     """
     x, h0, c0, w_ih, w_hh, b_ih, b_hh = _check_inputs(
         x, h0, weight_ih, weight_hh, bias_ih, bias_hh, gates=4, c0=c0)
-    T, B, _ = x.shape
-    H = w_hh.shape[1]
-    xp = array_module(x)
-    gpu = _gpu_route(x)
-    slots = T if keep_cache or gpu else 1  # steps whose gates and c the CPU kernel keeps
-    gates = xp.empty((slots, B, 4 * H), dtype=x.dtype)
-    if stacked:
-        y_c = xp.empty((T + 1, B, H), dtype=x.dtype)
-        y, c = y_c[:T], y_c[T]
-    else:
-        y, c = xp.empty((T, B, H), dtype=x.dtype), xp.empty_like(h0)
-    c_all = xp.empty((slots, B, H), dtype=x.dtype)
-    h = xp.empty_like(h0)
-    # the CPU kernel's workspace: [x_t, h_{t-1}] rows (one GEMM per step); none on the GPU
-    work = xp.empty((0, 0) if gpu else (B, x.shape[2] + H), dtype=x.dtype)
-    _steps(x).lstm_forward(x, w_ih.T, _bias(xp, b_ih, b_hh, 4 * H, x.dtype), gates, h0, c0,
-                           w_hh.T, bool(reverse), y, c_all, h, c, work)
-    out = y_c if stacked else y
+    bias = _bias(array_module(x), b_ih, b_hh, w_hh.shape[0], x.dtype)
+    y, h, c, gates, c_all = _kernels(x).lstm_forward_layer(x, w_ih, w_hh, bias, h0, c0,
+                                                           bool(reverse), bool(keep_cache))
     if not keep_cache:
-        return out, h, c, None
+        return (y, h, c), None
     cache = RecurrentCache("lstm", x, h0, c0, w_ih, w_hh, b_ih is not None, "", bool(reverse),
                            {"y": y, "gates": gates, "c": c_all})
-    return out, h, c, cache
+    return (y, h, c), cache
 
 
-def lstm_backward(dy, dh_T, dc_T, cache, hidden_grads=None):
+def lstm_backward(douts: tuple[Array | None, Array | None, Array | None],
+                  cache: RecurrentCache, needs: Needs = None,
+                  hidden_grads: Array | None = None) -> tuple[Array | None, ...]:
     """Gradients of ``lstm_forward`` by BPTT.
 
     With g = dL/dh_t and dc = dL/dc_t (from dc_T and step t+1)::
@@ -493,38 +370,39 @@ def lstm_backward(dy, dh_T, dc_T, cache, hidden_grads=None):
         dA = [dc g i(1-i), dc c_{t-1} f(1-f), dc i (1-g^2), g tanh(c_t) o(1-o)]
         dL/dc_{t-1} = dc * f,   dL/dh_{t-1} = dA W_hh
 
+    Parameters
+    ----------
+    douts : tuple (dy, dh_T, dc_T)
+        The gradients of the outputs (y, h_T, c_T); None: zeros.
+    cache : RecurrentCache from ``lstm_forward``
+    needs : tuple of 7 bool, optional
+        Which of (x, h0, c0, weight_ih, weight_hh, bias_ih, bias_hh) want a gradient, as in
+        ``rnn_backward``. None: all.
+    hidden_grads : ndarray (T, B, H), optional
+        Filled with the total dL/dh_t of every step, as in ``rnn_backward``.
+
     Returns
     -------
     dx (T, B, D), dh0, dc0 (B, H), dweight_ih (4H, D), dweight_hh (4H, H), dbias_ih,
-    dbias_hh (4H,) or None.
+    dbias_hh (4H,) — None where ``needs`` says so, and the biases' without biases.
     """
     _check_cache(cache, "lstm")
-    y, gates, c_all = cache.saved["y"], cache.saved["gates"], cache.saved["c"]
-    xp = array_module(y)
-    dy = _check_grad(dy, "dy", y)
-    dh_T = _check_grad(dh_T, "dh_T", cache.h0)
-    dc_T = _check_grad(dc_T, "dc_T", cache.h0)
-    dh, dc = xp.empty_like(cache.h0), xp.empty_like(cache.h0)
-    hidden = _hidden_out(hidden_grads, y)
-    if _gpu_route(y):
-        dgates = xp.empty_like(gates)
-        _gpu_kernels().lstm_backward_gpu(dy, dh_T, dc_T, cache.c0, gates, c_all,
-                                         cache.weight_hh, cache.reverse, dgates, dh, dc, hidden)
-        grads = _gpu_weight_grads(cache, dgates, dgates)
-    else:
-        dx, (gp,), (work,) = _cpu_grad_buffers(cache, 1)
-        _cpu_kernels().lstm_backward_cpu(dy, dh_T, dc_T, cache.c0, gates, c_all,
-                                         cache.weight_hh, cache.weight_ih, cache.reverse, dx,
-                                         gp, work, dh, dc, hidden)
-        grads = _cpu_weight_grads(cache, dx, gp, gp)
-    dx, dw_ih, dw_hh, db_ih, db_hh = grads
-    return dx, dh, dc, dw_ih, dw_hh, db_ih, db_hh
+    dy, dh_T, dc_T = _douts(douts, ("dy", "dh_T", "dc_T"), "lstm")
+    need = _needs(needs, 7, "lstm")
+    y = cache.saved["y"]
+    grads = _kernels(y).lstm_backward_layer(
+        cache, _check_grad(dy, "dy", y), _check_grad(dh_T, "dh_T", cache.h0),
+        _check_grad(dc_T, "dc_T", cache.h0), _hidden_out(hidden_grads, y), need[0],
+        any(need[3:]))
+    return _masked(grads, need)
 
 
 # ---- GRU ---------------------------------------------------------------------------------
 
-def gru_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse=False,
-                keep_cache=True):
+def gru_forward(x: Array, h0: Array | None, weight_ih: Array, weight_hh: Array,
+                bias_ih: Array | None = None, bias_hh: Array | None = None,
+                reverse: bool = False, keep_cache: bool = True
+                ) -> tuple[tuple[Array, Array], RecurrentCache]:
     """GRU over a sequence, gates (r, z, n) as torch::
 
         r = sig(W_ir x + b_ir + W_hr h + b_hr),  z = sig(W_iz x + b_iz + W_hz h + b_hz)
@@ -543,38 +421,33 @@ def gru_forward(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse
 
     Returns
     -------
-    y : ndarray (T, B, H);  h_T : ndarray (B, H);  cache : RecurrentCache or None
+    (y, h_T) : ndarray (T, B, H), ndarray (B, H)
+    cache : RecurrentCache for ``gru_backward``, or None without ``keep_cache``
 
     Examples
     --------
     >>> import numpy as np
     >>> from nnkit.kernels.recurrent import gru_forward
-    >>> y, h, _ = gru_forward(np.ones((1, 1, 1)), None, np.ones((3, 1)), np.zeros((3, 1)))
+    >>> (y, h), _ = gru_forward(np.ones((1, 1, 1)), None, np.ones((3, 1)), np.zeros((3, 1)))
     >>> round(float(h[0, 0]), 4)
     0.2048
     """
     x, h0, _, w_ih, w_hh, b_ih, b_hh = _check_inputs(x, h0, weight_ih, weight_hh, bias_ih,
                                                      bias_hh, gates=3)
-    T, B, _ = x.shape
-    H = w_hh.shape[1]
-    xp = array_module(x)
-    slots = T if keep_cache or _gpu_route(x) else 1  # steps whose gates the CPU keeps
-    gates = xp.empty((slots, B, 3 * H), dtype=x.dtype)
-    y = xp.empty((T, B, H), dtype=x.dtype)
-    hn = xp.empty((slots, B, H), dtype=x.dtype)
-    h = xp.empty_like(h0)
-    gh = xp.empty((B, 3 * H), dtype=x.dtype)
-    steps = _steps(x)
-    steps.gru_forward(x, w_ih.T, _bias(xp, b_ih, None, 3 * H, x.dtype), gates, h0, w_hh.T,
-                      _bias(xp, b_hh, None, 3 * H, x.dtype), bool(reverse), y, hn, h, gh)
+    xp, GH = array_module(x), w_hh.shape[0]
+    y, h, gates, hn = _kernels(x).gru_forward_layer(
+        x, w_ih, w_hh, _bias(xp, b_ih, None, GH, x.dtype), _bias(xp, b_hh, None, GH, x.dtype),
+        h0, bool(reverse), bool(keep_cache))
     if not keep_cache:
-        return y, h, None
+        return (y, h), None
     cache = RecurrentCache("gru", x, h0, None, w_ih, w_hh, b_ih is not None, "", bool(reverse),
                            {"y": y, "gates": gates, "hn": hn})
-    return y, h, cache
+    return (y, h), cache
 
 
-def gru_backward(dy, dh_T, cache, hidden_grads=None):
+def gru_backward(douts: tuple[Array | None, Array | None], cache: RecurrentCache,
+                 needs: Needs = None, hidden_grads: Array | None = None
+                 ) -> tuple[Array | None, ...]:
     """Gradients of ``gru_forward`` by BPTT.
 
     With g = dL/dh_t and hn = W_hn h_{t-1} + b_hn::
@@ -582,28 +455,27 @@ def gru_backward(dy, dh_T, cache, hidden_grads=None):
         dA_n = g (1 - z)(1 - n^2),  dA_r = dA_n hn r(1-r),  dA_z = g (h_{t-1} - n) z(1-z)
         dL/dh_{t-1} = g z + [dA_r, dA_z, r dA_n] W_hh
 
+    Parameters
+    ----------
+    douts : tuple (dy, dh_T)
+        The gradients of the outputs (y, h_T); None: zeros.
+    cache : RecurrentCache from ``gru_forward``
+    needs : tuple of 6 bool, optional
+        Which of (x, h0, weight_ih, weight_hh, bias_ih, bias_hh) want a gradient, as in
+        ``rnn_backward``. None: all.
+    hidden_grads : ndarray (T, B, H), optional
+        Filled with the total dL/dh_t of every step, as in ``rnn_backward``.
+
     Returns
     -------
     dx (T, B, D), dh0 (B, H), dweight_ih (3H, D), dweight_hh (3H, H), dbias_ih, dbias_hh
-    (3H,) or None.
+    (3H,) — None where ``needs`` says so, and the biases' without biases.
     """
     _check_cache(cache, "gru")
-    y, gates, hn = cache.saved["y"], cache.saved["gates"], cache.saved["hn"]
-    xp = array_module(y)
-    dy = _check_grad(dy, "dy", y)
-    dh_T = _check_grad(dh_T, "dh_T", cache.h0)
-    dh = xp.empty_like(cache.h0)
-    hidden = _hidden_out(hidden_grads, y)
-    if _gpu_route(y):
-        dgx, dgh = xp.empty_like(gates), xp.empty_like(gates)
-        _gpu_kernels().gru_backward_gpu(dy, dh_T, cache.h0, y, gates, hn, cache.weight_hh,
-                                        cache.reverse, dgx, dgh, dh, hidden)
-        grads = _gpu_weight_grads(cache, dgx, dgh)
-    else:
-        dx, (gpx, gph), (work_x, work_h) = _cpu_grad_buffers(cache, 2)
-        _cpu_kernels().gru_backward_cpu(dy, dh_T, cache.h0, y, gates, hn, cache.weight_hh,
-                                        cache.weight_ih, cache.reverse, dx, gpx, gph, work_x,
-                                        work_h, dh, np.empty_like(dh), hidden)
-        grads = _cpu_weight_grads(cache, dx, gpx, gph)
-    dx, dw_ih, dw_hh, db_ih, db_hh = grads
-    return dx, dh, dw_ih, dw_hh, db_ih, db_hh
+    dy, dh_T = _douts(douts, ("dy", "dh_T"), "gru")
+    need = _needs(needs, 6, "gru")
+    y = cache.saved["y"]
+    grads = _kernels(y).gru_backward_layer(
+        cache, _check_grad(dy, "dy", y), _check_grad(dh_T, "dh_T", cache.h0),
+        _hidden_out(hidden_grads, y), need[0], any(need[2:]))
+    return _masked(grads, need)

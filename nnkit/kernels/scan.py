@@ -11,37 +11,16 @@ convention of ``nnkit.autograd``, g = dL/dRe + i dL/dIm), is a scan against the 
     g_t = dh_t + conj(a_{t+1}) g_{t+1},  dL/db_t = g_t,  dL/da_t = g_t conj(h_{t-1}),
     dL/dh0 = conj(a_0) g_0.
 
-CPU backends (``nnkit._ext.scan_cpu``), chosen by ``_plan``:
+Each forward returns ``(h, cache)``; each backward takes ``(dh, cache, needs=None)`` and
+returns the gradients of the forward's inputs in their order (a, b, h0), None where
+``needs`` says an input wants none.
 
-- over sequences: tasks of (batch row, feature block), sequential in T; the work-efficient
-  path and the bandwidth-bound one. Feature blocks are whole rows (D) unless B is smaller than
-  twice the thread count; then D is cut into blocks of at least ``MIN_BLOCK`` features (short
-  blocks defeat the hardware prefetcher: block 32 of D = 256 ran 20x slower than block 256).
-  With one feature (D = 1) a task is one sequence contiguous in T, and the C kernel
-  vectorises along T instead (``scan_time_body.h``: each vector of 1-16 steps is composed
-  in registers, and only one multiply-add per vector waits for the previous state), so a
-  single sequence streams at memory speed on one core, 5-10x the one-chain loop
-  (benchmarks/RESULTS.md, "Linear recurrences"). Its
-  products of consecutive coefficients reassociate the loop: equal to rounding, NaN
-  reaches every later step, but an infinite coefficient may give NaN where the loop gives
-  +-inf.
-- chunked along T: a reduce-then-scan over ``CHUNK_LANES`` x threads chunks, each task
-  walking ``CHUNK_LANES`` chunks in lockstep (independent dependency chains overlap on one
-  core), for D = 1 problems with B < ``CHUNK_MAX_SEQUENCES`` and T >= ``CHUNK_MIN_T``, and
-  only with at least ``CHUNK_MIN_THREADS`` = 16 threads. Against the one-thread vectorised
-  kernel the chunks on two threads lose 2.7-12x at (1, 10^7, 1) (benchmarks/RESULTS.md,
-  "Linear recurrences"). They move 5 arrays instead of 3 and walk each chunk as a
-  scalar chain, so they need several times the threads just to draw level, and then the
-  memory bandwidth of more than one core to win: 16 is an estimate of where that starts,
-  not a measurement (the machine measured has 2 cores). The chunked kernels are held to
-  the sequential twin by the tests whatever the switch says.
-
-Each forward returns ``(h, cache)`` and each backward takes ``(dh, cache)`` and returns the
-gradients of the forward's inputs in their order (a, b, h0).
-
-GPU arrays go to ``nnkit._ext.scan_cuda`` (imported lazily, chosen by
-``nnkit._backend.kernels_for``): one thread per sequence when
-there are many sequences, else one single-pass kernel with a decoupled look-back along T.
+The backend is chosen by ``nnkit._backend.kernels_for``: NumPy arrays run on
+``nnkit._ext.scan_cpu`` (over sequences, or chunked along T when there are too few of them
+to feed the threads; its docstring says when and why), GPU arrays on ``nnkit._ext.scan_cuda``
+(imported lazily: one thread per sequence when there are many sequences, else one
+single-pass kernel with a decoupled look-back along T). Both expose ``linear_scan`` and
+``linear_scan_backward``. The log-space scan runs on the CPU only.
 
 Examples
 --------
@@ -58,12 +37,12 @@ Examples
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 
 from .._backend import array_module, backend, kernels_for
-from .._ext import scan_cpu
+from .._types import Array, Needs
 from .._validation import (
     COMPLEX,
     FLOATS,
@@ -77,18 +56,14 @@ from .._validation import (
 )
 
 __all__ = ["ScanCache", "LogScanCache", "linear_scan_forward", "linear_scan_backward",
-           "log_linear_scan_forward", "log_linear_scan_backward", "CHUNK_MAX_SEQUENCES",
-           "CHUNK_MIN_T", "SCAN_ALGORITHMS"]
+           "log_linear_scan_forward", "log_linear_scan_backward", "SCAN_ALGORITHMS"]
 
 SCAN_ALGORITHMS = ("sequential", "hillis_steele", "blelloch")
 
 SCAN_DTYPES = FLOATS + COMPLEX
-MIN_BLOCK = 64
-# Chunk along T only when fewer independent sequences than this and at least this many steps.
-CHUNK_MAX_SEQUENCES = 2
-CHUNK_MIN_T = 1 << 20
-CHUNK_MIN_THREADS = 16
-CHUNK_LANES = 8  # chunks a task walks in lockstep
+
+
+ScanAlgorithm = Literal["sequential", "hillis_steele", "blelloch"]
 
 
 class ScanCache(NamedTuple):
@@ -153,54 +128,36 @@ def _check_grads_out(out, a, h0):
             check_out(out[2], h0, name="out[2] (dh0)", like_name="h0"))
 
 
-# ---- plan ------------------------------------------------------------------------------
-
-def _plan(B, T, D):
-    """('chunks', n_chunks) or ('rows', feature block) for a (B, T, D) problem."""
-    threads = scan_cpu.num_threads()
-    if (threads >= CHUNK_MIN_THREADS and D == 1 and B < CHUNK_MAX_SEQUENCES
-            and T >= CHUNK_MIN_T):
-        return "chunks", threads * CHUNK_LANES
-    if B >= 2 * threads or D <= MIN_BLOCK:
-        return "rows", max(D, 1)
-    pieces = -(-2 * threads // B)
-    return "rows", max(MIN_BLOCK, -(-D // pieces))
-
-
-def _bounds(T, n_chunks):
-    return np.linspace(0, T, n_chunks + 1).astype(np.int64)
-
-
-def _scan_chunked(a, b, h0, out, reverse, n_chunks, lanes=None):
-    """The chunked scan on D = 1 problems, as (B, T) sequences (views, no copies)."""
-    B, T, _ = a.shape
-    a2, b2, out2 = a.reshape(B, T), b.reshape(B, T), out.reshape(B, T)  # (S, T), S = B
-    lanes = CHUNK_LANES if lanes is None else lanes
-    bounds = _bounds(T, n_chunks)
-    A = np.empty((n_chunks, B), a.dtype)
-    H = np.empty_like(A)
-    carry = np.empty_like(A)
-    scan_cpu.chunk_reduce(a2, b2, bounds, A, H, reverse, lanes)
-    scan_cpu.chunk_carries(A, H, h0.reshape(B), carry)
-    scan_cpu.chunk_apply(a2, b2, bounds, carry, out2, reverse, lanes)
-    return out
-
-
 # ---- public pair -----------------------------------------------------------------------
+
+def _kernels(a, name="a"):
+    """scan_cpu for NumPy arrays, scan_cuda for GPU arrays."""
+    return kernels_for("scan_cpu", "scan_cuda", a, name=name)
+
+
+def _needed(grads, needs):
+    """``grads`` with None where ``needs`` (None: all) says an input wants no gradient."""
+    if needs is None:
+        return grads
+    return tuple(g if need else None for g, need in zip(grads, needs, strict=True))
+
 
 def _tree_into(a, b, h0, reverse, algorithm, out):
     """out = the tree scan of (a, b) (flipped along T for ``reverse``); CPU arrays only."""
     from .scan_tree import tree_scan  # scan_tree builds on this module's checks
 
-    if backend(a) != "cpu":
-        raise TypeError(f"algorithm={algorithm!r} runs on the CPU (NumPy arrays); a is a "
-                        f"{type(a).__module__}.{type(a).__name__}: use "
-                        "algorithm='sequential' on the GPU")
+    try:
+        kernels_for("scan_tree_cpu", None, a, name="a")
+    except TypeError as err:
+        raise TypeError(f"{err}: algorithm={algorithm!r} is a tree scan on the CPU; use "
+                        "algorithm='sequential' on the GPU") from None
     step = -1 if reverse else 1
     out[:, ::step] = tree_scan(a[:, ::step], b[:, ::step], h0, algorithm=algorithm)[0]
 
 
-def linear_scan_forward(a, b, h0=None, reverse=False, out=None, algorithm="sequential"):
+def linear_scan_forward(a: Array, b: Array, h0: Array | None = None, reverse: bool = False,
+                        out: Array | None = None, algorithm: ScanAlgorithm = "sequential",
+                        ) -> tuple[Array, ScanCache]:
     """h_t = a_t * h_{t-1} + b_t over (B, T, D) (``reverse``: h_t = a_t * h_{t+1} + b_t).
 
     Parameters
@@ -223,41 +180,36 @@ def linear_scan_forward(a, b, h0=None, reverse=False, out=None, algorithm="seque
     reverse = check_bool(reverse, name="reverse")
     algorithm = check_choice(algorithm, name="algorithm", choices=SCAN_ALGORITHMS)
     out = array_module(a).empty_like(a) if out is None else check_out(out, a, like_name="a")
-    kernels = kernels_for("scan_cpu", "scan_cuda", a, name="a")
-    if algorithm != "sequential":
-        _tree_into(a, b, h0, reverse, algorithm, out)
-    elif backend(a) == "cuda":
+    kernels = _kernels(a)
+    if algorithm == "sequential":
         kernels.linear_scan(a, b, h0, out, reverse)
     else:
-        B, T, D = a.shape
-        mode, n = _plan(B, T, D)
-        if mode == "chunks":
-            _scan_chunked(a, b, h0, out, reverse, n)
-        else:
-            kernels.scan_rows(a, b, h0, out, reverse, n)
+        _tree_into(a, b, h0, reverse, algorithm, out)
     return out, ScanCache(a, out, h0, reverse)
 
 
-def linear_scan_backward(dh, cache, needs=None, out=None):
+def linear_scan_backward(dh: Array, cache: ScanCache, needs: Needs = None,
+                         out: tuple[Array, Array, Array] | None = None,
+                         ) -> tuple[Array | None, Array | None, Array | None]:
     """Gradients of the linear scan (see the module docstring for the formulas).
 
     Parameters
     ----------
     dh : array (B, T, D), the upstream gradient dL/dh, h's dtype and device
     cache : ScanCache from ``linear_scan_forward``
-    needs : tuple of bool, optional
-        ``nnkit.autograd.apply_op``'s mask over (a, b, h0); one reverse scan gives all
-        three, so every gradient is returned whatever it says.
+    needs : tuple of 3 bool, optional
+        ``nnkit.autograd.apply_op``'s mask over (a, b, h0) (None: all). One reverse scan
+        gives all three; those not needed are returned as None.
     out : tuple (da, db, dh0) of preallocated C-contiguous arrays, optional
 
     Returns
     -------
-    da, db : arrays (B, T, D); dh0 : array (B, D)
+    da, db : arrays (B, T, D); dh0 : array (B, D) (None where not needed)
     """
     a, h, h0, reverse = check_cache(cache, ScanCache, forward="linear_scan_forward")
     dh = check_grad(dh, shape=a.shape, dtype=a.dtype, device=backend(a), name="dh",
                     dtypes=SCAN_DTYPES)
-    return _backward(dh, a, h, h0, reverse, out)
+    return _needed(_backward(dh, a, h, h0, reverse, out), needs)
 
 
 def _backward(dh, a, h, h0, reverse, out):
@@ -265,37 +217,14 @@ def _backward(dh, a, h, h0, reverse, out):
     xp = array_module(a)
     da, db, dh0 = ((xp.empty_like(a), xp.empty_like(a), xp.empty_like(h0)) if out is None
                    else _check_grads_out(out, a, h0))
-    kernels = kernels_for("scan_cpu", "scan_cuda", a, name="a")
-    if backend(a) == "cuda":
-        kernels.linear_scan_backward(dh, a, h, h0, da, db, dh0, reverse)
-        return da, db, dh0
-    B, T, D = a.shape
-    mode, n = _plan(B, T, D)
-    if mode == "chunks":
-        return _backward_chunked(dh, a, h, h0, da, db, dh0, reverse, n)
-    kernels.scan_rows_backward(dh, a, h, h0, da, db, dh0, reverse, n)
-    return da, db, dh0
-
-
-def _backward_chunked(dh, a, h, h0, da, db, dh0, reverse, n_chunks, lanes=None):
-    """g by the chunked scan with coefficients conj(a) shifted by one step, then da, dh0."""
-    coef = np.empty_like(a)
-    scan_cpu.conj_shift(a, coef, reverse)
-    _scan_chunked(coef, dh, np.zeros_like(h0), db, not reverse, n_chunks, lanes)
-    if reverse:  # h_prev(t) = h_{t+1}, h0 after the end
-        np.multiply(db[:, :-1], h[:, 1:].conj(), out=da[:, :-1])
-        np.multiply(db[:, -1], h0.conj(), out=da[:, -1])
-        np.multiply(a[:, -1].conj(), db[:, -1], out=dh0)
-    else:
-        np.multiply(db[:, 1:], h[:, :-1].conj(), out=da[:, 1:])
-        np.multiply(db[:, 0], h0.conj(), out=da[:, 0])
-        np.multiply(a[:, 0].conj(), db[:, 0], out=dh0)
+    _kernels(a).linear_scan_backward(dh, a, h, h0, da, db, dh0, reverse)
     return da, db, dh0
 
 
 # ---- the log-space scan (minGRU / minLSTM "log-space" variant) -------------------------------
 
-def log_linear_scan_forward(log_a, log_b, log_h0=None):
+def log_linear_scan_forward(log_a: Array, log_b: Array, log_h0: Array | None = None,
+                            ) -> tuple[Array, LogScanCache]:
     """log h_t = logaddexp(log a_t + log h_{t-1}, log b_t): the scan of positive a, b in logs.
 
     Feng et al. (2024)'s log-space minGRU: for long sequences the products of many gates
@@ -318,13 +247,12 @@ def log_linear_scan_forward(log_a, log_b, log_h0=None):
     B, T, D = log_a.shape
     log_h0 = (np.full((B, D), -np.inf, log_a.dtype) if log_h0 is None
               else _check_h0(log_h0, log_a, ("log_h0", "log_a", "log_b")))
-    out = np.empty_like(log_a)
-    mode, n = _plan(B, T, D)
-    kernels.log_scan_rows(log_a, log_b, log_h0, out, False, n if mode == "rows" else D)
+    out = kernels.log_linear_scan(log_a, log_b, log_h0, np.empty_like(log_a))
     return out, LogScanCache(log_a, log_b, out, log_h0)
 
 
-def log_linear_scan_backward(dlog_h, cache, needs=None):
+def log_linear_scan_backward(dlog_h: Array, cache: LogScanCache, needs: Needs = None,
+                             ) -> tuple[Array | None, Array | None, Array | None]:
     """Gradients of the log-space scan. With w_t = exp(log a_t + log h_{t-1} - log h_t) (the
     share of the carried term, 0 where h_{t-1} = 0),
 
@@ -333,7 +261,7 @@ def log_linear_scan_backward(dlog_h, cache, needs=None):
 
     G by the (real) linear-scan backward kernel. ``dlog_h`` has log_h's shape and dtype;
     ``cache`` is ``log_linear_scan_forward``'s; ``needs`` as in ``linear_scan_backward``.
-    Returns (dlog_a, dlog_b, dlog_h0).
+    Returns (dlog_a, dlog_b, dlog_h0), None where not needed.
     """
     log_a, _, log_h, log_h0 = check_cache(cache, LogScanCache,
                                           forward="log_linear_scan_forward")
@@ -348,4 +276,4 @@ def log_linear_scan_backward(dlog_h, cache, needs=None):
     dlog_a = w * G
     dlog_b = G - dlog_a
     dlog_h0 = w[:, 0] * G[:, 0] if T > 0 else np.zeros((B, D), log_a.dtype)
-    return dlog_a, dlog_b, dlog_h0
+    return _needed((dlog_a, dlog_b, dlog_h0), needs)

@@ -16,7 +16,7 @@ hillis_steele  L = ceil(log2 T)      sum_{k<L} (T - 2^k) = T L - 2^L + 1 10 / 92
 blelloch       2 L                   2 (2^L - 1)                        20 / 2046
 ============== ===================== ================================== =============
 
-The O(log T) of section 5.2 of the notes is the depth; Hillis-Steele pays for its minimal
+The O(log T) of notes §5.2 is the depth; Hillis-Steele pays for its minimal
 depth with T log T work, Blelloch's up- and down-sweep keeps the work O(T) at twice the depth.
 The naive twins are ``nnkit.kernels.reference.scan_tree``; the levels run in
 ``nnkit._ext.scan_tree_cpu``, each as one parallel loop. CPU (NumPy arrays) only.
@@ -35,12 +35,14 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+from typing import Literal
 
 import numpy as np
 
 from .._backend import kernels_for
+from .._types import Array
 from .._validation import check_choice, check_scalar
-from .scan import _check_h0, _check_pair
+from .scan import ScanAlgorithm, _check_h0, _check_pair
 
 __all__ = ["tree_scan", "tree_scan_counts", "TreeScanStats", "TREE_SCAN_ALGORITHMS"]
 
@@ -69,7 +71,8 @@ def _ceil_log2(T):
     return max(int(T) - 1, 0).bit_length()  # 0 for T <= 1
 
 
-def tree_scan_counts(T, algorithm="hillis_steele"):
+def tree_scan_counts(T: int, algorithm: ScanAlgorithm = "hillis_steele",
+                     ) -> tuple[int, int]:
     """(levels, combines) of ``algorithm`` on a sequence of length T, in closed form (the
     table in the module docstring); ``'sequential'`` gives the loop's (T - 1, T - 1), h0 folded
     into the first step as the trees do."""
@@ -83,7 +86,9 @@ def tree_scan_counts(T, algorithm="hillis_steele"):
     return 2 * L, 2 * ((1 << L) - 1)
 
 
-def tree_scan(a, b, h0=None, algorithm="hillis_steele"):
+def tree_scan(a: Array, b: Array, h0: Array | None = None,
+              algorithm: Literal["hillis_steele", "blelloch"] = "hillis_steele",
+              ) -> tuple[Array, TreeScanStats]:
     """h_t = a_t * h_{t-1} + b_t over (B, T, D) by a Hillis-Steele or Blelloch tree scan.
 
     Parameters

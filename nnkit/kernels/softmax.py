@@ -12,16 +12,13 @@ computes the maximum, the log-sum-exp and the loss; no softmax is stored) and st
 at logits of +-1e4. A row of -inf (or holding NaN) gives NaN, as torch does.
 
 Backend on the CPU: the Numba kernels (``softmax_cpu.softmax_rows``: a vectorised
-polynomial exp, prange over rows), at 53-76% of the memory-bandwidth bound and faster than
-torch.softmax and NumPy. The Cython kernel (``softmax_cy.softmax_rows``: libm ``expf``,
-which gcc without ``-march`` flags does not vectorise; one thread, setup.py has no OpenMP)
-is about 10x slower and stays as a tested second implementation (``tests/test_softmax.py``
-holds both to the naive twin). Figures: benchmarks/RESULTS.md, "Row softmax".
+polynomial exp, prange over rows), near the memory-bandwidth bound and faster than
+torch.softmax and NumPy (benchmarks/RESULTS.md, "Row softmax").
 
-Each forward returns ``(out, cache)`` and each backward takes ``(dy, cache)`` and returns
-the gradient of the forward's input: the cache holds what the backward reads (softmax's
-output and axis; cross-entropy's logits, targets, row log-sum-exp and count of valid rows)
-and the backward trusts it, checking only ``dy``.
+Each forward returns ``(out, cache)`` and each backward takes ``(dy, cache, needs=None)``
+and returns the gradient of the forward's one input (which always needs it): the cache
+holds what the backward reads (softmax's output and axis; cross-entropy's logits, targets,
+row log-sum-exp and count of valid rows) and the backward trusts it, checking only ``dy``.
 
 Examples
 --------
@@ -45,7 +42,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._backend import array_module, backend, is_gpu_array, kernels_for
+from .._backend import array_module, backend, kernels_for
+from .._types import Array, Needs
 from .._validation import (
     FLOATS,
     INTEGERS,
@@ -84,7 +82,7 @@ class CrossEntropyCache(NamedTuple):
     logits: object  # (N, C), C-contiguous
     target: object  # (N,) int64, C-contiguous
     lse: object  # (N,) float64, the row log-sum-exp
-    n_valid: object  # the count of non-ignored rows: an int, or a (1,) float64 device array
+    n_valid: object  # (1,) float64 on the logits' device: the count of non-ignored rows
     ignore_index: int
 
 
@@ -163,7 +161,8 @@ def _backward(dy, cache, log):
     return _rowwise(launcher, (dy, y), axis, None)
 
 
-def softmax_forward(x, axis=None, out=None, *, dim=None):
+def softmax_forward(x: Array, axis: int | None = None, out: Array | None = None, *,
+                    dim: int | None = None) -> tuple[Array, SoftmaxCache]:
     """Softmax over ``axis``: y = exp(x - max x) / sum exp(x - max x).
 
     Parameters
@@ -184,7 +183,8 @@ def softmax_forward(x, axis=None, out=None, *, dim=None):
     return _forward(x, axis, out, dim, log=False)
 
 
-def log_softmax_forward(x, axis=None, out=None, *, dim=None):
+def log_softmax_forward(x: Array, axis: int | None = None, out: Array | None = None, *,
+                        dim: int | None = None) -> tuple[Array, SoftmaxCache]:
     """Log-softmax over ``axis``: y = x - max x - log sum exp(x - max x).
 
     Same arguments and results as ``softmax_forward`` (the cache for
@@ -193,7 +193,7 @@ def log_softmax_forward(x, axis=None, out=None, *, dim=None):
     return _forward(x, axis, out, dim, log=True)
 
 
-def softmax_backward(dy, cache, needs=None):
+def softmax_backward(dy: Array, cache: SoftmaxCache, needs: Needs = None) -> Array:
     """Gradient of softmax: dx = y * (dy - sum(dy * y, axis)).
 
     Parameters
@@ -211,7 +211,7 @@ def softmax_backward(dy, cache, needs=None):
     return _backward(dy, cache, log=False)
 
 
-def log_softmax_backward(dy, cache, needs=None):
+def log_softmax_backward(dy: Array, cache: SoftmaxCache, needs: Needs = None) -> Array:
     """Gradient of log-softmax: dx = dy - exp(y) * sum(dy, axis).
 
     Same arguments and result as ``softmax_backward``, with the cache of
@@ -237,22 +237,19 @@ def _check_ce(logits, target, ignore_index):
     return logits, xp.ascontiguousarray(target.astype(np.int64, copy=False))
 
 
-def _check_targets(target, C, ignore_index):
-    """The number of rows whose target is not ``ignore_index``; a ``ValueError`` for a
-    target outside [0, C) (reads the targets on the host)."""
-    xp = array_module(target)
-    valid = target != ignore_index
-    bad = xp.flatnonzero(valid & ((target < 0) | (target >= C)))
-    if bad.size:
-        i = int(bad[0])
+def _check_targets(kernels, target, C, ignore_index):
+    """A ``ValueError`` for a target outside [0, C) that the backend reads on the host
+    (``first_invalid_target``; the CUDA kernels leave the targets on the device)."""
+    i = kernels.first_invalid_target(target, C, ignore_index)
+    if i is not None:
         raise ValueError(
             f"target[{i}] = {int(target[i])} is out of range for logits with C={C} classes; "
             f"expected values in [0, {C}) or ignore_index={ignore_index}"
         )
-    return int(valid.sum())
 
 
-def cross_entropy_forward(logits, target, ignore_index=-100):
+def cross_entropy_forward(logits: Array, target: Array, ignore_index: int = -100,
+                          ) -> tuple[Array, CrossEntropyCache]:
     """Mean cross-entropy of ``logits`` against class indices ``target`` (torch's 'mean').
 
     loss = mean over i with target_i != ignore_index of (lse_i - logits[i, target_i]),
@@ -273,37 +270,32 @@ def cross_entropy_forward(logits, target, ignore_index=-100):
         float64 for both dtypes, so that the backward's exp(logits - lse) stays exact at
         logits ~ 1e4 (in float32 only 3 digits would be left).
 
-    On the GPU (CuPy logits and target, N, C > 0) nothing is read on the host, so that the
-    call does not wait for the device: the count of valid rows stays a device scalar, and a
-    target outside [0, C) gives a NaN loss instead of a ``ValueError`` (torch reports it by
-    a device-side assert).
+    On the GPU (CuPy logits and target) nothing is read on the host, so that the call does
+    not wait for the device: the count of valid rows stays a device scalar, and a target
+    outside [0, C) gives a NaN loss instead of a ``ValueError`` (torch reports it by a
+    device-side assert).
     """
     logits, target = _check_ce(logits, target, ignore_index)
     ignore_index = int(ignore_index)
     xp = array_module(logits)
     N, C = logits.shape
+    kernels = _kernels(logits, "logits")
+    _check_targets(kernels, target, C, ignore_index)
     lse = xp.empty((N,), dtype=np.float64)
     loss_rows = xp.empty((N,), dtype=np.float64)  # NaN where a device target is out of range
-    kernels = _kernels(logits, "logits")
-    if is_gpu_array(logits) and logits.size:
+    if C:
         kernels.cross_entropy_rows(logits, target, ignore_index, lse, loss_rows)
-        loss = xp.empty((1,), dtype=logits.dtype)  # 0 / 0 = NaN: every row ignored
-        n_valid = xp.empty((1,), dtype=np.float64)  # stays on the device, for the backward
-        kernels.cross_entropy_mean(loss_rows, target, ignore_index, loss, n_valid)
-        return loss.reshape(()), CrossEntropyCache(logits, target, lse, n_valid, ignore_index)
-    n_valid = _check_targets(target, C, ignore_index)
-    if C == 0:  # every row is ignored (checked above): log of an empty sum
+    else:  # no class: the log of an empty sum; a row not ignored has no valid target
         lse.fill(-math.inf)
-        loss_rows.fill(0.0)
-    elif N:
-        kernels.cross_entropy_rows(logits, target, ignore_index, lse, loss_rows)
-    total = float(loss_rows.sum(dtype=np.float64)) if N else 0.0
-    loss = total / n_valid if n_valid else math.nan
-    return (xp.asarray(loss, dtype=logits.dtype),
-            CrossEntropyCache(logits, target, lse, n_valid, ignore_index))
+        loss_rows[...] = xp.where(target == ignore_index, 0.0, math.nan)
+    loss = xp.empty((1,), dtype=logits.dtype)  # 0 / 0 = NaN: every row ignored
+    n_valid = xp.empty((1,), dtype=np.float64)  # kept for the backward, on the device
+    kernels.cross_entropy_mean(loss_rows, target, ignore_index, loss, n_valid)
+    return loss.reshape(()), CrossEntropyCache(logits, target, lse, n_valid, ignore_index)
 
 
-def cross_entropy_backward(dloss, cache, needs=None):
+def cross_entropy_backward(dloss: Array, cache: CrossEntropyCache, needs: Needs = None,
+                           ) -> Array:
     """Gradient of the mean cross-entropy with respect to the forward's ``logits``.
 
     dlogits_i = (softmax(logits_i) - onehot(target_i)) * dloss / n_valid, and 0 on rows
@@ -311,8 +303,8 @@ def cross_entropy_backward(dloss, cache, needs=None):
 
     Parameters
     ----------
-    dloss : float or 0-d array, the upstream gradient of the loss (a device array stays on
-        the device when the forward ran on the GPU)
+    dloss : float or 0-d array, the upstream gradient of the loss (a host number is
+        uploaded when the forward ran on the GPU)
     cache : CrossEntropyCache from ``cross_entropy_forward``
     needs : tuple of bool, optional
         ``nnkit.autograd.apply_op``'s mask; the logits, the one input, always need theirs.
@@ -323,21 +315,10 @@ def cross_entropy_backward(dloss, cache, needs=None):
     """
     logits, target, lse, n_valid, ignore_index = check_cache(
         cache, CrossEntropyCache, forward="cross_entropy_forward")
+    dloss = check_array(dloss, name="dloss", ndim=0, dtype=FLOATS + INTEGERS)
     xp = array_module(logits)
+    dloss = xp.ascontiguousarray(xp.asarray(dloss)).reshape(1)  # dloss / n_valid: in the kernel
     out = xp.empty_like(logits)
-    kernels = _kernels(logits, "logits")
-    if not isinstance(n_valid, int):  # the device path: dloss and the count stay there
-        dloss = check_array(dloss, name="dloss", ndim=(0, 1), dtype=FLOATS + INTEGERS)
-        if dloss.size != 1:
-            raise ValueError(f"dloss must hold one value, got shape {tuple(dloss.shape)}")
-        dloss = xp.ascontiguousarray(xp.asarray(dloss)).reshape(1)  # a host number: uploaded
-        kernels.cross_entropy_mean_backward_rows(logits, target, lse, dloss, n_valid,
-                                                 ignore_index, out)
-        return out
-    if is_gpu_array(dloss):
-        dloss = float(dloss)
-    dloss = float(check_array(dloss, name="dloss", ndim=0, dtype=FLOATS + INTEGERS))
-    if out.size:
-        scale = dloss / n_valid if n_valid else 0.0
-        kernels.cross_entropy_backward_rows(logits, target, lse, scale, ignore_index, out)
+    _kernels(logits, "logits").cross_entropy_mean_backward_rows(logits, target, lse, dloss,
+                                                                n_valid, ignore_index, out)
     return out

@@ -1,4 +1,4 @@
-"""BERT (Devlin et al. 2018; notes, section 6.5): a bidirectional transformer encoder,
+"""BERT (Devlin et al. 2018; notes §6.5): a bidirectional transformer encoder,
 pretrained by masked language modelling and next-sentence prediction, then fine-tuned.
 
     X_0 = LayerNorm(E_word[ids] + E_pos[0..T-1] + E_type[segments])      (then dropout)
@@ -16,7 +16,7 @@ Pretraining heads (``BertForPreTraining``):
 The MLM decoder is the word-embedding matrix itself (weight tying, Press & Wolf 2017): one
 Parameter, trained by both uses. ``mask_tokens`` picks the MLM targets: 15% of the
 non-special tokens, of which 80% become [MASK], 10% a random token, 10% stay unchanged
-(notes, footnote 11); labels are -100 (ignored by the loss) everywhere else.
+(notes §6.5, footnote 11); labels are -100 (ignored by the loss) everywhere else.
 
 Fine-tuning heads take a ``Bert`` (e.g. ``copy.deepcopy(pretrained.bert)``):
 ``BertForSequenceClassification`` (a Linear on the pooled [CLS] vector),

@@ -1,6 +1,6 @@
 """Autoregressive decoding for any encoder-decoder: greedy search and beam search.
 
-The notes (section 5.3) factor a translation as p(y_{1:n} | x) = prod_i p(y_i | x, y_{1:i-1});
+Notes §5.3 factors a translation as p(y_{1:n} | x) = prod_i p(y_i | x, y_{1:i-1});
 a decoder produces one factor per call. Decoding only needs four things of a model, so the
 functions here work for ``Seq2Seq``, ``TransformerTranslator`` and anything else that has:
 

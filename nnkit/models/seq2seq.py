@@ -1,6 +1,6 @@
-"""RNN encoder-decoder with Bahdanau's additive attention (notes, section 5.3).
+"""RNN encoder-decoder with Bahdanau's additive attention (notes §5.3).
 
-Notation of the notes: the encoder maps x_1..x_m to annotations zeta_1..zeta_m; the decoder's
+Notation of notes §5.3: the encoder maps x_1..x_m to annotations zeta_1..zeta_m; the decoder's
 state z_{i-1} summarises zeta and y_1..y_{i-1}; attention lets the decoder look back at every
 annotation at every step,
 

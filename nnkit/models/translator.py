@@ -1,4 +1,4 @@
-"""Encoder-decoder transformer for translation (notes, sections 6.1-6.4; Vaswani et al. 2017).
+"""Encoder-decoder transformer for translation (notes §6.1-6.4; Vaswani et al. 2017).
 
     X = E_src x * sqrt(d) + P,           Xi = Encoder(X)            (self-attention + MLP) x N
     Y = E_tgt y_{<i} * sqrt(d) + P,      logits_i = W Decoder(Y, Xi)_i

@@ -1,4 +1,4 @@
-"""Vision Transformer (notes, section 6.6; Dosovitskiy et al. 2020, "An image is worth 16x16
+"""Vision Transformer (notes §6.6; Dosovitskiy et al. 2020, "An image is worth 16x16
 words").
 
 An image (C, H, W) is cut into n = (H/p)(W/p) patches of p x p pixels, read row by row;
@@ -12,7 +12,7 @@ each patch, flattened in (C, p, p) order, is a token x_i in R^(C p^2):
 Patch embedding: a linear projection of flattened patches
 ---------------------------------------------------------
 ``patch_embed`` is ``nn.Linear(C p^2, D)`` applied to the patch vectors (``patchify``), the
-form the notes and the paper write. It is the same map as a ``Conv2d(C, D, p, stride=p)``
+form notes §6.6 and the paper write. It is the same map as a ``Conv2d(C, D, p, stride=p)``
 (whose weight is ``patch_embed.weight.reshape(D, C, p, p)``, since patches are flattened in
 (C, p, p) order), but one reshape/transpose and one GEMM (B n, C p^2) x (C p^2, D) instead
 of a convolution kernel built for overlapping windows: non-overlapping patches make im2col

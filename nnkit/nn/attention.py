@@ -36,7 +36,7 @@ import warnings
 import numpy as np
 
 from .. import functional as F
-from .._backend import array_module
+from .._backend import array_module, is_gpu_array
 from .._random import get_rng
 from .._validation import check_bool, check_scalar
 from ..autograd import Tensor, apply_op, as_tensor, concat, where
@@ -189,7 +189,7 @@ def packed_self_attention(qkv, num_heads: int, batch_first: bool, attn_mask=None
 
     def backward(g, cache, needs):
         xp = array_module(g)
-        grads = attention_kernels.attention_backward(g, cache)
+        grads = attention_kernels.attention_backward(g, cache, (True, True, True, False))[:3]
         packed = xp.empty((shape[0], shape[1], 3, H, d), dtype=g.dtype)  # C order: a view
         xp.stack([t.transpose(out_of_heads) for t in grads], axis=2, out=packed)  # of (.., 3E)
         return (packed.reshape(shape),)
@@ -205,7 +205,7 @@ def _xavier_normal_(tensor):
 
 def _float_input(x, name: str) -> Tensor:
     if not isinstance(x, Tensor):
-        x = np.asarray(x) if not hasattr(x, "__cuda_array_interface__") else x
+        x = x if is_gpu_array(x) else np.asarray(x)
     t = as_tensor(x)
     if t.dtype.kind != "f":
         raise TypeError(f"{name} must be a floating-point array or Tensor, got dtype {t.dtype}")

@@ -13,7 +13,7 @@ import numbers
 
 import numpy as np
 
-from .._validation import check_bool, check_scalar
+from .._validation import check_bool, check_int_tuple, check_scalar
 from ..autograd import as_tensor
 from ..functional import conv as FC
 from ..kernels import conv as KC
@@ -21,16 +21,6 @@ from . import init
 from .module import Module, Parameter
 
 __all__ = ["Conv1d", "Conv2d", "MaxPool2d", "AvgPool2d"]
-
-
-def _tuple(value, n, name, low):
-    if isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool):
-        value = (value,) * n
-    if not isinstance(value, (tuple, list)) or len(value) != n:
-        raise TypeError(f"{name} must be an int or a tuple of {n} ints, got {value!r}")
-    for v in value:
-        check_scalar(v, name=name, kind=numbers.Integral, low=low)
-    return tuple(int(v) for v in value)
 
 
 def _dtype(dtype):
@@ -59,9 +49,9 @@ class _ConvNd(Module):
             raise ValueError(f"padding_mode must be 'zeros' (the only mode nnkit implements), "
                              f"got {padding_mode!r}")
         self.padding_mode = padding_mode
-        self.kernel_size = _tuple(kernel_size, n, "kernel_size", 1)
-        self.stride = _tuple(stride, n, "stride", 1)
-        self.dilation = _tuple(dilation, n, "dilation", 1)
+        self.kernel_size = check_int_tuple(kernel_size, n, name="kernel_size", low=1)
+        self.stride = check_int_tuple(stride, n, name="stride", low=1)
+        self.dilation = check_int_tuple(dilation, n, name="dilation", low=1)
         if isinstance(padding, str):
             if padding not in ("same", "valid"):
                 raise ValueError(f"padding must be 'same', 'valid' or ints, got {padding!r}")
@@ -69,7 +59,7 @@ class _ConvNd(Module):
                 raise ValueError("padding='same' needs stride 1 (as torch)")
             self.padding = padding
         else:
-            self.padding = _tuple(padding, n, "padding", 0)
+            self.padding = check_int_tuple(padding, n, name="padding", low=0)
         dtype = _dtype(dtype)
         shape = (out_channels, in_channels // groups, *self.kernel_size)
         self.weight = Parameter.empty(shape, dtype)

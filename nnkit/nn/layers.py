@@ -10,7 +10,7 @@ import numbers
 import numpy as np
 
 from .. import functional as F
-from .._backend import array_module
+from .._backend import array_module, is_gpu_array
 from .._budget import ensure_room
 from .._validation import axis_or_dim, check_choice, check_input_dtype, check_scalar
 from ..autograd import Tensor, as_tensor
@@ -121,7 +121,7 @@ class Embedding(Module):
     def forward(self, ids):
         out = F.embedding(ids, self.weight)
         if self.padding_idx is not None and out.requires_grad:
-            ids = ids if hasattr(ids, "__cuda_array_interface__") else np.asarray(ids)
+            ids = ids if is_gpu_array(ids) else np.asarray(ids)
             keep = (ids != self.padding_idx)[..., None].astype(out.dtype)
             out = out * keep + out.detach() * (1 - keep)
         return out
@@ -252,10 +252,11 @@ class Identity(Module):
 
 
 class Residual(Module):
-    """The notes' residual layer: x -> P x + (fn(x) - fn(0)), so zero weights give P x.
+    """The residual layer of notes §2.3: x -> P x + (fn(x) - fn(0)), so zero weights give
+    P x.
 
     With ``projection=None``, P is the identity (input and output sizes must agree); a
-    ``projection`` module (e.g. ``Linear(n, m, bias=False)``, the notes' V) maps
+    ``projection`` module (e.g. ``Linear(n, m, bias=False)``, V of notes §2.3) maps
     dimensions. With ``subtract_origin=False`` it is the usual x -> P x + fn(x).
 
     Examples
@@ -285,6 +286,6 @@ class Residual(Module):
         if out.shape[-1] != skip.shape[-1]:
             raise ValueError(
                 f"Residual: fn gives {out.shape[-1]} features but the skip path has "
-                f"{skip.shape[-1]}; pass projection= (the notes' V) to map dimensions"
+                f"{skip.shape[-1]}; pass projection= (V of notes §2.3) to map dimensions"
             )
         return skip + out

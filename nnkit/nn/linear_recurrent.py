@@ -7,10 +7,10 @@ linear scan h_t = a_t * h_{t-1} + b_t (``F.linear_scan``): every step's a_t, b_t
 GEMM over all steps, and the scan is one fused kernel. ``step()`` runs the same recurrence one
 step at a time (inference); both give the same numbers.
 
-Section 5.2 of the notes writes the minGRU as z_t = sigma(G x_t) z_{t-1} + (1 - sigma(G x_t)) V x_t
+Notes §5.2 writes the minGRU as z_t = sigma(G x_t) z_{t-1} + (1 - sigma(G x_t)) V x_t
 and calls it "LRU", a slip: that is minGRU with the gate's roles swapped (here, as in the
 paper, z_t weighs the new content), while the complex diagonal lambda = exp(-exp(nu) +
-i theta) is the LRU of Orvieto et al. ``LRU.from_dense`` is the notes' change of basis
+i theta) is the LRU of Orvieto et al. ``LRU.from_dense`` is the change of basis of notes §5.2,
 A = P Lambda P^-1: a dense linear RNN as the LRU that computes the same outputs.
 """
 
@@ -107,7 +107,8 @@ class _MinRNN(Module):
     def _maps(self, x):
         """The pre-activations, each (..., H), from one GEMM."""
         # as 2-D rows (B*T, F): the backward's GEMMs then run as one BLAS call each (a 3-D
-        # operand made numpy loop over B, ~30x slower at B 64, T 1000)
+        # operand made numpy loop over B, far slower: benchmarks/RESULTS.md, "Figures moved
+        # from code comments")
         k = self.linear(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
         H = self.hidden_size
         return [k[..., i * H:(i + 1) * H] for i in range(self.n_maps)]
@@ -217,10 +218,10 @@ class LRU(Module):
     real, and gamma = exp(gamma_log), initialised to sqrt(1 - |lambda|^2) so that a white input
     gives a state of unit variance at any |lambda| (the paper keeps gamma trainable).
 
-    Two deviations from section 5.2 of the notes, both the paper's:
+    Two deviations from notes §5.2, both the paper's:
 
     - the ring initialisation draws |lambda|^2 uniformly on [r_min^2, r_max^2] (lambda uniform
-      on the ring's area), not r ~ U[r_min, r_max] as the notes write; then
+      on the ring's area), not r ~ U[r_min, r_max] as notes §5.2 writes; then
       nu = log(-log|lambda|) and theta uniform on [0, max_phase];
     - exp(nu) is bounded below by 4 eps of the dtype (nu >= log(4 eps), about -14.6 in float32
       and -34.6 in float64; no gradient to nu below): exp(-exp(nu)) alone rounds to 1.0 once
@@ -275,7 +276,7 @@ class LRU(Module):
 
     @classmethod
     def from_dense(cls, A, B, C, D=None, dtype=None, max_condition=1e8):
-        """The LRU that computes what the dense linear RNN does (section 5.2 of the notes):
+        """The LRU that computes what the dense linear RNN does (notes §5.2):
 
             h_t = A h_{t-1} + B x_t,   y_t = C h_t + D x_t,   h_{-1} = 0
 

@@ -12,7 +12,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .._backend import to_host
+from .._backend import is_gpu_array, to_host
 from .._budget import ensure_room, reserve
 from ..autograd import Tensor
 
@@ -47,7 +47,7 @@ def _host_array(value):
         return value.data
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without torch
         return value.detach().cpu().numpy()
-    return value if hasattr(value, "__cuda_array_interface__") else np.asarray(value)
+    return value if is_gpu_array(value) else np.asarray(value)
 
 
 _OBJECT_BYTES = 1024  # a copied module or parameter's Python objects (about 600 measured)

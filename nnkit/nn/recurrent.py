@@ -7,20 +7,20 @@ initialisation U(-1/sqrt(H), 1/sqrt(H)) are torch's, so
 numbers. Each layer-direction is one autograd node whose forward and backward through time
 are the fused kernels of ``nnkit.kernels.recurrent``.
 
-The notes' notation (section 5) and torch's
+The notation of notes §5 and torch's  (and underline the heading to the new length: 38 '-')
 --------------------------------------------
 Elman RNN, z_t = phi(U z_{t-1} + V x_t): the state z_t is torch's h_t, U = ``weight_hh``,
 V = ``weight_ih`` (torch adds the biases ``bias_hh``, ``bias_ih``); the output map
 G[W](z) = psi(W z) is not part of the layer (add an ``nn.Linear``).
 
-LSTM (section 5.1): the cell state z_t is torch's c_t, the hidden state zeta_t is torch's
-h_t; x~_t = [zeta_{t-1}, x_t], so each matrix of the notes is a pair of row blocks of
+LSTM (notes §5.1): the cell state z_t is torch's c_t, the hidden state zeta_t is torch's
+h_t; x~_t = [zeta_{t-1}, x_t], so each matrix of notes §5.1 is a pair of row blocks of
 [``weight_hh``, ``weight_ih``]: F (forget gate) = rows [H, 2H) (f), G (the gate that lets new
 information in) = rows [0, H) (i), V (new content, tanh) = rows [2H, 3H) (g), H (output
-gate) = rows [3H, 4H) (o). The notes' tanh(U z_t) is torch's plain tanh(c_t) (U = I).
+gate) = rows [3H, 4H) (o). The tanh(U z_t) of notes §5.1 is torch's plain tanh(c_t) (U = I).
 
-GRU: the notes' z_t is torch's h_t, their sigma(G x~_t) is torch's update gate z (rows
-[H, 2H)), their zeta_t = sigma(H [z_{t-1}, x_t]) is the reset gate r (rows [0, H)) and the
+GRU (notes §5.1): its z_t is torch's h_t, its sigma(G x~_t) is torch's update gate z (rows
+[H, 2H)), its zeta_t = sigma(H [z_{t-1}, x_t]) is the reset gate r (rows [0, H)) and the
 new content z~_t = tanh(V [zeta_t * z_{t-1}, x_t]) is n (rows [2H, 3H)), except that torch
 applies r after the matrix product: n = tanh(W_in x + b_in + r * (W_hn h + b_hn)).
 """
@@ -28,6 +28,7 @@ applies r after the matrix product: n = tanh(W_in x + b_in + r * (W_hn h + b_hn)
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import numbers
 import threading
@@ -50,10 +51,12 @@ _recorder = threading.local()
 
 @contextlib.contextmanager
 def record_hidden_grads():
-    """Within the block, every recurrent layer's backward records the total dL/dh_t.
+    """Within the block, every recurrent layer run forward registers its total dL/dh_t.
 
-    Yields a dict filled during ``backward()``: ``{(id(module), layer, direction): array
-    (T, B, H)}`` with the hidden-state gradient of every step (``nk.analysis`` reads it).
+    Yields a dict ``{(id(module), layer, direction): array (T, B, H)}``: each layer-direction
+    that runs its forward inside the block puts a zeros array there, which its backward
+    (whenever it runs, inside the block or after it) fills with the hidden-state gradient
+    of every step; zeros where no gradient reaches the layer (``nk.analysis`` reads it).
     """
     previous = getattr(_recorder, "store", None)
     _recorder.store = {}
@@ -64,39 +67,24 @@ def record_hidden_grads():
 
 
 def _layer_op(cell, x, h0, c0, params, nonlinearity, reverse, tag=None):
-    """One layer-direction as one autograd node (``tag`` names it for the recorder).
-
-    Returns the output tensor (T, B, H) — for the LSTM (T + 1, B, H), whose last slot is c_T.
-    """
+    """One layer-direction as one autograd node, the kernel pair of ``nnkit.kernels
+    .recurrent`` as it is: (y (T, B, H), h_T (B, H)), and c_T (B, H) for the LSTM, as
+    Tensors. Inside ``record_hidden_grads`` the backward also fills the store's array under
+    ``tag``."""
     biases = tuple(params[2:]) if len(params) == 4 else (None, None)
     states = (h0, c0) if cell == "LSTM" else (h0,)
     parents = (x, *states, params[0], params[1], *biases)
-    T = x.shape[0]
+    name = cell.lower()
+    forward, backward = getattr(K, f"{name}_forward"), getattr(K, f"{name}_backward")
+    store = getattr(_recorder, "store", None)
+    if store is not None:
+        hidden = array_module(x.data).zeros((x.shape[0], *h0.shape), dtype=x.data.dtype)
+        store[tag] = hidden
+        backward = functools.partial(backward, hidden_grads=hidden)
+    options = {"nonlinearity": nonlinearity} if cell == "RNN" else {}
     keep = records(tuple(p for p in parents if p is not None))  # else no cache is kept
-
-    def forward(*datas):
-        if cell == "LSTM":  # out (T + 1, B, H): y, then c_T
-            out, _, _, cache = K.lstm_forward(*datas, reverse=reverse, stacked=True,
-                                              keep_cache=keep)
-        elif cell == "GRU":
-            out, _, cache = K.gru_forward(*datas, reverse=reverse, keep_cache=keep)
-        else:
-            out, _, cache = K.rnn_forward(*datas, nonlinearity=nonlinearity, reverse=reverse)
-        return out, cache
-
-    def backward(g, cache, needs):
-        store = getattr(_recorder, "store", None)
-        hidden = None
-        if store is not None:
-            hidden = array_module(g).empty((T,) + tuple(h0.shape), dtype=g.dtype)
-            store[tag] = hidden
-        if cell == "LSTM":
-            return K.lstm_backward(g[:T], None, g[T], cache, hidden)
-        if cell == "GRU":
-            return K.gru_backward(g, None, cache, hidden)
-        return K.rnn_backward(g, None, cache, hidden)
-
-    return apply_op(cell.lower(), forward, backward, parents)
+    return apply_op(name, forward, backward, parents, reverse=reverse, keep_cache=keep,
+                    **options)
 
 
 class _RNNBase(Module):
@@ -185,7 +173,6 @@ class _RNNBase(Module):
     # ----- forward ------------------------------------------------------------------------
     def _run(self, x, hx):
         """x (T, B, F) tensor, hx list of state tensors (L*D, B, H) -> output, finals."""
-        T = x.shape[0]
         finals = [[] for _ in hx]
         inp = x
         for k in range(self.num_layers):
@@ -193,13 +180,13 @@ class _RNNBase(Module):
             for d, sfx in enumerate(self._suffixes()):
                 idx = k * self.num_directions + d
                 states = [s[idx] for s in hx]
-                out = _layer_op(self.mode, inp, states[0], states[1] if len(states) > 1 else None,
-                                self._layer_params(k, sfx), getattr(self, "nonlinearity", ""),
-                                reverse=d == 1, tag=(id(self), k, d))
-                y = out[:T] if self.mode == "LSTM" else out
-                finals[0].append(y[0] if d == 1 else y[T - 1])
-                if self.mode == "LSTM":
-                    finals[1].append(out[T])
+                y, *last = _layer_op(self.mode, inp, states[0],
+                                     states[1] if len(states) > 1 else None,
+                                     self._layer_params(k, sfx),
+                                     getattr(self, "nonlinearity", ""), reverse=d == 1,
+                                     tag=(id(self), k, d))
+                for f, state in zip(finals, last, strict=True):  # h_T (and c_T)
+                    f.append(state)
                 outs.append(y)
             inp = outs[0] if len(outs) == 1 else concat(outs, axis=-1)
             if self.dropout and self.training and k < self.num_layers - 1:
@@ -244,7 +231,7 @@ _SHAPES_DOC = """
         Features of the hidden state (H).
     num_layers : int
         Stacked layers: layer k > 0 reads layer k-1's output (z_{t,l} = phi(U_l z_{t-1,l} +
-        V_l z_{t,l-1}) in the notes).
+        V_l z_{t,l-1}) in notes §5).
     bias : bool
         Add ``bias_ih`` and ``bias_hh``.
     batch_first : bool

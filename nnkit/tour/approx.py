@@ -1,5 +1,5 @@
 """The ``nnkit tour`` section for nk.approx: construction vs prediction, in seconds, and
-Barron's rate (Theorem 2.7) measured on trained networks."""
+Barron's rate (notes §2.4, Theorem 2.7) measured on trained networks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``nnkit tour`` section for BERT (notes, section 6.5).
+"""The ``nnkit tour`` section for BERT (notes §6.5).
 
 A small BERT is pretrained on sentence pairs from the shipped documents (Alice in
 Wonderland, As You Like It, Paradise Lost; ``nnkit.datasets.text.next_sentence_task``)

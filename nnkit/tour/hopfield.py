@@ -2,7 +2,7 @@
 
 ``hopfield_section(ctx) -> list of rows``: digits recalled from 20% noise, the capacity
 transition near alpha = 0.138 located on the retrieval curve of an n = 2000 network, the flip
-rate against the notes' formula, a dense associative memory far beyond it, and
+rate against the formula of notes §1.4, a dense associative memory far beyond it, and
 modern-Hopfield one-step retrieval. Seconds on a CPU.
 """
 
@@ -58,7 +58,7 @@ def _capacity(ctx):
     alphas = np.array([0.05, 0.1, 0.2])
     c = retrieval_curve(n, alphas, n_probes=10 if ctx.quick else 20, random_state=ctx.seed)
     gap = float(np.max(np.abs(c.flip_rate - hopfield_flip_probability(alphas))))
-    # the transition (section 1.4): probes from the stored patterns of an n = 2000 network
+    # the transition (notes §1.4): probes from the stored patterns of an n = 2000 network
     loads = np.round(np.arange(0.10, 0.181, 0.01), 2)
     curve = retrieval_curve(2000, loads, n_probes=30 if ctx.quick else 60,
                             random_state=ctx.seed)

@@ -1,6 +1,6 @@
-"""The ``nnkit tour`` section for recurrent networks (notes, section 5 and 5.1).
+"""The ``nnkit tour`` section for recurrent networks (notes §5 and §5.1).
 
-Rows: the fused kernels against their naive twins; the notes' gradient bound for an Elman
+Rows: the fused kernels against their naive twins; the gradient bound of notes §5 for an Elman
 RNN (vanishing and exploding, equality for ReLU with U = s I); the LSTM's open forget gate
 keeping the gradient; the adding problem (LSTM and GRU learn it, an Elman RNN does not).
 ``ctx.quick`` shortens the adding problem to T = 10 (seconds); the full run uses T = 100.
@@ -39,17 +39,11 @@ def _twin_rows(seed):
     rows = []
     for cell, G in (("rnn", 1), ("lstm", 4), ("gru", 3)):
         w = [rng.uniform(-0.5, 0.5, s) for s in ((G * H, D), (G * H, H), (G * H,), (G * H,))]
-        if cell == "lstm":
-            y, h, c, cache = K.lstm_forward(x, h0, c0, *w)
-            got = [y, h, c, *K.lstm_backward(dy, dh, dc, cache)]
-            want = [*R.lstm(x, h0, c0, *w), *R.lstm_backward(dy, dh, dc, x, h0, c0, *w)]
-        else:
-            fwd, bwd = (K.rnn_forward, K.rnn_backward) if cell == "rnn" else (K.gru_forward,
-                                                                              K.gru_backward)
-            twin, twin_b = (R.rnn, R.rnn_backward) if cell == "rnn" else (R.gru, R.gru_backward)
-            y, h, cache = fwd(x, h0, *w)
-            got = [y, h, *bwd(dy, dh, cache)]
-            want = [*twin(x, h0, *w), *twin_b(dy, dh, x, h0, *w)]
+        states, douts = ((h0, c0), (dy, dh, dc)) if cell == "lstm" else ((h0,), (dy, dh))
+        got, want = [], []
+        for pairs, into in ((K, got), (R, want)):
+            outs, cache = getattr(pairs, f"{cell}_forward")(x, *states, *w)
+            into += [*outs, *getattr(pairs, f"{cell}_backward")(douts, cache)]
         err = max(float(np.abs(a - b).max() / max(1.0, np.abs(b).max()))
                   for a, b in zip(got, want, strict=True))
         rows.append(_row(f"{cell.upper()} fused kernel vs naive twin (T=20, fwd+grads)",

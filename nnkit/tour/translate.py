@@ -1,13 +1,13 @@
-"""The ``nnkit tour`` section for translation (notes, sections 5.3 and 6.4).
+"""The ``nnkit tour`` section for translation (notes §5.3 and §6.4).
 
 Both translators learn number words -> digits (``nnkit.datasets.translation``) by teacher
 forcing; rows give their exact match on held-out sentences with greedy and beam search, the
 training time, the key/value cache against full recomputation, beam size 1 against greedy,
 and the cache's decoding speed-up. The plot shows each model's attention alignment on one
-held-out sentence; a second one is the sinusoidal positional encoding as a heatmap (the
-notes' Figure 6.2), with a row checking its defining property: p_t . p_{t+k} depends on the
-offset k only (each pair of columns is a rotation by t omega_i). ``ctx.quick`` trains on a
-small split for a few epochs (seconds; the accuracy rows are then information only).
+held-out sentence; a second one is the sinusoidal positional encoding as a heatmap
+(notes §6.3, Figure 6.2), with a row checking its defining property: p_t . p_{t+k} depends
+on the offset k only (each pair of columns is a rotation by t omega_i). ``ctx.quick`` trains
+on a small split for a few epochs (seconds; the accuracy rows are then information only).
 """
 
 from __future__ import annotations

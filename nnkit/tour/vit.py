@@ -1,4 +1,4 @@
-"""The ``nnkit tour`` section for the Vision Transformer (notes, section 6.6).
+"""The ``nnkit tour`` section for the Vision Transformer (notes §6.6).
 
 A ViT (2x2 patches of the 8x8 digits, 3 pre-norm layers of width 64, 8 heads) learns
 scikit-learn's digits from scratch; rows give its test accuracy and training time, the
@@ -6,8 +6,9 @@ fused-attention forward against the composed path that returns the weights, the 
 attention rows as probability distributions, the linear patch embedding against the
 equivalent stride-2 convolution, and how much of the [CLS] token's attention lands on patches
 with ink. The plot shows the last layer's [CLS] attention over a few test digits.
-The full run trains 30 epochs (~25-35 s on the 2-core machine); ``ctx.quick`` trains 3
-epochs (seconds; the accuracy row is then information only).
+The full run trains 30 epochs (under a minute on a 2-core machine: benchmarks/RESULTS.md,
+"Figures moved from code comments"); ``ctx.quick`` trains 3 epochs (seconds; the accuracy
+row is then information only).
 """
 
 from __future__ import annotations

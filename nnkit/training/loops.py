@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from .._backend import to_host
 from .._random import get_rng
 from ..autograd import no_grad
 
@@ -47,5 +48,4 @@ def predict_classes(model, X, batch_size: int = 1024) -> np.ndarray:
 
 def accuracy(model, X, y) -> float:
     """Fraction of rows whose predicted class equals ``y``."""
-    y = y.get() if hasattr(y, "get") and hasattr(y, "__cuda_array_interface__") else y
-    return float((predict_classes(model, X) == np.asarray(y)).mean())
+    return float((predict_classes(model, X) == to_host(y)).mean())

@@ -1,5 +1,5 @@
 """Training recurrent layers: the adding problem (Hochreiter and Schmidhuber), the recipe of the
-tour's recurrent section and ``examples/adding_problem.py``; and the notes' section 5.2 claim
+tour's recurrent section and ``examples/adding_problem.py``; and the claim of notes §5.2
 that a linear recurrence loses no power when a position-wise MLP reads it
 (``examples/lru_universality.py``)."""
 

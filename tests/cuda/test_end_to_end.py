@@ -403,10 +403,11 @@ def test_dropout_masks_are_drawn_on_the_device(host_traffic):
 
 
 @cuda
-def test_device_uniform_matches_its_numpy_twin():
-    from nnkit._random import device_uniform
+def test_uniform_on_the_gpu_matches_its_numpy_twin():
+    cupy = pytest.importorskip("cupy")
+    from nnkit._random import uniform
 
-    u = device_uniform((3, 5), rng=np.random.default_rng(7))
+    u = uniform((3, 5), like=cupy.empty(0), rng=np.random.default_rng(7))
     seed = int(np.random.default_rng(7).integers(0, 2**63 - 1))
     assert u.dtype == np.float64
     np.testing.assert_array_equal(u.get(), splitmix_uniform(seed, (3, 5)))
@@ -523,7 +524,7 @@ def test_the_guard_sees_copies_and_waits(host_traffic):
 
 # ----- everywhere ----------------------------------------------------------------------------
 def splitmix_uniform(seed, shape):
-    """NumPy twin of ``nnkit._random.device_uniform``'s kernel."""
+    """NumPy twin of ``nnkit._random.uniform``'s GPU kernel."""
     i = np.arange(1, int(np.prod(shape)) + 1, dtype=np.uint64)
     z = np.uint64(seed) + i * np.uint64(0x9E3779B97F4A7C15)  # uint64 arrays wrap silently
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)

@@ -9,13 +9,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..._random import splitmix64, uniform53
+from ..._types import Array
 
 __all__ = ["gelu", "gelu_forward", "gelu_backward", "dropout_mask"]
 
 
-def gelu(x):
+def gelu(x: Array) -> Array:
     """x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2, elementwise in float64 (then x's dtype)."""
     from scipy.special import erf
 
@@ -26,12 +28,12 @@ def gelu(x):
     return y.astype(np.asarray(x).dtype)
 
 
-def gelu_forward(x):
+def gelu_forward(x: Array) -> tuple[Array, Array]:
     """(y, cache): ``gelu(x)``, and x as the cache."""
     return gelu(x), x
 
 
-def gelu_backward(dy, cache):
+def gelu_backward(dy: Array, cache: Array) -> Array:
     """dy (Phi(x) + x phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi), in float64; ``cache``
     the x of ``gelu_forward``."""
     from scipy.special import erf
@@ -46,7 +48,8 @@ def gelu_backward(dy, cache):
     return out.astype(np.result_type(np.asarray(dy).dtype, np.asarray(x).dtype))
 
 
-def dropout_mask(shape, p, seed, dtype=np.float64):
+def dropout_mask(shape: int | tuple[int, ...], p: float, seed: int,
+                 dtype: DTypeLike = np.float64) -> Array:
     """1/(1-p) where u >= p else 0, u_i = (splitmix64(seed + (i + 1) gamma) >> 11) 2^-53 for
     element i in C order (``nnkit._random.splitmix64``, plain NumPy)."""
     u = uniform53(splitmix64(seed, np.arange(int(np.prod(shape)))))

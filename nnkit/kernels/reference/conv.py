@@ -1,13 +1,13 @@
 """Naive twins of the convolution and pooling kernels, written straight from the formulas.
 
 Plain Python loops in float64, cast back to the input's dtype; nothing here is fast. The
-2-D cross-correlation of section 4.2 of the notes, with channels, groups, stride ``s``,
+2-D cross-correlation of notes §4.2, with channels, groups, stride ``s``,
 zero padding (top ``pt``, left ``pl``) and dilation ``d``::
 
     y[n, k, a, b] = bias[k] + sum_{c in group(k)} sum_{i, j}
                     w[k, c - g0, i, j] * xpad[n, c, a s_h + i d_h, b s_w + j d_w]
 
-(torch's convention: a cross-correlation, i.e. the notes' convolution with a flipped kernel).
+(torch's convention: a cross-correlation, i.e. the convolution of notes §4.2 with a flipped kernel).
 Max pooling takes ``max{x[a s + i d, b s + j d] | i, j in [0, r)}`` over a window padded
 with -inf and routes the gradient to the first maximum in row-major window order (NaN wins,
 as torch); average pooling divides by ``divisor_override``, or by the number of window cells
@@ -18,6 +18,12 @@ right padding (torch's rule); windows are clipped at the input's edge.
 Padding arguments: an int, a pair (ph, pw) (both sides), a 4-tuple (top, bottom, left,
 right), or 'valid' / 'same' (stride 1; the extra entry of an odd total goes bottom/right,
 as torch).
+
+``<op>_forward``/``<op>_backward`` mirror ``nnkit.kernels.conv``'s pairs: the public
+forward's arguments, ``(out, cache)`` with the arguments as the cache, and ``(dy, cache,
+needs=None)`` -> one gradient per input, None where ``needs`` says not wanted (and dbias
+None without a bias). ``conv2d``, ``conv1d``, ``max_pool2d`` and ``avg_pool2d`` give the
+output alone.
 """
 
 from __future__ import annotations
@@ -28,14 +34,28 @@ import numpy as np
 
 __all__ = [
     "conv2d",
+    "conv2d_forward",
     "conv2d_backward",
     "conv1d",
+    "conv1d_forward",
     "conv1d_backward",
     "max_pool2d",
+    "max_pool2d_forward",
     "max_pool2d_backward",
     "avg_pool2d",
+    "avg_pool2d_forward",
     "avg_pool2d_backward",
 ]
+
+
+def _needs(needs, count):
+    return (True,) * count if needs is None else tuple(bool(n) for n in needs)
+
+
+def _masked(grads, needs):
+    """The gradients, None where ``needs`` says not wanted."""
+    return tuple(g if n else None for g, n in zip(grads, _needs(needs, len(grads)),
+                                                  strict=True))
 
 
 def _pair(v):
@@ -98,13 +118,29 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return y.astype(x.dtype)
 
 
-def conv2d_backward(dy, x, weight, stride=1, padding=0, dilation=1, groups=1):
-    """(dx, dweight, dbias) of ``conv2d``: each product of the forward sum, differentiated::
+def conv2d_forward(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """(y, cache): ``conv2d``, and the arguments as the cache."""
+    y = conv2d(x, weight, bias, stride, padding, dilation, groups)
+    return y, (x, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d_backward(dy, cache, needs=None):
+    """(dx, dweight, dbias) of ``conv2d_forward``: each product of the forward sum,
+    differentiated::
 
         dxpad[n, c, a s + i d, b s + j d] += dy[n, k, a, b] w[k, c - g0, i, j]
         dw[k, c - g0, i, j] += dy[n, k, a, b] xpad[n, c, a s + i d, b s + j d]
         dbias[k] += dy[n, k, a, b]
+
+    ``needs``: which of (x, weight, bias) want one (None: all); dbias None without a bias.
     """
+    x, weight, bias, stride, padding, dilation, groups = cache
+    dx, dw, db = _conv2d_grads(dy, x, weight, stride, padding, dilation, groups)
+    return _masked((dx, dw, None if bias is None else db), needs)
+
+
+def _conv2d_grads(dy, x, weight, stride, padding, dilation, groups):
+    """(dx, dweight, dbias) of ``conv2d`` for upstream dy, all three."""
     x, weight, dy = np.asarray(x), np.asarray(weight), np.asarray(dy)
     K, Cg, kh, kw = weight.shape
     (sh, sw), (dh, dw) = _pair(stride), _pair(dilation)
@@ -153,16 +189,23 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return y[:, :, 0, :]
 
 
-def conv1d_backward(dy, x, weight, stride=1, padding=0, dilation=1, groups=1):
-    """(dx, dweight, dbias) of ``conv1d``."""
+def conv1d_forward(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """(y, cache): ``conv1d``, and the arguments as the cache."""
+    y = conv1d(x, weight, bias, stride, padding, dilation, groups)
+    return y, (x, weight, bias, stride, padding, dilation, groups)
+
+
+def conv1d_backward(dy, cache, needs=None):
+    """(dx, dweight, dbias) of ``conv1d_forward``; ``needs`` as in ``conv2d_backward``."""
+    x, weight, bias, stride, padding, dilation, groups = cache
     x, weight, dy = np.asarray(x), np.asarray(weight), np.asarray(dy)
     pads = _pads_1d(padding, weight.shape[2], dilation)
     if pads == "same":
         t = dilation * (weight.shape[2] - 1)
         pads = (0, 0, t // 2, t - t // 2)
-    dx, dw, db = conv2d_backward(dy[:, :, None, :], x[:, :, None, :], weight[:, :, None, :],
-                                 (1, stride), pads, (1, dilation), groups)
-    return dx[:, :, 0, :], dw[:, :, 0, :], db
+    dx, dw, db = _conv2d_grads(dy[:, :, None, :], x[:, :, None, :], weight[:, :, None, :],
+                               (1, stride), pads, (1, dilation), groups)
+    return _masked((dx[:, :, 0, :], dw[:, :, 0, :], None if bias is None else db), needs)
 
 
 def _pool_out(size, k, s, p, d, ceil_mode):
@@ -218,9 +261,16 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     return (y.astype(x.dtype), idx) if return_indices else y.astype(x.dtype)
 
 
-def max_pool2d_backward(dy, x, kernel_size, stride=None, padding=0, dilation=1,
-                        ceil_mode=False):
-    """dx: each window's dy goes to its first maximum (row-major), summed over windows."""
+def max_pool2d_forward(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """(y, cache): ``max_pool2d``, and the arguments as the cache."""
+    y = max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)
+    return y, (x, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+def max_pool2d_backward(dy, cache, needs=None):
+    """dx of ``max_pool2d_forward``: each window's dy goes to its first maximum (row-major),
+    summed over windows."""
+    x, kernel_size, stride, padding, dilation, ceil_mode = cache
     x, dy = np.asarray(x), np.asarray(dy)
     dx = np.zeros(x.shape, dtype=np.float64)
     for n, c, a, b, (h, w), _ in _argmax_windows(x, kernel_size, stride, padding, dilation,
@@ -260,9 +310,17 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
     return y.astype(x.dtype)
 
 
-def avg_pool2d_backward(dy, x, kernel_size, stride=None, padding=0, ceil_mode=False,
-                        count_include_pad=True, divisor_override=None):
-    """dx[n, c, h, w] = sum over the windows holding (h, w) of dy / divisor."""
+def avg_pool2d_forward(x, kernel_size, stride=None, padding=0, ceil_mode=False,
+                       count_include_pad=True, divisor_override=None):
+    """(y, cache): ``avg_pool2d``, and the arguments as the cache."""
+    args = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    return avg_pool2d(x, *args), (x, *args)
+
+
+def avg_pool2d_backward(dy, cache, needs=None):
+    """dx of ``avg_pool2d_forward``: dx[n, c, h, w] = sum over the windows holding (h, w) of
+    dy / divisor."""
+    x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override = cache
     x, dy = np.asarray(x), np.asarray(dy)
     dx = np.zeros(x.shape, dtype=np.float64)
     for n, c, a, b, inside, div in _avg_windows(x, kernel_size, stride, padding, ceil_mode,

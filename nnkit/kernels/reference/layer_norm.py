@@ -10,12 +10,14 @@ import math
 
 import numpy as np
 
+from ..._types import Array
 from .softmax import _rows
 
 __all__ = ["layer_norm", "layer_norm_forward", "layer_norm_backward"]
 
 
-def layer_norm(x, weight=None, bias=None, eps=1e-5):
+def layer_norm(x: Array, weight: Array | None = None, bias: Array | None = None,
+               eps: float = 1e-5) -> Array:
     """y = (x - mean) / sqrt(var + eps) * weight + bias over the last axis (biased variance).
 
     ``x`` (M, D); ``weight``, ``bias`` (D,) or None. Returns y (M, D).
@@ -35,13 +37,15 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5):
     return out.reshape(x.shape).astype(x.dtype)
 
 
-def layer_norm_forward(x, weight=None, bias=None, eps=1e-5):
+def layer_norm_forward(x: Array, weight: Array | None = None, bias: Array | None = None,
+                       eps: float = 1e-5) -> tuple[Array, tuple[Array, Array | None, bool, float]]:
     """(y, cache): ``layer_norm(x, weight, bias, eps)``, and (x, weight, whether there is a
     bias, eps) as the cache."""
     return layer_norm(x, weight, bias, eps), (x, weight, bias is not None, eps)
 
 
-def layer_norm_backward(dy, cache):
+def layer_norm_backward(dy: Array, cache: tuple[Array, Array | None, bool, float],
+                        ) -> tuple[Array, Array | None, Array | None]:
     """Gradients of ``layer_norm`` for upstream ``dy`` (M, D): (dx, dweight, dbias), with
     ``cache`` from ``layer_norm_forward`` (the statistics are recomputed from x).
 

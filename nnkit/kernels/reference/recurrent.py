@@ -5,6 +5,11 @@ no fusion and no caching tricks: the forward twins recompute every gate from the
 the backward twins apply the chain rule step by step (BPTT) with the gates recomputed from
 the forward pass. ``nnkit.kernels.recurrent`` must agree with them.
 
+``<cell>_forward``/``<cell>_backward`` have the signatures of ``nnkit.kernels.recurrent``'s
+pair (``((y, h_T[, c_T]), cache)``; ``(douts, cache, needs=None, hidden_grads=None)`` ->
+one gradient per input, None where ``needs`` says so or the bias is absent); the cache is
+the forward's arguments. ``rnn``, ``lstm`` and ``gru`` give the outputs alone.
+
 Shapes: x (T, B, D), h0/c0 (B, H), weight_ih (G*H, D), weight_hh (G*H, H), biases (G*H,)
 or None, with G = 1 (RNN), 4 (LSTM, gates i, f, g, o), 3 (GRU, gates r, z, n).
 ``reverse=True`` runs t = T-1, ..., 0.
@@ -14,7 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["rnn", "rnn_backward", "lstm", "lstm_backward", "gru", "gru_backward"]
+from ..._types import Array, Needs
+
+__all__ = ["rnn", "rnn_forward", "rnn_backward", "lstm", "lstm_forward", "lstm_backward",
+           "gru", "gru_forward", "gru_backward"]
 
 
 def _sigmoid(a):
@@ -33,6 +41,31 @@ def _order(T, reverse):
     return range(T - 1, -1, -1) if reverse else range(T)
 
 
+def _state(s, x, weight_hh):
+    """s, or zeros (B, H) in x's dtype for None."""
+    if s is not None:
+        return s
+    return np.zeros((np.shape(x)[1], np.shape(weight_hh)[1]), dtype=np.asarray(x).dtype)
+
+
+def _upstream(douts, like):
+    """The output gradients in float64, zeros for None; ``like``: the outputs' shapes."""
+    return [np.zeros(shape) if d is None else np.asarray(d, dtype=np.float64)
+            for d, shape in zip(douts, like, strict=True)]
+
+
+def _finish(grads, dtype, has_bias, needs, hidden, gs):
+    """The gradients cast to ``dtype``, the bias ones None without biases, None where
+    ``needs`` says so; ``hidden`` (if given) receives the per-step dL/dh_t ``gs``."""
+    if hidden is not None:
+        hidden[...] = gs
+    grads = list(_cast(dtype, *grads))
+    if not has_bias:
+        grads[-2:] = [None, None]
+    needs = (True,) * len(grads) if needs is None else needs
+    return tuple(g if n else None for g, n in zip(grads, needs, strict=True))
+
+
 def _rnn_steps(x, h0, w_ih, w_hh, b_ih, b_hh, nonlinearity, reverse):
     """Pre-activations a[t] and states h[t] (T, B, H), float64."""
     T = x.shape[0]
@@ -48,14 +81,29 @@ def _rnn_steps(x, h0, w_ih, w_hh, b_ih, b_hh, nonlinearity, reverse):
     return a, hs
 
 
-def rnn(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, nonlinearity="tanh",
-        reverse=False):
-    """h_t = phi(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh) -> (y (T, B, H), h_T (B, H))."""
+def rnn(x: Array, h0: Array | None, weight_ih: Array, weight_hh: Array,
+        bias_ih: Array | None = None, bias_hh: Array | None = None,
+        nonlinearity: str = "tanh", reverse: bool = False) -> tuple[Array, Array]:
+    """h_t = phi(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh) -> (y (T, B, H), h_T (B, H)); h0
+    None: zeros."""
     dtype = np.asarray(x).dtype
+    h0 = _state(h0, x, weight_hh)
     x, h0, w_ih, w_hh, b_ih, b_hh = _f64(x, h0, weight_ih, weight_hh, bias_ih, bias_hh)
     _, hs = _rnn_steps(x, h0, w_ih, w_hh, b_ih, b_hh, nonlinearity, reverse)
     last = hs[0] if reverse else hs[-1]
     return hs.astype(dtype), last.astype(dtype)
+
+
+def rnn_forward(x: Array, h0: Array | None, weight_ih: Array, weight_hh: Array,
+                bias_ih: Array | None = None, bias_hh: Array | None = None,
+                nonlinearity: str = "tanh", reverse: bool = False, keep_cache: bool = True
+                ) -> tuple[tuple[Array, Array], tuple | None]:
+    """((y, h_T), cache): ``rnn``, and the arguments as the cache (None without
+    ``keep_cache``)."""
+    h0 = _state(h0, x, weight_hh)
+    out = rnn(x, h0, weight_ih, weight_hh, bias_ih, bias_hh, nonlinearity, reverse)
+    args = (x, h0, weight_ih, weight_hh, bias_ih, bias_hh, nonlinearity, reverse)
+    return out, (args if keep_cache else None)
 
 
 def _param_grads(dx_gates, dh_gates, x, h_prev, w_ih, w_hh):
@@ -89,24 +137,27 @@ def _cast(dtype, *arrays):
     return tuple(a.astype(dtype) for a in arrays)
 
 
-def rnn_backward(dy, dh_T, x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None,
-                 nonlinearity="tanh", reverse=False):
-    """Gradients of ``rnn`` for upstream dy (T, B, H), dh_T (B, H):
-    (dx, dh0, dweight_ih, dweight_hh, dbias_ih, dbias_hh)."""
+def rnn_backward(douts: tuple, cache: tuple, needs: Needs = None,
+                 hidden_grads: Array | None = None) -> tuple[Array | None, ...]:
+    """Gradients of ``rnn_forward`` for douts = (dy (T, B, H), dh_T (B, H)), None for zeros:
+    (dx, dh0, dweight_ih, dweight_hh, dbias_ih, dbias_hh); ``hidden_grads`` (T, B, H), if
+    given, receives the total dL/dh_t of every step."""
+    x, h0, weight_ih, weight_hh, bias_ih, bias_hh, nonlinearity, reverse = cache
     dtype = np.asarray(x).dtype
-    dy, dh_T, x, h0, w_ih, w_hh, b_ih, b_hh = _f64(dy, dh_T, x, h0, weight_ih, weight_hh,
-                                                   bias_ih, bias_hh)
+    x, h0, w_ih, w_hh, b_ih, b_hh = _f64(x, h0, weight_ih, weight_hh, bias_ih, bias_hh)
     a, hs = _rnn_steps(x, h0, w_ih, w_hh, b_ih, b_hh, nonlinearity, reverse)
-    da = np.zeros_like(a)
+    dy, dh_T = _upstream(douts, (hs.shape, h0.shape))
+    da, gs = np.zeros_like(a), np.zeros_like(a)
     dh = dh_T
     for t in reversed(list(_order(x.shape[0], reverse))):
-        g = dh + dy[t]
+        g = gs[t] = dh + dy[t]
         dphi = 1.0 - np.tanh(a[t]) ** 2 if nonlinearity == "tanh" else (a[t] > 0) * 1.0
         da[t] = g * dphi
         dh = da[t] @ w_hh
     dx, dw_ih, dw_hh, db_ih, db_hh = _param_grads(da, da, x, _prev_states(hs, h0, reverse),
                                                   w_ih, w_hh)
-    return _cast(dtype, dx, dh, dw_ih, dw_hh, db_ih, db_hh)
+    return _finish((dx, dh, dw_ih, dw_hh, db_ih, db_hh), dtype, bias_ih is not None, needs,
+                   hidden_grads, gs)
 
 
 def _lstm_steps(x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse):
@@ -129,30 +180,48 @@ def _lstm_steps(x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse):
     return gates, hs, cs
 
 
-def lstm(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse=False):
-    """LSTM (i, f, g, o): c_t = f c_{t-1} + i g, h_t = o tanh(c_t) -> (y, h_T, c_T)."""
+def lstm(x: Array, h0: Array | None, c0: Array | None, weight_ih: Array, weight_hh: Array,
+         bias_ih: Array | None = None, bias_hh: Array | None = None, reverse: bool = False
+         ) -> tuple[Array, Array, Array]:
+    """LSTM (i, f, g, o): c_t = f c_{t-1} + i g, h_t = o tanh(c_t) -> (y, h_T, c_T); h0, c0
+    None: zeros."""
     dtype = np.asarray(x).dtype
+    h0, c0 = _state(h0, x, weight_hh), _state(c0, x, weight_hh)
     args = _f64(x, h0, c0, weight_ih, weight_hh, bias_ih, bias_hh)
     _, hs, cs = _lstm_steps(*args, reverse)
     k = 0 if reverse else -1
     return hs.astype(dtype), hs[k].astype(dtype), cs[k].astype(dtype)
 
 
-def lstm_backward(dy, dh_T, dc_T, x, h0, c0, weight_ih, weight_hh, bias_ih=None,
-                  bias_hh=None, reverse=False):
-    """Gradients of ``lstm``: (dx, dh0, dc0, dweight_ih, dweight_hh, dbias_ih, dbias_hh)."""
+def lstm_forward(x: Array, h0: Array | None, c0: Array | None, weight_ih: Array,
+                 weight_hh: Array, bias_ih: Array | None = None, bias_hh: Array | None = None,
+                 reverse: bool = False, keep_cache: bool = True
+                 ) -> tuple[tuple[Array, Array, Array], tuple | None]:
+    """((y, h_T, c_T), cache): ``lstm``, and the arguments as the cache."""
+    h0, c0 = _state(h0, x, weight_hh), _state(c0, x, weight_hh)
+    out = lstm(x, h0, c0, weight_ih, weight_hh, bias_ih, bias_hh, reverse)
+    args = (x, h0, c0, weight_ih, weight_hh, bias_ih, bias_hh, reverse)
+    return out, (args if keep_cache else None)
+
+
+def lstm_backward(douts: tuple, cache: tuple, needs: Needs = None,
+                  hidden_grads: Array | None = None) -> tuple[Array | None, ...]:
+    """Gradients of ``lstm_forward`` for douts = (dy, dh_T, dc_T), None for zeros:
+    (dx, dh0, dc0, dweight_ih, dweight_hh, dbias_ih, dbias_hh); ``hidden_grads`` as in
+    ``rnn_backward``."""
+    x, h0, c0, weight_ih, weight_hh, bias_ih, bias_hh, reverse = cache
     dtype = np.asarray(x).dtype
-    dy, dh_T, dc_T = _f64(dy, dh_T, dc_T)
     x, h0, c0, w_ih, w_hh, b_ih, b_hh = _f64(x, h0, c0, weight_ih, weight_hh, bias_ih, bias_hh)
     gates, hs, cs = _lstm_steps(x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse)
+    dy, dh_T, dc_T = _upstream(douts, (hs.shape, h0.shape, h0.shape))
     H = h0.shape[1]
     c_prev = _prev_states(cs, c0, reverse)
-    dgates = np.zeros_like(gates)
+    dgates, gs = np.zeros_like(gates), np.zeros_like(hs)
     dh, dc = dh_T, dc_T
     for t in reversed(list(_order(x.shape[0], reverse))):
         i, f = gates[t, :, :H], gates[t, :, H:2 * H]
         g, o = gates[t, :, 2 * H:3 * H], gates[t, :, 3 * H:]
-        gh = dh + dy[t]
+        gh = gs[t] = dh + dy[t]
         tc = np.tanh(cs[t])
         dc = dc + gh * o * (1 - tc**2)
         dgates[t] = np.concatenate([dc * g * i * (1 - i), dc * c_prev[t] * f * (1 - f),
@@ -161,7 +230,8 @@ def lstm_backward(dy, dh_T, dc_T, x, h0, c0, weight_ih, weight_hh, bias_ih=None,
         dh = dgates[t] @ w_hh
     dx, dw_ih, dw_hh, db_ih, db_hh = _param_grads(dgates, dgates, x,
                                                   _prev_states(hs, h0, reverse), w_ih, w_hh)
-    return _cast(dtype, dx, dh, dc, dw_ih, dw_hh, db_ih, db_hh)
+    return _finish((dx, dh, dc, dw_ih, dw_hh, db_ih, db_hh), dtype, bias_ih is not None, needs,
+                   hidden_grads, gs)
 
 
 def _gru_steps(x, h0, w_ih, w_hh, b_ih, b_hh, reverse):
@@ -183,28 +253,45 @@ def _gru_steps(x, h0, w_ih, w_hh, b_ih, b_hh, reverse):
     return gates, hn, hs
 
 
-def gru(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, reverse=False):
+def gru(x: Array, h0: Array | None, weight_ih: Array, weight_hh: Array,
+        bias_ih: Array | None = None, bias_hh: Array | None = None, reverse: bool = False
+        ) -> tuple[Array, Array]:
     """GRU (r, z, n): n = tanh(W_in x + b_in + r (W_hn h + b_hn)), h = (1 - z) n + z h
-    -> (y, h_T)."""
+    -> (y, h_T); h0 None: zeros."""
     dtype = np.asarray(x).dtype
+    h0 = _state(h0, x, weight_hh)
     _, _, hs = _gru_steps(*_f64(x, h0, weight_ih, weight_hh, bias_ih, bias_hh), reverse)
     return hs.astype(dtype), hs[0 if reverse else -1].astype(dtype)
 
 
-def gru_backward(dy, dh_T, x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None,
-                 reverse=False):
-    """Gradients of ``gru``: (dx, dh0, dweight_ih, dweight_hh, dbias_ih, dbias_hh)."""
+def gru_forward(x: Array, h0: Array | None, weight_ih: Array, weight_hh: Array,
+                bias_ih: Array | None = None, bias_hh: Array | None = None,
+                reverse: bool = False, keep_cache: bool = True
+                ) -> tuple[tuple[Array, Array], tuple | None]:
+    """((y, h_T), cache): ``gru``, and the arguments as the cache."""
+    h0 = _state(h0, x, weight_hh)
+    out = gru(x, h0, weight_ih, weight_hh, bias_ih, bias_hh, reverse)
+    args = (x, h0, weight_ih, weight_hh, bias_ih, bias_hh, reverse)
+    return out, (args if keep_cache else None)
+
+
+def gru_backward(douts: tuple, cache: tuple, needs: Needs = None,
+                  hidden_grads: Array | None = None) -> tuple[Array | None, ...]:
+    """Gradients of ``gru_forward`` for douts = (dy, dh_T), None for zeros:
+    (dx, dh0, dweight_ih, dweight_hh, dbias_ih, dbias_hh); ``hidden_grads`` as in
+    ``rnn_backward``."""
+    x, h0, weight_ih, weight_hh, bias_ih, bias_hh, reverse = cache
     dtype = np.asarray(x).dtype
-    dy, dh_T = _f64(dy, dh_T)
     x, h0, w_ih, w_hh, b_ih, b_hh = _f64(x, h0, weight_ih, weight_hh, bias_ih, bias_hh)
     gates, hn, hs = _gru_steps(x, h0, w_ih, w_hh, b_ih, b_hh, reverse)
+    dy, dh_T = _upstream(douts, (hs.shape, h0.shape))
     H = h0.shape[1]
     h_prev = _prev_states(hs, h0, reverse)
-    dgx, dgh = np.zeros_like(gates), np.zeros_like(gates)
+    dgx, dgh, gs = np.zeros_like(gates), np.zeros_like(gates), np.zeros_like(hs)
     dh = dh_T
     for t in reversed(list(_order(x.shape[0], reverse))):
         r, z, n = gates[t, :, :H], gates[t, :, H:2 * H], gates[t, :, 2 * H:]
-        g = dh + dy[t]
+        g = gs[t] = dh + dy[t]
         dan = g * (1 - z) * (1 - n**2)
         dar = dan * hn[t] * r * (1 - r)
         daz = g * (h_prev[t] - n) * z * (1 - z)
@@ -212,4 +299,5 @@ def gru_backward(dy, dh_T, x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=No
         dgh[t] = np.concatenate([dar, daz, dan * r], axis=1)
         dh = g * z + dgh[t] @ w_hh
     dx, dw_ih, dw_hh, db_ih, db_hh = _param_grads(dgx, dgh, x, h_prev, w_ih, w_hh)
-    return _cast(dtype, dx, dh, dw_ih, dw_hh, db_ih, db_hh)
+    return _finish((dx, dh, dw_ih, dw_hh, db_ih, db_hh), dtype, bias_ih is not None, needs,
+                   hidden_grads, gs)

@@ -9,7 +9,7 @@ an associative (not commutative) operator with identity (1, 0). The inclusive sc
 E_t = e_0 o e_1 o ... o e_t gives h_t = A_t h_{-1} + B_t; with h_{-1} folded into the first
 step (b_0 <- a_0 h0 + b_0) it is h_t = B_t. A tree evaluates the scan in levels whose
 combines are independent of each other: the depth (levels) is O(log T), the work (combines)
-is not (section 5.2 of the notes says "O(log n) runtime": that is the depth).
+is not (notes §5.2 says "O(log n) runtime": that is the depth).
 
 - Hillis-Steele: level k (stride s = 2^k, k = 0..ceil(log2 T) - 1) sets x_t <- x_{t-s} o x_t
   for every t >= s, reading the previous level: ceil(log2 T) levels, sum_k (T - 2^k)
@@ -27,7 +27,11 @@ batch does the same).
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
+
+from ..._types import Array
 
 __all__ = ["tree_scan", "hillis_steele_scan", "blelloch_scan"]
 
@@ -93,7 +97,9 @@ def _blelloch_1d(steps):
 _ALGORITHMS = {"hillis_steele": _hillis_steele_1d, "blelloch": _blelloch_1d}
 
 
-def tree_scan(a, b, h0=None, algorithm="hillis_steele"):
+def tree_scan(a: Array, b: Array, h0: Array | None = None,
+              algorithm: Literal["hillis_steele", "blelloch"] = "hillis_steele",
+              ) -> tuple[Array, int, int]:
     """h_t = a_t * h_{t-1} + b_t by a tree scan; a, b (B, T, D), h0 (B, D) or None (zeros).
 
     Returns (h (B, T, D), levels, combines).
@@ -118,11 +124,11 @@ def tree_scan(a, b, h0=None, algorithm="hillis_steele"):
     return h.astype(dtype), levels, combines
 
 
-def hillis_steele_scan(a, b, h0=None):
+def hillis_steele_scan(a: Array, b: Array, h0: Array | None = None) -> tuple[Array, int, int]:
     """``tree_scan(a, b, h0, 'hillis_steele')``."""
     return tree_scan(a, b, h0, "hillis_steele")
 
 
-def blelloch_scan(a, b, h0=None):
+def blelloch_scan(a: Array, b: Array, h0: Array | None = None) -> tuple[Array, int, int]:
     """``tree_scan(a, b, h0, 'blelloch')``."""
     return tree_scan(a, b, h0, "blelloch")

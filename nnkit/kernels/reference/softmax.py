@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+from ..._types import Array
+
 __all__ = ["softmax", "softmax_forward", "softmax_backward", "log_softmax",
            "log_softmax_forward", "log_softmax_backward", "cross_entropy",
            "cross_entropy_forward", "cross_entropy_backward"]
@@ -24,7 +26,7 @@ def _rows(x):
     return x.reshape(-1, x.shape[-1]) if x.ndim > 0 else x.reshape(1, 1)
 
 
-def softmax(x):
+def softmax(x: Array) -> Array:
     """y_ij = exp(x_ij - max_k x_ik) / sum_k exp(x_ik - max_k x_ik), over the last axis."""
     x = np.asarray(x)
     rows = _rows(x)
@@ -37,13 +39,13 @@ def softmax(x):
     return out.reshape(x.shape).astype(x.dtype)
 
 
-def softmax_forward(x):
+def softmax_forward(x: Array) -> tuple[Array, Array]:
     """(y, cache): ``softmax(x)``, and y itself as the cache."""
     y = softmax(x)
     return y, y
 
 
-def softmax_backward(dy, cache):
+def softmax_backward(dy: Array, cache: Array) -> Array:
     """dx_ij = y_ij (dy_ij - sum_k dy_ik y_ik): the softmax Jacobian applied to dy; ``cache``
     the y of ``softmax_forward``."""
     y = np.asarray(cache)
@@ -55,7 +57,7 @@ def softmax_backward(dy, cache):
     return dx.reshape(y.shape).astype(y.dtype)
 
 
-def log_softmax(x):
+def log_softmax(x: Array) -> Array:
     """y_ij = x_ij - m_i - log sum_k exp(x_ik - m_i), m_i = max_k x_ik."""
     x = np.asarray(x)
     rows = _rows(x)
@@ -67,13 +69,13 @@ def log_softmax(x):
     return out.reshape(x.shape).astype(x.dtype)
 
 
-def log_softmax_forward(x):
+def log_softmax_forward(x: Array) -> tuple[Array, Array]:
     """(y, cache): ``log_softmax(x)``, and y itself as the cache."""
     y = log_softmax(x)
     return y, y
 
 
-def log_softmax_backward(dy, cache):
+def log_softmax_backward(dy: Array, cache: Array) -> Array:
     """dx_ij = dy_ij - exp(y_ij) sum_k dy_ik; ``cache`` the y = log_softmax(x) of
     ``log_softmax_forward``."""
     y = np.asarray(cache)
@@ -85,7 +87,7 @@ def log_softmax_backward(dy, cache):
     return dx.reshape(y.shape).astype(y.dtype)
 
 
-def cross_entropy(logits, target, ignore_index=-100):
+def cross_entropy(logits: Array, target: Array, ignore_index: int = -100) -> Array:
     """Mean over the non-ignored rows of -log softmax(logits)_i[target_i] (torch's 'mean').
 
     Returns a 0-d array of the logits' dtype; NaN when every row is ignored (as torch).
@@ -102,12 +104,13 @@ def cross_entropy(logits, target, ignore_index=-100):
     return np.asarray(value, dtype=logits.dtype)
 
 
-def cross_entropy_forward(logits, target, ignore_index=-100):
+def cross_entropy_forward(logits: Array, target: Array, ignore_index: int = -100,
+                          ) -> tuple[Array, tuple[Array, Array, int]]:
     """(loss, cache): ``cross_entropy``'s loss, and its arguments as the cache."""
     return cross_entropy(logits, target, ignore_index), (logits, target, ignore_index)
 
 
-def cross_entropy_backward(dloss, cache):
+def cross_entropy_backward(dloss: Array, cache: tuple[Array, Array, int]) -> Array:
     """d/dlogits of the mean cross-entropy: (softmax(logits)_i - onehot(target_i)) dloss /
     n_valid; ``cache`` (logits, target, ignore_index) of ``cross_entropy_forward``."""
     logits, target, ignore_index = cache

@@ -280,8 +280,8 @@ def get_default_memory_pool():
 
 # ----- ElementwiseKernel: only those with a NumPy twin -----------------------------------------
 def _splitmix_uniform(seed, u):
-    """nnkit._random's device_uniform kernel: u[i] = splitmix64(seed + (i + 1) * gamma) >> 11
-    times 2**-53 (its CUDA C body, in NumPy's wrapping uint64 arithmetic)."""
+    """nnkit._ext.elementwise_cuda's uniform kernel: u[i] = splitmix64(seed + (i + 1) *
+    gamma) >> 11 times 2**-53 (its CUDA C body, in NumPy's wrapping uint64 arithmetic)."""
     with _np.errstate(over="ignore"):
         z = _np.uint64(seed) + (_np.arange(u.size, dtype=_np.uint64) + _np.uint64(1)) * \
             _np.uint64(0x9E3779B97F4A7C15)
