@@ -10,6 +10,7 @@ input ((C, L) for conv1d, (C, H, W) for the others) is a batch of one, and so is
 
 from __future__ import annotations
 
+from .._types import Array
 from .._validation import check_bool
 from ..autograd import Tensor, apply_op, as_tensor
 from ..kernels import conv as K
@@ -51,7 +52,9 @@ def _conv(forward, backward, x, weight, bias, stride, padding, dilation, groups,
     return out.squeeze(0) if unbatched else out  # (K, Ho, Wo) for a (C, H, W) x
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
+def conv2d(x: Tensor | Array, weight: Tensor | Array, bias: Tensor | Array | None = None,
+           stride: int | tuple[int, ...] = 1, padding: int | tuple[int, ...] | str = 0,
+           dilation: int | tuple[int, ...] = 1, groups: int = 1) -> Tensor:
     """2-D cross-correlation over (N, C, H, W) images, as ``torch.nn.functional.conv2d``.
 
     ``y[n, k, a, b] = bias[k] + sum_{c, i, j} w[k, c, i, j] xpad[n, g0 + c, a s + i d, b s + j d]``
@@ -80,7 +83,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> T
                  dilation, groups, "conv2d", 2)
 
 
-def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
+def conv1d(x: Tensor | Array, weight: Tensor | Array, bias: Tensor | Array | None = None,
+           stride: int | tuple[int, ...] = 1, padding: int | tuple[int, ...] | str = 0,
+           dilation: int | tuple[int, ...] = 1, groups: int = 1) -> Tensor:
     """1-D cross-correlation over (N, C, L) sequences, as ``torch.nn.functional.conv1d``.
 
     Parameters
@@ -97,8 +102,10 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> T
                  dilation, groups, "conv1d", 1)
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
-               return_indices=False):
+def max_pool2d(x: Tensor | Array, kernel_size: int | tuple[int, int],
+               stride: int | tuple[int, int] | None = None, padding: int | tuple[int, int] = 0,
+               dilation: int | tuple[int, int] = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """Max over windows of (N, C, H, W), as ``torch.nn.functional.max_pool2d``.
 
     ``y[n, c, a, b] = max{xpad[n, c, a s + i d, b s + j d] | i, j in [0, r)}`` (-inf padding);
@@ -131,8 +138,10 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     return out, Tensor((cache.idx[0] if unbatched else cache.idx).copy())
 
 
-def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-               divisor_override=None) -> Tensor:
+def avg_pool2d(x: Tensor | Array, kernel_size: int | tuple[int, int],
+               stride: int | tuple[int, int] | None = None, padding: int | tuple[int, int] = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> Tensor:
     """Mean over windows of (N, C, H, W), as ``torch.nn.functional.avg_pool2d``.
 
     The divisor is ``divisor_override`` if given, else (``count_include_pad``, torch's

@@ -38,6 +38,7 @@ import numbers
 from dataclasses import dataclass
 
 from ..._backend import backend, kernels_for
+from ..._types import Array, Needs
 from ..._validation import (
     FLOATS,
     check_array,
@@ -185,7 +186,9 @@ class ConvCache:
     wino_chunks: object = None  # Winograd: the runs of images [(lo, hi)] each V covers
 
 
-def conv2d_forward(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+def conv2d_forward(x: Array, weight: Array, bias: Array | None = None,
+                   stride: int | tuple[int, ...] = 1, padding: int | tuple[int, ...] | str = 0,
+                   dilation: int | tuple[int, ...] = 1, groups: int = 1) -> tuple[Array, ConvCache]:
     """2-D cross-correlation (torch's conv2d) with its cache for the backward.
 
     ``y[n, k, a, b] = bias[k] + sum_{c, i, j} w[k, c, i, j] xpad[n, g0 + c, a s + i d, b s + j d]``
@@ -234,7 +237,7 @@ def _forward(x, weight, bias, stride, pads, dilation, groups, squeeze=False):
     return _kernels(x).conv2d_forward(x, weight, bias, cache), cache
 
 
-def conv2d_backward(dy, cache, needs=None):
+def conv2d_backward(dy: Array, cache: ConvCache, needs: Needs = None) -> tuple[Array | None, ...]:
     """Gradients of ``conv2d_forward``: (dx, dweight, dbias).
 
     ``dx = col2im(W^T dY)``, ``dweight = dY cols^T`` (per group),
@@ -278,7 +281,9 @@ def release(cache) -> None:
         _kernels(cache.x).release(cache)
 
 
-def conv1d_forward(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+def conv1d_forward(x: Array, weight: Array, bias: Array | None = None,
+                   stride: int | tuple[int, ...] = 1, padding: int | tuple[int, ...] | str = 0,
+                   dilation: int | tuple[int, ...] = 1, groups: int = 1) -> tuple[Array, ConvCache]:
     """1-D cross-correlation (torch's conv1d): ``conv2d_forward`` on a height-1 image.
 
     Parameters
@@ -302,7 +307,7 @@ def conv1d_forward(x, weight, bias=None, stride=1, padding=0, dilation=1, groups
     return y[:, :, 0, :], cache
 
 
-def conv1d_backward(dy, cache, needs=None):
+def conv1d_backward(dy: Array, cache: ConvCache, needs: Needs = None) -> tuple[Array | None, ...]:
     """Gradients of ``conv1d_forward``: (dx (N, C, L), dweight (K, C/groups, k), dbias);
     ``needs`` as in ``conv2d_backward``."""
     return conv2d_backward(dy, cache, needs)

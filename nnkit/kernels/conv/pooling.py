@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..._backend import array_module, backend, kernels_for
+from ..._types import Array, Needs
 from ..._validation import (
     FLOATS,
     check_array,
@@ -108,7 +109,10 @@ def _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, what):
     return x, kernel, stride, pad, dilation, out_hw
 
 
-def max_pool2d_forward(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+def max_pool2d_forward(x: Array, kernel_size: int | tuple[int, int],
+                       stride: int | tuple[int, int] | None = None,
+                       padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1,
+                       ceil_mode: bool = False) -> tuple[Array, PoolCache]:
     """Max pooling (torch's max_pool2d), with the argmax cache.
 
     ``y[n, c, a, b] = max{xpad[n, c, a s + i d, b s + j d] | i, j in [0, r)}``, padded with
@@ -154,7 +158,7 @@ def _check_pool_dy(dy, cache):
                       device=cache.device)
 
 
-def max_pool2d_backward(dy, cache, needs=None):
+def max_pool2d_backward(dy: Array, cache: PoolCache, needs: Needs = None) -> Array:
     """dx (N, C, H, W): dy[n, c, a, b] added at each window's routed maximum. ``needs``:
     ``nnkit.autograd.apply_op``'s mask (the one input always needs its gradient)."""
     dy = _check_pool_dy(dy, cache)
@@ -164,8 +168,11 @@ def max_pool2d_backward(dy, cache, needs=None):
     return dx
 
 
-def avg_pool2d_forward(x, kernel_size, stride=None, padding=0, ceil_mode=False,
-                       count_include_pad=True, divisor_override=None):
+def avg_pool2d_forward(x: Array, kernel_size: int | tuple[int, int],
+                       stride: int | tuple[int, int] | None = None,
+                       padding: int | tuple[int, int] = 0, ceil_mode: bool = False,
+                       count_include_pad: bool = True, divisor_override: int | None = None
+                       ) -> tuple[Array, PoolCache]:
     """Average pooling (torch's avg_pool2d): arguments in torch's order.
 
     ``y[n, c, a, b] = sum of the in-bounds window entries / D``, with torch's D:
@@ -202,7 +209,7 @@ def avg_pool2d_forward(x, kernel_size, stride=None, padding=0, ceil_mode=False,
     return y, cache
 
 
-def avg_pool2d_backward(dy, cache, needs=None):
+def avg_pool2d_backward(dy: Array, cache: PoolCache, needs: Needs = None) -> Array:
     """dx (N, C, H, W): each window's dy / D spread over its in-bounds entries. ``needs``
     as in ``max_pool2d_backward``."""
     dy = _check_pool_dy(dy, cache)

@@ -32,6 +32,8 @@ import math
 
 import numpy as np
 
+from ..._types import Array, Needs
+
 __all__ = [
     "conv2d",
     "conv2d_forward",
@@ -93,7 +95,9 @@ def _out_size(size, k, s, d):
     return (size - d * (k - 1) - 1) // s + 1
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+def conv2d(x: Array, weight: Array, bias: Array | None = None, stride: int | tuple[int, ...] = 1,
+           padding: int | tuple[int, ...] | str = 0, dilation: int | tuple[int, ...] = 1,
+           groups: int = 1) -> Array:
     """y (N, K, Ho, Wo) from x (N, C, H, W), weight (K, C/groups, kh, kw), bias (K,)."""
     x, weight = np.asarray(x), np.asarray(weight)
     K, Cg, kh, kw = weight.shape
@@ -118,13 +122,15 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return y.astype(x.dtype)
 
 
-def conv2d_forward(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+def conv2d_forward(x: Array, weight: Array, bias: Array | None = None,
+                   stride: int | tuple[int, ...] = 1, padding: int | tuple[int, ...] | str = 0,
+                   dilation: int | tuple[int, ...] = 1, groups: int = 1) -> tuple[Array, tuple]:
     """(y, cache): ``conv2d``, and the arguments as the cache."""
     y = conv2d(x, weight, bias, stride, padding, dilation, groups)
     return y, (x, weight, bias, stride, padding, dilation, groups)
 
 
-def conv2d_backward(dy, cache, needs=None):
+def conv2d_backward(dy: Array, cache: tuple, needs: Needs = None) -> tuple[Array | None, ...]:
     """(dx, dweight, dbias) of ``conv2d_forward``: each product of the forward sum,
     differentiated::
 
@@ -177,7 +183,9 @@ def _pads_1d(padding, k, d):
     return (0, 0, int(padding[0]), int(padding[1]))  # (left, right)
 
 
-def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+def conv1d(x: Array, weight: Array, bias: Array | None = None, stride: int | tuple[int, ...] = 1,
+           padding: int | tuple[int, ...] | str = 0, dilation: int | tuple[int, ...] = 1,
+           groups: int = 1) -> Array:
     """y (N, K, Lo) from x (N, C, L), weight (K, C/groups, k): ``conv2d`` on a height-1 image."""
     x, weight = np.asarray(x), np.asarray(weight)
     pads = _pads_1d(padding, weight.shape[2], dilation)
@@ -189,13 +197,15 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return y[:, :, 0, :]
 
 
-def conv1d_forward(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+def conv1d_forward(x: Array, weight: Array, bias: Array | None = None,
+                   stride: int | tuple[int, ...] = 1, padding: int | tuple[int, ...] | str = 0,
+                   dilation: int | tuple[int, ...] = 1, groups: int = 1) -> tuple[Array, tuple]:
     """(y, cache): ``conv1d``, and the arguments as the cache."""
     y = conv1d(x, weight, bias, stride, padding, dilation, groups)
     return y, (x, weight, bias, stride, padding, dilation, groups)
 
 
-def conv1d_backward(dy, cache, needs=None):
+def conv1d_backward(dy: Array, cache: tuple, needs: Needs = None) -> tuple[Array | None, ...]:
     """(dx, dweight, dbias) of ``conv1d_forward``; ``needs`` as in ``conv2d_backward``."""
     x, weight, bias, stride, padding, dilation, groups = cache
     x, weight, dy = np.asarray(x), np.asarray(weight), np.asarray(dy)
@@ -246,8 +256,10 @@ def _argmax_windows(x, kernel_size, stride, padding, dilation, ceil_mode):
                     yield n, c, a, b, arg, best
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
-               return_indices=False):
+def max_pool2d(x: Array, kernel_size: int | tuple[int, int],
+               stride: int | tuple[int, int] | None = None, padding: int | tuple[int, int] = 0,
+               dilation: int | tuple[int, int] = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Array | tuple[Array, Array]:
     """y[n, c, a, b] = max{x[n, c, a s - p + i d, b s - p + j d] | i, j in [0, r)}; with
     ``return_indices`` also idx = h W + w of each routed maximum (int64, -1: all padding)."""
     x = np.asarray(x)
@@ -261,13 +273,16 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     return (y.astype(x.dtype), idx) if return_indices else y.astype(x.dtype)
 
 
-def max_pool2d_forward(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+def max_pool2d_forward(x: Array, kernel_size: int | tuple[int, int],
+                       stride: int | tuple[int, int] | None = None,
+                       padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1,
+                       ceil_mode: bool = False) -> tuple[Array, tuple]:
     """(y, cache): ``max_pool2d``, and the arguments as the cache."""
     y = max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)
     return y, (x, kernel_size, stride, padding, dilation, ceil_mode)
 
 
-def max_pool2d_backward(dy, cache, needs=None):
+def max_pool2d_backward(dy: Array, cache: tuple, needs: Needs = None) -> Array:
     """dx of ``max_pool2d_forward``: each window's dy goes to its first maximum (row-major),
     summed over windows."""
     x, kernel_size, stride, padding, dilation, ceil_mode = cache
@@ -298,8 +313,10 @@ def _avg_windows(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                     yield n, c, a, b, inside, div
 
 
-def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-               divisor_override=None):
+def avg_pool2d(x: Array, kernel_size: int | tuple[int, int],
+               stride: int | tuple[int, int] | None = None, padding: int | tuple[int, int] = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> Array:
     """y[n, c, a, b] = sum of the window's in-bounds entries / divisor (torch's order)."""
     x = np.asarray(x)
     *_, (Ho, Wo) = _pool_geometry(x, kernel_size, stride, padding, 1, ceil_mode)
@@ -310,14 +327,17 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
     return y.astype(x.dtype)
 
 
-def avg_pool2d_forward(x, kernel_size, stride=None, padding=0, ceil_mode=False,
-                       count_include_pad=True, divisor_override=None):
+def avg_pool2d_forward(x: Array, kernel_size: int | tuple[int, int],
+                       stride: int | tuple[int, int] | None = None,
+                       padding: int | tuple[int, int] = 0, ceil_mode: bool = False,
+                       count_include_pad: bool = True, divisor_override: int | None = None
+                       ) -> tuple[Array, tuple]:
     """(y, cache): ``avg_pool2d``, and the arguments as the cache."""
     args = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
     return avg_pool2d(x, *args), (x, *args)
 
 
-def avg_pool2d_backward(dy, cache, needs=None):
+def avg_pool2d_backward(dy: Array, cache: tuple, needs: Needs = None) -> Array:
     """dx of ``avg_pool2d_forward``: dx[n, c, h, w] = sum over the windows holding (h, w) of
     dy / divisor."""
     x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override = cache
