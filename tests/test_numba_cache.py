@@ -62,3 +62,32 @@ def test_package_discovery_takes_nnkit_packages_only():
     find = text[text.index("[tool.setuptools.packages.find]"):].split("\n[")[0]
     lines = [line for line in find.splitlines()[1:] if line and not line.startswith("#")]
     assert lines == ['include = ["nnkit", "nnkit.*"]', "namespaces = false"]
+
+
+def _cached_compilations(path: Path) -> list[int]:
+    """Lines of ``path`` that call something with ``cache=True`` (a cached Numba compile)."""
+    import ast
+
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and any(
+                k.arg == "cache" and isinstance(k.value, ast.Constant) and k.value.value is True
+                for k in node.keywords)]
+
+
+def test_cached_kernels_live_in_ext_only():
+    """Importing ``nnkit._ext`` installs the locator above; a cached kernel outside it would
+    write its cache into an installed copy (the tour once did, and the folder it left behind
+    shadowed the next editable install as an empty namespace package)."""
+    package = ROOT / "nnkit"
+    outside = {str(p.relative_to(ROOT)): lines for p in sorted(package.rglob("*.py"))
+               if "_ext" not in p.relative_to(package).parts
+               and (lines := _cached_compilations(p))}
+    assert outside == {}
+    assert _cached_compilations(package / "_ext" / "scan_cpu.py")  # the walk finds them
+
+
+def test_the_walk_finds_a_cached_kernel(tmp_path):
+    module = tmp_path / "kernel.py"
+    module.write_text("import numba\n\n\n@numba.njit(parallel=True, cache=True)\n"
+                      "def f(x):\n    return x\n")
+    assert _cached_compilations(module) == [4]

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import time
 
-import numba
 import numpy as np
 
+from .._backend import kernels_for
 from ..autograd import tensor
 from ..functional.scan import linear_scan
 from ..gradcheck import gradcheck
@@ -135,14 +135,6 @@ def _numpy_loop(a, b, out):
         out[:, t] = h
 
 
-@numba.njit(parallel=True, cache=True)
-def _copy(src, dst):
-    """dst = src, parallel over the leading axis on numba's threads (the scan's): the
-    copy-bandwidth bound, two arrays moved."""
-    for i in numba.prange(src.shape[0]):
-        dst[i] = src[i]
-
-
 def _speed_rows(rng, quick):
     """The scan against a NumPy loop over T where the loop's per-step overhead shows (long,
     narrow), and against the memory-bandwidth bound at the benchmark's shape (wide): there a
@@ -157,7 +149,8 @@ def _speed_rows(rng, quick):
     shape = (16, 2048, 256) if quick else (16, 4096, 256)  # 32 / 64 MiB an array: past L3
     a, b = _coefficients(rng, shape, np.float32)
     out = np.empty_like(a)
-    copy = _best(lambda: _copy(a, out))  # 2 arrays moved, same threads
+    copy_rows = kernels_for("scan_cpu", None, a).copy  # the scan's threads, 2 arrays moved
+    copy = _best(lambda: copy_rows(a, out))
     share = 1.5 * copy / _best(lambda: K.linear_scan_forward(a, b, out=out))  # scan moves 3
     rows.append(_row(f"linear_scan {shape} f32, share of the copy-bandwidth bound",
                      f"{100 * share:.0f}%", "(bench target >= 85%)", INFO))
