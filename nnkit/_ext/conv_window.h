@@ -129,30 +129,13 @@ typedef int (*cw_backward_fn)(const void *x, const void *dy, const void *wfp, vo
 
 static const int cw_available = 1;
 
-/* kernel ``k`` (0 forward f32, 1 forward f64, 2 backward f32, 3 backward f64) of
- * instruction-set level ``which`` (isa_targets.h); NULL when this CPU cannot run it */
-static void *cw_kernel(int which, int k)
-{
-    if (which > nnkit_isa_level()) return NULL;
+/* cw_kernel(level, k): kernel k (0 forward f32, 1 forward f64, 2 backward f32, 3 backward
+ * f64) of the build of instruction-set ``level`` (isa_targets.h) */
 #define CW_TABLE(isa)                                                                       \
     {(void *)cw_fwd_f32_##isa, (void *)cw_fwd_f64_##isa, (void *)cw_bwd_f32_##isa,          \
      (void *)cw_bwd_f64_##isa}
-#ifdef NNKIT_X86_64
-    if (which == 2) {
-        void *t[4] = CW_TABLE(avx512);
-        return t[k];
-    }
-    if (which == 1) {
-        void *t[4] = CW_TABLE(avx2);
-        return t[k];
-    }
-#endif
-    {
-        void *t[4] = CW_TABLE(base);
-        return t[k];
-    }
+NNKIT_ISA_TABLE(cw_kernel, 4, CW_TABLE)
 #undef CW_TABLE
-}
 
 /* A run over the batch in ``parts`` runs of images, part p on images
  * [N p / parts, N (p + 1) / parts) (part_threads.h: the calling thread and the workers);

@@ -99,35 +99,26 @@ typedef void (*nnkit_gemm_f64_fn)(const double *, const double *, double *, ptrd
 #include "gemm_packed_body.h"
 #endif
 
-/* the build of instruction-set level ``which`` (0 baseline, 1 AVX2+FMA, 2 AVX-512), NULL
- * when not built or not supported by this CPU */
-static void *gemm_variant(int which, int f64)
-{
-    if (which > nnkit_isa_level()) return NULL;
-#ifdef NNKIT_X86_64
-    if (which == 2) return f64 ? (void *)gemm_f64_avx512 : (void *)gemm_f32_avx512;
-    if (which == 1) return f64 ? (void *)gemm_f64_avx2 : (void *)gemm_f32_avx2;
-#endif
-    return f64 ? (void *)gemm_f64_base : (void *)gemm_f32_base;
-}
+/* gemm_kernel(level, k): entry point k (0 gemm f32, 1 gemm f64, 2 gemm_ld f32, 3 gemm_ld
+ * f64) of the build of instruction-set ``level`` (isa_targets.h) */
+#define GP_TABLE(isa)                                                                       \
+    {(void *)gemm_f32_##isa, (void *)gemm_f64_##isa, (void *)gemm_ld_f32_##isa,             \
+     (void *)gemm_ld_f64_##isa}
+NNKIT_ISA_TABLE(gemm_kernel, 4, GP_TABLE)
+#undef GP_TABLE
+/* the build of level ``which`` (0 baseline, 1 AVX2+FMA, 2 AVX-512), NULL when not built or
+ * not supported by this CPU */
+static void *gemm_variant(int which, int f64) { return gemm_kernel(which, f64); }
 static nnkit_gemm_f32_fn gemm_select_f32(void)
 {
-    return (nnkit_gemm_f32_fn)gemm_variant(nnkit_isa_level(), 0);
+    return (nnkit_gemm_f32_fn)gemm_kernel(nnkit_isa_level(), 0);
 }
 static nnkit_gemm_f64_fn gemm_select_f64(void)
 {
-    return (nnkit_gemm_f64_fn)gemm_variant(nnkit_isa_level(), 1);
+    return (nnkit_gemm_f64_fn)gemm_kernel(nnkit_isa_level(), 1);
 }
 /* the strided/accumulating entry points (``_ld``) of this CPU's build */
-static void *gemm_select_ld(int f64)
-{
-#ifdef NNKIT_X86_64
-    int which = nnkit_isa_level();
-    if (which == 2) return f64 ? (void *)gemm_ld_f64_avx512 : (void *)gemm_ld_f32_avx512;
-    if (which == 1) return f64 ? (void *)gemm_ld_f64_avx2 : (void *)gemm_ld_f32_avx2;
-#endif
-    return f64 ? (void *)gemm_ld_f64_base : (void *)gemm_ld_f32_base;
-}
+static void *gemm_select_ld(int f64) { return gemm_kernel(nnkit_isa_level(), 2 + f64); }
 static const char *gemm_isa(void) { return nnkit_isa_name(nnkit_isa_level()); }
 
 #else /* no vector extensions: plain loops over the same packed layout */

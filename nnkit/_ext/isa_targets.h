@@ -62,6 +62,26 @@ static inline const char *nnkit_isa_name(int level)
     return level == 2 ? "avx512" : level == 1 ? "avx2" : "baseline";
 }
 
+/* NNKIT_ISA_TABLE(fn, n, TABLE) defines a family's dispatch, ``static void *fn(int level,
+ * int k)``: entry k of the build of instruction-set ``level``, NULL when that build is not
+ * compiled or this CPU cannot run it (or k is not below n). TABLE(isa) is the braced list
+ * of the family's n entry points of one set, cast to void *, in the same order for every
+ * set. */
+#ifdef NNKIT_X86_64
+#define NNKIT_ISA_BUILDS(TABLE) {TABLE(base), TABLE(avx2), TABLE(avx512)}
+#else
+#define NNKIT_ISA_BUILDS(TABLE) {TABLE(base)}
+#endif
+#define NNKIT_ISA_TABLE(fn, n, TABLE)                                                       \
+    static void *fn(int level, int k)                                                       \
+    {                                                                                       \
+        static void *const builds[][n] = NNKIT_ISA_BUILDS(TABLE);                           \
+        enum { built = sizeof builds / sizeof builds[0] };                                  \
+        if (level < 0 || level >= built || level > nnkit_isa_level() || k < 0 || k >= (n)) \
+            return NULL;                                                                    \
+        return builds[level][k];                                                            \
+    }
+
 #define NNKIT_CAT_(a, b) a##b
 #define NNKIT_CAT(a, b) NNKIT_CAT_(a, b)
 

@@ -146,23 +146,13 @@ typedef void (*nnkit_scan_bwd_fn)(const void *, const void *, const void *, cons
                                   void *, void *, void *, ptrdiff_t, ptrdiff_t, ptrdiff_t,
                                   int, int);
 
-/* kernel k of build ``level`` (0 baseline, 1 AVX2, 2 AVX-512; NULL if not built):
+/* scan_kernel(level, k): kernel k of the build of instruction-set ``level`` (isa_targets.h),
  * k = 2 * type + direction, types f32, f64, c64, c128, directions forward, backward */
-static void *scan_kernel(int level, int k)
-{
 #define SR_TABLE(ISA)                                                                      \
     {(void *)sr_fwd_f32_##ISA, (void *)sr_bwd_f32_##ISA, (void *)sr_fwd_f64_##ISA,         \
      (void *)sr_bwd_f64_##ISA, (void *)sr_fwd_c64_##ISA, (void *)sr_bwd_c64_##ISA,         \
      (void *)sr_fwd_c128_##ISA, (void *)sr_bwd_c128_##ISA}
-    static void *const base[8] = SR_TABLE(base);
-#ifdef NNKIT_X86_64
-    static void *const avx2[8] = SR_TABLE(avx2);
-    static void *const avx512[8] = SR_TABLE(avx512);
-    if (level == 2) return avx512[k];
-    if (level == 1) return avx2[k];
-#endif
+NNKIT_ISA_TABLE(scan_kernel, 8, SR_TABLE)
 #undef SR_TABLE
-    return level == 0 ? base[k] : NULL;
-}
 
 #endif
