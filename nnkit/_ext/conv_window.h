@@ -106,26 +106,8 @@ typedef int (*cw_backward_fn)(const void *x, const void *dy, const void *wfp, vo
 
 /* the kernels of each float type and instruction set (isa_targets.h): cw_fwd_<type>_<isa>,
  * cw_bwd_<type>_<isa> */
-#define NNKIT_TYPE f32
-#define NNKIT_ISA base
-#include "conv_window_body.h"
-#define NNKIT_TYPE f64
-#define NNKIT_ISA base
-#include "conv_window_body.h"
-#ifdef NNKIT_X86_64
-#define NNKIT_TYPE f32
-#define NNKIT_ISA avx2
-#include "conv_window_body.h"
-#define NNKIT_TYPE f64
-#define NNKIT_ISA avx2
-#include "conv_window_body.h"
-#define NNKIT_TYPE f32
-#define NNKIT_ISA avx512
-#include "conv_window_body.h"
-#define NNKIT_TYPE f64
-#define NNKIT_ISA avx512
-#include "conv_window_body.h"
-#endif
+#define NNKIT_BODY "conv_window_body.h"
+#include "isa_instantiate.h"
 
 static const int cw_available = 1;
 

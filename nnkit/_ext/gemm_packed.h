@@ -78,26 +78,8 @@ typedef void (*nnkit_gemm_f64_fn)(const double *, const double *, double *, ptrd
 
 /* the kernels of each float type and instruction set (isa_targets.h): gemm_<type>_<isa>
  * (c = a @ b, a contiguous) and gemm_ld_<type>_<isa> (c (+)= a @ b, a's rows lda apart) */
-#define NNKIT_TYPE f32
-#define NNKIT_ISA base
-#include "gemm_packed_body.h"
-#define NNKIT_TYPE f64
-#define NNKIT_ISA base
-#include "gemm_packed_body.h"
-#ifdef NNKIT_X86_64
-#define NNKIT_TYPE f32
-#define NNKIT_ISA avx2
-#include "gemm_packed_body.h"
-#define NNKIT_TYPE f64
-#define NNKIT_ISA avx2
-#include "gemm_packed_body.h"
-#define NNKIT_TYPE f32
-#define NNKIT_ISA avx512
-#include "gemm_packed_body.h"
-#define NNKIT_TYPE f64
-#define NNKIT_ISA avx512
-#include "gemm_packed_body.h"
-#endif
+#define NNKIT_BODY "gemm_packed_body.h"
+#include "isa_instantiate.h"
 
 /* gemm_kernel(level, k): entry point k (0 gemm f32, 1 gemm f64, 2 gemm_ld f32, 3 gemm_ld
  * f64) of the build of instruction-set ``level`` (isa_targets.h) */

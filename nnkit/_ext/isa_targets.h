@@ -8,7 +8,8 @@
  *
  * Instantiation. A family is a header X.h (what every build shares, and the table of the
  * builds) and a body X_body.h (the kernels of one float type for one instruction set). X.h
- * includes the body once per pair, naming the pair with two macros:
+ * has isa_instantiate.h include the body once per pair, which names the pair with two
+ * macros:
  *
  *     #define NNKIT_TYPE f32      -- f32, f64, c64 or c128 (complex: (re, im) scalar pairs)
  *     #define NNKIT_ISA avx512    -- base, avx2 or avx512

@@ -101,44 +101,9 @@ static inline ptrdiff_t st_cut_below(ptrdiff_t t, ptrdiff_t phase)
 
 /* the kernels of each type and instruction set (isa_targets.h): sr_fwd_<type>_<isa>,
  * sr_bwd_<type>_<isa> */
-#define NNKIT_TYPE f32
-#define NNKIT_ISA base
-#include "scan_rows_body.h"
-#define NNKIT_TYPE f64
-#define NNKIT_ISA base
-#include "scan_rows_body.h"
-#define NNKIT_TYPE c64
-#define NNKIT_ISA base
-#include "scan_rows_body.h"
-#define NNKIT_TYPE c128
-#define NNKIT_ISA base
-#include "scan_rows_body.h"
-#ifdef NNKIT_X86_64
-#define NNKIT_TYPE f32
-#define NNKIT_ISA avx2
-#include "scan_rows_body.h"
-#define NNKIT_TYPE f64
-#define NNKIT_ISA avx2
-#include "scan_rows_body.h"
-#define NNKIT_TYPE c64
-#define NNKIT_ISA avx2
-#include "scan_rows_body.h"
-#define NNKIT_TYPE c128
-#define NNKIT_ISA avx2
-#include "scan_rows_body.h"
-#define NNKIT_TYPE f32
-#define NNKIT_ISA avx512
-#include "scan_rows_body.h"
-#define NNKIT_TYPE f64
-#define NNKIT_ISA avx512
-#include "scan_rows_body.h"
-#define NNKIT_TYPE c64
-#define NNKIT_ISA avx512
-#include "scan_rows_body.h"
-#define NNKIT_TYPE c128
-#define NNKIT_ISA avx512
-#include "scan_rows_body.h"
-#endif
+#define NNKIT_BODY "scan_rows_body.h"
+#define NNKIT_WITH_COMPLEX 1
+#include "isa_instantiate.h"
 
 typedef void (*nnkit_scan_fwd_fn)(const void *, const void *, const void *, void *, ptrdiff_t,
                                   ptrdiff_t, ptrdiff_t, int, int);
