@@ -25,6 +25,10 @@
 
 #if NNKIT_LEVEL == 2
 #define GP_ROWS8
+#elif NNKIT_LEVEL == 1
+#define GP_HALF_ROWS 6
+#else
+#define GP_HALF_ROWS 2
 #endif
 
 /* dst[:width] = the row (lo, hi) of a tile */
@@ -51,6 +55,98 @@
         hi = row_[1];                                                                    \
     } while (0)
 
+#ifdef GP_HALF_ROWS
+/* c[r, :w] (+)= a[r] @ the panel half at pb (its rows NR apart), r < R, w <= L: Q vector
+ * registers a row (NNKIT_VREG, the set's own width: GCC keeps those in registers, where it
+ * moved 64-byte vectors through the stack), R a constant where it is inlined (the loops
+ * over r and q unroll) */
+static NNKIT_INLINE void NNKIT_NAME(gemm_half_tile)(const NNKIT_T *a, ptrdiff_t lda,
+                                                    const NNKIT_T *pb, NNKIT_T *c,
+                                                    ptrdiff_t ldc, ptrdiff_t K, ptrdiff_t w,
+                                                    int acc, const int R)
+{
+    enum { L = NNKIT_L, NR = 2 * NNKIT_L, V = NNKIT_VBYTES / NNKIT_BYTES, Q = L / V };
+    NNKIT_VREG t[GP_HALF_ROWS][Q];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        NNKIT_T row[L] = {0};
+        const NNKIT_T *src = c + r * ldc;
+        if (acc && w < L) /* the edge: through a zero-padded row */
+            src = memcpy(row, src, (size_t)w * sizeof(NNKIT_T));
+#pragma GCC unroll 8
+        for (int q = 0; q < Q; q++) {
+            NNKIT_VREG v = {0};
+            if (acc)
+                memcpy(&v, src + q * V, sizeof v);
+            t[r][q] = v;
+        }
+    }
+    for (ptrdiff_t k = 0; k < K; k++) {
+        NNKIT_VREG b[Q];
+        __builtin_prefetch(pb + (k + 16) * NR);
+#pragma GCC unroll 8
+        for (int q = 0; q < Q; q++) memcpy(&b[q], pb + k * NR + q * V, sizeof b[q]);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            NNKIT_T x = a[r * lda + k];
+#pragma GCC unroll 8
+            for (int q = 0; q < Q; q++) t[r][q] += x * b[q];
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        NNKIT_T row[L];
+        NNKIT_T *dst = w == L ? c + r * ldc : row; /* the edge: through a row */
+#pragma GCC unroll 8
+        for (int q = 0; q < Q; q++) {
+            NNKIT_VREG v = t[r][q];
+            memcpy(dst + q * V, &v, sizeof v);
+        }
+        if (w < L)
+            memcpy(c + r * ldc, row, (size_t)w * sizeof(NNKIT_T));
+    }
+}
+
+/* The 16-register builds (AVX2, baseline): each panel in two halves of L columns, each half
+ * in tiles of GP_HALF_ROWS rows (then 4, 2, 1): 12 accumulators and one panel vector with
+ * AVX2, where a 4 x NR tile (16 vectors of its registers) spilled to the stack. */
+static NNKIT_INLINE void NNKIT_NAME(gemm_halves)(const NNKIT_T *a, const NNKIT_T *bp,
+                                                 NNKIT_T *c, ptrdiff_t M, ptrdiff_t K,
+                                                 ptrdiff_t N, ptrdiff_t lda, int acc)
+{
+    enum { L = NNKIT_L, NR = 2 * NNKIT_L };
+    ptrdiff_t npanels = (N + NR - 1) / NR;
+    for (ptrdiff_t p = 0; p < npanels; p++) {
+        for (ptrdiff_t n0 = p * NR; n0 < N && n0 < p * NR + NR; n0 += L) {
+            const NNKIT_T *pb = bp + p * K * NR + (n0 - p * NR);
+            ptrdiff_t w = N - n0 < L ? N - n0 : L, i = 0;
+            for (; i + GP_HALF_ROWS <= M; i += GP_HALF_ROWS)
+                NNKIT_NAME(gemm_half_tile)(a + i * lda, lda, pb, c + i * N + n0, N, K, w,
+                                           acc, GP_HALF_ROWS);
+#if GP_HALF_ROWS > 4
+            if (M - i >= 4) {
+                NNKIT_NAME(gemm_half_tile)(a + i * lda, lda, pb, c + i * N + n0, N, K, w,
+                                           acc, 4);
+                i += 4;
+            }
+#endif
+#if GP_HALF_ROWS > 2
+            if (M - i >= 2) {
+                NNKIT_NAME(gemm_half_tile)(a + i * lda, lda, pb, c + i * N + n0, N, K, w,
+                                           acc, 2);
+                i += 2;
+            }
+#endif
+            if (M - i >= 1)
+                NNKIT_NAME(gemm_half_tile)(a + i * lda, lda, pb, c + i * N + n0, N, K, w,
+                                           acc, 1);
+        }
+    }
+}
+#endif
+
+#ifndef GP_HALF_ROWS
+/* the AVX-512 builds (32 vector registers): 8 and 4 rows x NR columns */
 static NNKIT_INLINE void NNKIT_NAME(gemm_panels)(const NNKIT_T *a, const NNKIT_T *bp,
                                                  NNKIT_T *c, ptrdiff_t M, ptrdiff_t K,
                                                  ptrdiff_t N, ptrdiff_t lda, int acc)
@@ -143,26 +239,40 @@ static NNKIT_INLINE void NNKIT_NAME(gemm_panels)(const NNKIT_T *a, const NNKIT_T
     }
 }
 
+#endif
+
 /* the entry points (gemm_packed.h's table): c = a @ b, a contiguous; c (+)= a @ b, a's rows
  * lda apart */
 static NNKIT_TARGET void NNKIT_NAME(gemm)(const NNKIT_T *a, const NNKIT_T *bp, NNKIT_T *c,
                                           ptrdiff_t M, ptrdiff_t K, ptrdiff_t N)
 {
+#ifdef GP_HALF_ROWS
+    NNKIT_NAME(gemm_halves)(a, bp, c, M, K, N, K, 0);
+#else
     NNKIT_NAME(gemm_panels)(a, bp, c, M, K, N, K, 0);
+#endif
 }
 
 static NNKIT_TARGET void NNKIT_NAME(gemm_ld)(const NNKIT_T *a, const NNKIT_T *bp, NNKIT_T *c,
                                              ptrdiff_t M, ptrdiff_t K, ptrdiff_t N,
                                              ptrdiff_t lda, ptrdiff_t acc)
 {
+#ifdef GP_HALF_ROWS
+    if (acc)
+        NNKIT_NAME(gemm_halves)(a, bp, c, M, K, N, lda, 1);
+    else
+        NNKIT_NAME(gemm_halves)(a, bp, c, M, K, N, lda, 0);
+#else
     if (acc)
         NNKIT_NAME(gemm_panels)(a, bp, c, M, K, N, lda, 1);
     else
         NNKIT_NAME(gemm_panels)(a, bp, c, M, K, N, lda, 0);
+#endif
 }
 
 #undef GP_STORE
 #undef GP_INIT
 #undef GP_ROWS8
+#undef GP_HALF_ROWS
 #undef NNKIT_TYPE
 #undef NNKIT_ISA
