@@ -5,7 +5,7 @@
  * row), is the contiguous run xp[off(r) : off(r) + Ho Wp] of the flat padded planes,
  * off(r) = c Hp Wp + i dh Wp + j dw. So the GEMM y (K, Ho Wp) = W (K, R) @ cols reads its
  * right-hand panels (FW columns of one tap) straight from the padded image at a per-tap
- * offset: register tiles of 8 rows x FW columns (48 with AVX-512, 32 otherwise) whose
+ * offset: register tiles of 8 rows x FW columns (48 float32 with AVX-512, 24 with AVX2) whose
  * panel address is xp + off[r] + q0. The junk columns cost (kw - 1) dw / Wp of the
  * multiplies (2/58 at 56x56) and are dropped when a tile is stored. With stride s the
  * padded image is first split into its sh sw phase planes (cw_hq below), in which every

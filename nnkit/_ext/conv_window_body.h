@@ -1,7 +1,8 @@
 /* The window convolution of one float type for one instruction set (see conv_window.h),
  * instantiated as isa_targets.h describes (NNKIT_TYPE f32 or f64, NNKIT_ISA). AVX-512 (32
  * vector registers): 8-row tiles of CW_NV = 3 vectors a row (48 float32 columns) and masked
- * stores; otherwise passes of 4 rows over tiles of 2 vectors a row. The weight gradient's
+ * stores; otherwise passes of 4 rows over tiles of CW_NVR of the set's registers a row (24
+ * float32 columns with AVX2, 8 in the baseline). The weight gradient's
  * panels are NR = 2 NNKIT_L wide. Entry points: cw_fwd_<type>_<isa>, cw_bwd_<type>_<isa>. */
 
 #if NNKIT_LEVEL == 2
@@ -12,10 +13,14 @@
 #else
 #define CW_MASK_STORE(p, mask, v) _mm512_mask_storeu_pd(p, (__mmask8)(mask), (__m512d)(v))
 #endif
-#else
-#define CW_NV 2
-#endif
 #define CW_FW (CW_NV * NNKIT_L)
+#else
+/* 16 vector registers (AVX2, baseline): 4-row tiles of CW_NVR of the set's own registers a
+ * row (12 accumulators with AVX2); GCC moved 64-byte vectors through the stack there */
+#define CW_NVR (NNKIT_LEVEL == 1 ? 3 : 2)
+#define CW_V (NNKIT_VBYTES / NNKIT_BYTES)
+#define CW_FW (CW_NVR * CW_V)
+#endif
 
 /* Every inner function carries the set's target (NNKIT_TARGET) besides NNKIT_INLINE: the
  * masked stores are AVX-512 intrinsics, which GCC inlines only into functions of that
@@ -96,9 +101,39 @@ void NNKIT_NAME(cw_phases)(const NNKIT_T *x, const cw_geom *g, ptrdiff_t slack, 
         }                                                                                  \
         memcpy(tmp, c, sizeof c);                                                          \
     }
-CW_ROWS(cw_rows4, 4)
 #ifdef CW_ROWS8
+CW_ROWS(cw_rows4, 4)
 CW_ROWS(cw_rows8, 8)
+#else
+static NNKIT_INLINE NNKIT_TARGET
+void NNKIT_NAME(cw_rows4)(const NNKIT_T *wt, const NNKIT_T *xq, const ptrdiff_t *off,
+                          ptrdiff_t R, int m0, NNKIT_T *tmp)
+{
+    NNKIT_VREG c[4][CW_NVR];
+#pragma GCC unroll 8
+    for (int m = 0; m < 4; m++)
+#pragma GCC unroll 8
+        for (int v = 0; v < CW_NVR; v++) c[m][v] = (NNKIT_VREG){0};
+    for (ptrdiff_t r = 0; r < R; r++) {
+        const NNKIT_T *s = xq + off[r], *a = wt + r * 8 + m0;
+        NNKIT_VREG b[CW_NVR];
+#pragma GCC unroll 8
+        for (int v = 0; v < CW_NVR; v++) memcpy(&b[v], s + v * CW_V, sizeof b[v]);
+#pragma GCC unroll 8
+        for (int m = 0; m < 4; m++) {
+            NNKIT_T x = a[m];
+#pragma GCC unroll 8
+            for (int v = 0; v < CW_NVR; v++) c[m][v] += x * b[v];
+        }
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < 4; m++)
+#pragma GCC unroll 8
+        for (int v = 0; v < CW_NVR; v++) {
+            NNKIT_VREG t = c[m][v];
+            memcpy(tmp + m * CW_FW + v * CW_V, &t, sizeof t);
+        }
+}
 #endif
 #undef CW_ROWS
 
@@ -228,28 +263,36 @@ void NNKIT_NAME(cw_dw_tile)(const NNKIT_T *const *a, const NNKIT_T *dyp, ptrdiff
             *(NNKIT_V *)(acc + m * ld + p * NR + L) = out[2 * m + 1];
         }
 #else
-        for (int half = 0; half < 8; half += 4) {
-            const NNKIT_T *const *ah = a + half;
-            NNKIT_T *acch = acc + half * ld + p * NR;
-            NNKIT_V c00 = *(const NNKIT_V *)acch, c01 = *(const NNKIT_V *)(acch + L);
-            NNKIT_V c10 = *(const NNKIT_V *)(acch + ld),
-                    c11 = *(const NNKIT_V *)(acch + ld + L);
-            NNKIT_V c20 = *(const NNKIT_V *)(acch + 2 * ld),
-                    c21 = *(const NNKIT_V *)(acch + 2 * ld + L);
-            NNKIT_V c30 = *(const NNKIT_V *)(acch + 3 * ld),
-                    c31 = *(const NNKIT_V *)(acch + 3 * ld + L);
-            for (ptrdiff_t q = qa; q < qb; q++) {
-                NNKIT_V b0 = *(const NNKIT_V *)(panel + q * NR);
-                NNKIT_V b1 = *(const NNKIT_V *)(panel + q * NR + L);
-                NNKIT_T x0 = ah[0][q], x1 = ah[1][q], x2 = ah[2][q], x3 = ah[3][q];
-                c00 += x0 * b0; c01 += x0 * b1; c10 += x1 * b0; c11 += x1 * b1;
-                c20 += x2 * b0; c21 += x2 * b1; c30 += x3 * b0; c31 += x3 * b1;
+        /* 4 rows x 2 of the set's registers a pass: 8 accumulators (16 registers) */
+        enum { V = NNKIT_VBYTES / NNKIT_BYTES };
+        for (int half = 0; half < 8; half += 4)
+            for (int v0 = 0; v0 < NR; v0 += 2 * V) {
+                const NNKIT_T *const *ah = a + half;
+                NNKIT_T *acch = acc + half * ld + p * NR + v0;
+                NNKIT_VREG c[4][2];
+#pragma GCC unroll 4
+                for (int m = 0; m < 4; m++) {
+                    memcpy(&c[m][0], acch + m * ld, sizeof c[m][0]);
+                    memcpy(&c[m][1], acch + m * ld + V, sizeof c[m][1]);
+                }
+                for (ptrdiff_t q = qa; q < qb; q++) {
+                    NNKIT_VREG b0, b1;
+                    memcpy(&b0, panel + q * NR + v0, sizeof b0);
+                    memcpy(&b1, panel + q * NR + v0 + V, sizeof b1);
+#pragma GCC unroll 4
+                    for (int m = 0; m < 4; m++) {
+                        NNKIT_T x = ah[m][q];
+                        c[m][0] += x * b0;
+                        c[m][1] += x * b1;
+                    }
+                }
+#pragma GCC unroll 4
+                for (int m = 0; m < 4; m++) {
+                    NNKIT_VREG t0 = c[m][0], t1 = c[m][1];
+                    memcpy(acch + m * ld, &t0, sizeof t0);
+                    memcpy(acch + m * ld + V, &t1, sizeof t1);
+                }
             }
-            *(NNKIT_V *)acch = c00; *(NNKIT_V *)(acch + L) = c01;
-            *(NNKIT_V *)(acch + ld) = c10; *(NNKIT_V *)(acch + ld + L) = c11;
-            *(NNKIT_V *)(acch + 2 * ld) = c20; *(NNKIT_V *)(acch + 2 * ld + L) = c21;
-            *(NNKIT_V *)(acch + 3 * ld) = c30; *(NNKIT_V *)(acch + 3 * ld + L) = c31;
-        }
 #endif
     }
 }
@@ -349,6 +392,8 @@ static NNKIT_TARGET int NNKIT_NAME(cw_bwd)(const void *x, const void *dy, const 
 
 #undef CW_FW
 #undef CW_NV
+#undef CW_NVR
+#undef CW_V
 #undef CW_ROWS8
 #undef CW_MASK_STORE
 #undef NNKIT_TYPE
