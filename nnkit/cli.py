@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import platform
 import sys
 import time
@@ -90,8 +91,12 @@ def _c_kernels_isa() -> str:
         from ._ext import conv_window, gemm_packed, scan_rows
     except ImportError:
         return "NOT BUILT"
-    window = conv_window.isa_names()[-1] if conv_window.AVAILABLE else "none"
-    return f"{gemm_packed.isa()}, {scan_rows.isa()}, {window}"
+    except ValueError as error:  # NNKIT_ISA refused
+        return f"refused: {error}"
+    window = conv_window.isa_names()[conv_window.ISA_LEVEL] if conv_window.AVAILABLE else "none"
+    asked = os.environ.get("NNKIT_ISA") or "unset"
+    return (f"{gemm_packed.isa()}, {scan_rows.isa()}, {window} (NNKIT_ISA {asked}; this CPU "
+            f"runs {', '.join(conv_window.isa_names())})")
 
 
 def _find_benchmarks() -> Path | None:

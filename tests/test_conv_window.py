@@ -134,7 +134,7 @@ def test_every_isa_build_agrees(case):
     roundings: 1e-6 (float32) / 1e-13 (float64) of the output's largest entry."""
     tol = 1e-6 if case["dtype"] == np.float32 else 1e-13
     first = _run_isa(case, 0)
-    for isa in range(1, CW.ISA_LEVEL + 1):
+    for isa in range(1, CW.CPU_LEVEL + 1):
         for name, a, e in zip(("y", "dx", "dweight", "dbias"), _run_isa(case, isa), first,
                               strict=True):
             _agree(a, e, tol, f"{name}: isa {isa} vs baseline")
@@ -151,10 +151,10 @@ def test_runs_of_images_agree(case, threads):
 
 
 def test_isa_names_cover_the_levels():
-    """isa_names lists one build per level 0 .. ISA_LEVEL, the baseline first."""
+    """isa_names lists one build per level 0 .. CPU_LEVEL, the baseline first."""
     assert CW.AVAILABLE
     names = CW.isa_names()
-    assert len(names) == CW.ISA_LEVEL + 1 and names[0] == "baseline"
+    assert len(names) == CW.CPU_LEVEL + 1 and names[0] == "baseline"
 
 
 # ---- torch ---------------------------------------------------------------------------------
@@ -272,7 +272,7 @@ def test_input_gradient_of_a_strided_layer_is_a_value_error():
 def test_valid_boundary_call_runs():
     """The baseline of the fuzz below: _valid()'s arguments run both kernels at every level."""
     for dtype in FLOATS:
-        for isa in range(-1, CW.ISA_LEVEL + 1):
+        for isa in range(-1, CW.CPU_LEVEL + 1):
             _call("forward", _valid(dtype), isa)
             _call("backward", _valid(dtype), isa)
 
@@ -346,7 +346,7 @@ def test_bad_arguments_raise_value_error(kind, bad):
     ValueError (the C kernels read and write with no bounds checks)."""
     change = _BAD[bad][1]
     a = _valid()
-    isa = CW.ISA_LEVEL + 1 if change is None else -1
+    isa = CW.CPU_LEVEL + 1 if change is None else -1
     if change is not None:
         change(a)
     with pytest.raises(ValueError):

@@ -50,3 +50,21 @@ def _install_cache_locator() -> None:
 
 
 _install_cache_locator()
+
+
+#: the instruction sets of the C kernels, by level (isa_targets.h)
+ISA_NAMES = ("baseline", "avx2", "avx512")
+
+
+def check_isa_request(cpu_level: int) -> None:
+    """Refuse an ``NNKIT_ISA`` (the instruction set the C kernels are to run with, read by
+    isa_targets.h) that names no set, or one this CPU (``cpu_level``) cannot run; unset or
+    empty, the kernels take the CPU's best."""
+    asked = os.environ.get("NNKIT_ISA", "")
+    if not asked:
+        return
+    if asked not in ISA_NAMES:
+        raise ValueError(f"NNKIT_ISA: expected one of {', '.join(ISA_NAMES)}, got {asked!r}")
+    if ISA_NAMES.index(asked) > cpu_level:
+        raise ValueError(f"NNKIT_ISA: {asked!r} is not run by this CPU, which runs "
+                         f"{', '.join(ISA_NAMES[:cpu_level + 1])}")

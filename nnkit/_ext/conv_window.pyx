@@ -13,6 +13,8 @@ cimport numpy as cnp
 
 import numpy as np
 
+from . import check_isa_request
+
 cnp.import_array()
 
 cdef extern from "conv_window.h":
@@ -23,6 +25,7 @@ cdef extern from "conv_window.h":
     int cw_backward_run(int which, int f64, const void *x, const void *dy, const void *wfp,
                         void *dx, void *acc, Py_ssize_t acc_bytes, double *db,
                         const cw_geom *g, Py_ssize_t N, Py_ssize_t parts) noexcept nogil
+    int nnkit_cpu_level() noexcept nogil
     int nnkit_isa_level() noexcept nogil
     const char *nnkit_isa_name(int level) noexcept nogil
     const int cw_available
@@ -31,6 +34,10 @@ cdef extern from "conv_window.h":
 
 #: whether this build has the kernels (GCC/Clang vector extensions)
 AVAILABLE = bool(cw_available)
+#: the best instruction-set level this CPU runs, and the one the kernels run with by default
+#: (lower when ``NNKIT_ISA`` names a lower set)
+CPU_LEVEL = nnkit_cpu_level()
+check_isa_request(CPU_LEVEL)
 ISA_LEVEL = nnkit_isa_level()
 NR = {np.dtype(np.float32): 32, np.dtype(np.float64): 16}  # panel width (accumulator)
 
@@ -46,7 +53,7 @@ def set_spin(ns):
 
 def isa_names():
     """The instruction sets this CPU runs, by level (0 baseline, 1 AVX2+FMA, 2 AVX-512)."""
-    return [nnkit_isa_name(level).decode() for level in range(ISA_LEVEL + 1)]
+    return [nnkit_isa_name(level).decode() for level in range(CPU_LEVEL + 1)]
 
 
 # Largest geometry entry, and largest array or workspace (elements): far below 2^63, so the
@@ -118,9 +125,9 @@ def _check(name, a, dtype, size):
 def _level(isa):
     if not AVAILABLE:
         raise RuntimeError("conv_window: this build has no vector kernels")
-    if not isinstance(isa, (int, np.integer)) or isa > ISA_LEVEL:
-        raise ValueError(f"isa: expected an integer <= {ISA_LEVEL} (< 0: this CPU's best), "
-                         f"got {isa!r}")
+    if not isinstance(isa, (int, np.integer)) or isa > CPU_LEVEL:
+        raise ValueError(f"isa: expected an integer <= {CPU_LEVEL} (< 0: ISA_LEVEL, the "
+                         f"default build), got {isa!r}")
     return ISA_LEVEL if isa < 0 else int(isa)
 
 

@@ -1,13 +1,16 @@
 # cython: language_level=3
 """Addresses of the packed-panel GEMM kernels of gemm_packed.h, for Numba to call.
 
-The C functions are chosen for this CPU (AVX-512, AVX2+FMA or baseline) when this module is
-imported; ``nnkit._ext.gemm_cpu`` registers their addresses with LLVM under the names below,
+The C functions are chosen for this CPU (AVX-512, AVX2+FMA or baseline; the lower set that
+``NNKIT_ISA`` names, if set) when this module is imported; ``nnkit._ext.gemm_cpu`` registers their addresses with LLVM under the names below,
 so Numba kernels call them as external functions (no Python, no GIL, callable from
 ``prange`` threads), and cached Numba code finds them by name in a new process.
 """
 
+from . import check_isa_request
+
 cdef extern from "gemm_packed.h":
+    int nnkit_cpu_level() noexcept nogil
     ctypedef void (*nnkit_gemm_f32_fn)(const float *, const float *, float *, Py_ssize_t,
                                        Py_ssize_t, Py_ssize_t) noexcept nogil
     ctypedef void (*nnkit_gemm_f64_fn)(const double *, const double *, double *, Py_ssize_t,
@@ -24,6 +27,8 @@ cdef extern from "gemm_packed.h":
     void stream_fence() noexcept nogil
     int NNKIT_GEMM_NR_F32
     int NNKIT_GEMM_NR_F64
+
+check_isa_request(nnkit_cpu_level())
 
 #: columns per packed panel, by dtype name
 PANEL_WIDTH = {"float32": NNKIT_GEMM_NR_F32, "float64": NNKIT_GEMM_NR_F64}

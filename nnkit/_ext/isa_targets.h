@@ -42,13 +42,15 @@
 #define NNKIT_ISA_TARGETS_H
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #define NNKIT_X86_64 1
 #endif
 
-/* 2: AVX-512F, 1: AVX2 + FMA, 0: the baseline */
-static inline int nnkit_isa_level(void)
+/* the best set this CPU runs: 2: AVX-512F, 1: AVX2 + FMA, 0: the baseline */
+static inline int nnkit_cpu_level(void)
 {
 #ifdef NNKIT_X86_64
     __builtin_cpu_init();
@@ -61,6 +63,18 @@ static inline int nnkit_isa_level(void)
 static inline const char *nnkit_isa_name(int level)
 {
     return level == 2 ? "avx512" : level == 1 ? "avx2" : "baseline";
+}
+
+/* the set the kernels run with: the CPU's best, or the lower one that the environment
+ * variable NNKIT_ISA names (baseline, avx2 or avx512; checked by nnkit._ext at import, which
+ * refuses other values and sets this CPU cannot run) */
+static inline int nnkit_isa_level(void)
+{
+    int level = nnkit_cpu_level();
+    const char *asked = getenv("NNKIT_ISA");
+    for (int want = 0; asked && want < level; want++)
+        if (strcmp(asked, nnkit_isa_name(want)) == 0) return want;
+    return level;
 }
 
 /* NNKIT_ISA_TABLE(fn, n, TABLE) defines a family's dispatch, ``static void *fn(int level,
@@ -78,7 +92,7 @@ static inline const char *nnkit_isa_name(int level)
     {                                                                                       \
         static void *const builds[][n] = NNKIT_ISA_BUILDS(TABLE);                           \
         enum { built = sizeof builds / sizeof builds[0] };                                  \
-        if (level < 0 || level >= built || level > nnkit_isa_level() || k < 0 || k >= (n)) \
+        if (level < 0 || level >= built || level > nnkit_cpu_level() || k < 0 || k >= (n)) \
             return NULL;                                                                    \
         return builds[level][k];                                                            \
     }

@@ -1,15 +1,20 @@
 # cython: language_level=3
 """Addresses of the linear-scan row kernels of scan_rows.h, for Numba to call.
 
-The builds for this CPU (AVX-512, AVX2+FMA or baseline) are chosen when this module is
-imported; ``nnkit._ext.scan_cpu`` registers their addresses with LLVM under the names of
+The builds for this CPU (AVX-512, AVX2+FMA or baseline; the lower set that ``NNKIT_ISA``
+names, if set) are chosen when this module is imported; ``nnkit._ext.scan_cpu`` registers their addresses with LLVM under the names of
 ``addresses()``, so Numba kernels call them as external functions from ``prange`` threads.
 """
 
+from . import check_isa_request
+
 cdef extern from "scan_rows.h":
+    int nnkit_cpu_level() noexcept nogil
     int nnkit_isa_level() noexcept nogil
     const char *nnkit_isa_name(int level) noexcept nogil
     void *scan_kernel(int level, int k) noexcept nogil
+
+check_isa_request(nnkit_cpu_level())
 
 TYPES = ("f32", "f64", "c64", "c128")
 
@@ -32,7 +37,7 @@ def addresses():
 def variant_addresses():
     """{isa name: {symbol name: address}} of every build this CPU can run (for the tests)."""
     return {nnkit_isa_name(level).decode(): _table(level)
-            for level in range(nnkit_isa_level() + 1)}
+            for level in range(nnkit_cpu_level() + 1)}
 
 
 def isa():
