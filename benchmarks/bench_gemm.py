@@ -11,7 +11,7 @@ the whole script under its caps, e.g. for AVX2 on an AVX-512 machine::
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ATEN_CPU_CAPABILITY=avx2 \\
         ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 python benchmarks/bench_gemm.py
 
-``--quick``: two shapes. Target (issue: AVX2 builds): nnkit >= 0.9x torch under AVX2.
+``--quick``: two shapes. Target: nnkit >= 0.9x torch under AVX2.
 """
 
 from __future__ import annotations

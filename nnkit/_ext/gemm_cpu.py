@@ -6,9 +6,9 @@ each call and the product is too small to hide it: at these shapes the kernel be
 near the core's FMA peak where OpenBLAS reaches a quarter to two thirds of it
 (benchmarks/RESULTS.md, "Recurrent networks"). So W is packed once per
 sequence (``pack_panels``) and every step calls ``step_gemm``: a C kernel (gemm_packed.h,
-built by setup.py for AVX-512 / AVX2+FMA / baseline, chosen for this CPU at import) whose
-tiles of 4 rows (8 with AVX-512's 32 registers) x 32 columns keep their accumulators in
-registers. It is an external function for Numba: no Python and no GIL between steps, safe
+built by setup.py for AVX-512 / AVX2+FMA / baseline, chosen for this CPU at import, or by
+``NNKIT_ISA``) whose tiles (8 rows x 32 float32 columns with AVX-512, 6 x 16 with AVX2) keep
+their accumulators in registers. It is an external function for Numba: no Python and no GIL between steps, safe
 in ``prange`` threads, and cached Numba code finds it by name (registered with LLVM when
 this module is imported).
 

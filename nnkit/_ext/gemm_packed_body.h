@@ -7,16 +7,19 @@
  * row-major with ``lda`` elements from one row to the next (K for a contiguous a); b is
  * given packed:
  * ceil(N / NR) panels, panel p holding columns [p NR, p NR + NR) of b as K rows of NR
- * values (zero beyond column N). A tile of 4 rows x NR columns of c is 8 vector
- * accumulators that stay in registers over the whole k loop; the panel stays in cache
- * across the row tiles of its column block. (Blocking k by 256, to keep the panel in L1
- * when K is large, measured no faster at the recurrent layers' shapes.)
+ * values (zero beyond column N). A tile of c keeps its accumulators in registers over the
+ * whole k loop; the panel stays in cache across the row tiles of its column block.
+ * (Blocking k by 256, to keep the panel in L1 when K is large, measured no faster at the
+ * recurrent layers' shapes.)
  *
- * With GP_ROWS8 defined (the AVX-512 builds: 32 vector registers) rows go 8 at a time
- * first: 16 accumulators, each panel row loaded once per 16 FMAs instead of 8, and a panel
- * read half as often per call (the time loops' blocks are 8-16 rows; a panel of K >= 384
- * rows no longer fits L1 between two 4-row tiles). Every element of c is the same k-ordered
- * chain of multiply-adds in either tile, so the results are identical.
+ * AVX-512 (GP_ROWS8; 32 registers of one 64-byte vector each): tiles of 8 rows x NR (16
+ * accumulators, each panel row loaded once per 16 FMAs, a panel read half as often as with
+ * 4 rows: the time loops' blocks are 8-16 rows, and a panel of K >= 384 rows no longer fits
+ * L1 between two 4-row tiles), then 4 rows, then 1. AVX2 and the baseline (GP_HALF_ROWS; 16
+ * registers of 32 or 16 bytes): each panel in two halves of L columns, tiles of 6 (baseline
+ * 2) rows x a half in the set's own register type (12 AVX2 accumulators; tiles in 64-byte
+ * vectors went through the stack there). Every element of c is the same k-ordered chain of
+ * multiply-adds in any tile, so the results are identical.
  *
  * The panel is prefetched 16 of its rows (2 KiB in float32) ahead of the k loop: the
  * hardware's own prefetching left the loop waiting on L2 at the time loops' shapes, where a
@@ -56,10 +59,9 @@
     } while (0)
 
 #ifdef GP_HALF_ROWS
-/* c[r, :w] (+)= a[r] @ the panel half at pb (its rows NR apart), r < R, w <= L: Q vector
- * registers a row (NNKIT_VREG, the set's own width: GCC keeps those in registers, where it
- * moved 64-byte vectors through the stack), R a constant where it is inlined (the loops
- * over r and q unroll) */
+/* c[r, :w] (+)= a[r] @ the panel half at pb (its rows NR apart), r < R, w <= L: Q registers
+ * of the set's own type a row, R a constant where it is inlined (the loops over r and q
+ * unroll) */
 static NNKIT_INLINE void NNKIT_NAME(gemm_half_tile)(const NNKIT_T *a, ptrdiff_t lda,
                                                     const NNKIT_T *pb, NNKIT_T *c,
                                                     ptrdiff_t ldc, ptrdiff_t K, ptrdiff_t w,
@@ -108,8 +110,7 @@ static NNKIT_INLINE void NNKIT_NAME(gemm_half_tile)(const NNKIT_T *a, ptrdiff_t 
 }
 
 /* The 16-register builds (AVX2, baseline): each panel in two halves of L columns, each half
- * in tiles of GP_HALF_ROWS rows (then 4, 2, 1): 12 accumulators and one panel vector with
- * AVX2, where a 4 x NR tile (16 vectors of its registers) spilled to the stack. */
+ * in tiles of GP_HALF_ROWS rows, then 4, 2, 1 */
 static NNKIT_INLINE void NNKIT_NAME(gemm_halves)(const NNKIT_T *a, const NNKIT_T *bp,
                                                  NNKIT_T *c, ptrdiff_t M, ptrdiff_t K,
                                                  ptrdiff_t N, ptrdiff_t lda, int acc)
