@@ -45,6 +45,21 @@ def _best_seconds(call, flops: float) -> float:
     return best
 
 
+def _contender(impl: str, a, b, out):
+    """The call that writes a @ b into ``out`` for ``impl``."""
+    if impl == "torch":
+        import torch
+
+        ta, tb, tout = (torch.from_numpy(v) for v in (a, b, out))
+        return lambda: torch.mm(ta, tb, out=tout)
+    if impl == "numpy":
+        return lambda: np.matmul(a, b, out=out)
+    from nnkit._ext import gemm_cpu
+
+    bp = gemm_cpu.pack_panels(b)
+    return lambda: gemm_cpu.step_gemm(a, bp, out)
+
+
 def _worker(impl: str, shapes) -> None:
     """Print {"M,K,N,dtype": seconds} for ``impl`` (nnkit, torch or numpy)."""
     rng = np.random.default_rng(0)
@@ -52,22 +67,13 @@ def _worker(impl: str, shapes) -> None:
         import torch
 
         torch.set_num_threads(1)
-    elif impl == "nnkit":
-        from nnkit._ext import gemm_cpu
     times = {}
     for M, K, N in shapes:
         for dtype in DTYPES:
             a = rng.standard_normal((M, K)).astype(dtype)
             b = rng.standard_normal((K, N)).astype(dtype)
             out = np.empty((M, N), dtype)
-            if impl == "torch":
-                ta, tb, tout = (torch.from_numpy(v) for v in (a, b, out))
-                call = lambda: torch.mm(ta, tb, out=tout)  # noqa: E731
-            elif impl == "numpy":
-                call = lambda: np.matmul(a, b, out=out)  # noqa: E731
-            else:
-                bp = gemm_cpu.pack_panels(b)
-                call = lambda: gemm_cpu.step_gemm(a, bp, out)  # noqa: E731
+            call = _contender(impl, a, b, out)
             times[f"{M},{K},{N},{dtype}"] = _best_seconds(call, 2 * M * K * N)
     print(json.dumps(times))
 

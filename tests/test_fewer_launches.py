@@ -82,6 +82,44 @@ def _gelu_case():
         activation_cuda.threads, activation_cuda.max_blocks = saved
 
 
+def _gelu_tanh_case():
+    """The tanh form's kernels: one launch each way, equal to the CPU's and to the twin."""
+    from nnkit._ext import activation_cpu, activation_cuda
+    from nnkit._ext._launch import count_launches
+    from nnkit.kernels import reference
+
+    rng = np.random.default_rng(2)
+    saved = activation_cuda.threads, activation_cuda.max_blocks
+    activation_cuda.threads, activation_cuda.max_blocks = 4, 3  # several strides
+    try:
+        for dtype in DTYPES:
+            x = _gelu_inputs(rng, dtype)
+            g = rng.standard_normal(x.shape).astype(dtype)
+            y, dx = np.full_like(x, 7), np.full_like(x, 7)
+            with count_launches() as launches:
+                activation_cuda.gelu_tanh_forward(x, y)
+                activation_cuda.gelu_tanh_backward(g, x, dx)
+            assert launches == {"activation_cuda._gelu_tanh_forward_kernel": 1,
+                                "activation_cuda._gelu_tanh_backward_kernel": 1}
+            cy, cdx = np.empty_like(x), np.empty_like(x)
+            activation_cpu.gelu_tanh_forward(x, cy)
+            activation_cpu.gelu_tanh_backward(g, x, cdx)
+            # float32: the CPU's vectorised exp; the twin: tanh where the kernels take
+            # 1 / (1 + exp(-2u)), the same value rounded differently
+            factor = 64
+            name = np.dtype(dtype).name
+            for what, a, c in (("y", y, cy), ("dx", dx, cdx)):
+                assert_matches_reference(a, c, dtype, factor=factor, err_msg=f"{what} {name}")
+            finite = np.isfinite(x) & (np.abs(x) < 1e3)
+            x64 = x[finite].astype(np.float64)
+            assert_matches_reference(y[finite], reference.gelu_tanh(x64), dtype, factor=factor,
+                                     err_msg=f"y vs twin {name}")
+            assert_matches_reference(dx[finite], reference.gelu_backward(g[finite], (x64, "tanh")),
+                                     dtype, factor=factor, err_msg=f"dx vs twin {name}")
+    finally:
+        activation_cuda.threads, activation_cuda.max_blocks = saved
+
+
 def _dropout_case():
     from nnkit._ext import activation_cpu, activation_cuda
     from nnkit._ext._launch import count_launches
@@ -160,7 +198,8 @@ def _cross_entropy_mean_case():
         softmax_cuda.block_min, softmax_cuda.block_max = saved
 
 
-SIM_CASES = {"gelu_matches_the_cpu": _gelu_case, "dropout_matches_the_cpu": _dropout_case,
+SIM_CASES = {"gelu_matches_the_cpu": _gelu_case, "gelu_tanh_matches_the_cpu": _gelu_tanh_case,
+             "dropout_matches_the_cpu": _dropout_case,
              "cross_entropy_mean_matches_the_cpu": _cross_entropy_mean_case}
 
 

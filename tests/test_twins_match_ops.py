@@ -22,7 +22,7 @@ _CONV = ("x", "weight", "bias", "stride", "padding", "dilation", "groups")
 # name: (the twin forward's arguments from the op's keywords, in order; the inputs whose
 # gradients the twin backward returns, in its order; keywords the comparison fixes)
 _TWIN_CALLS: dict[str, tuple[tuple[str, ...], tuple[str, ...], dict]] = {
-    "gelu": (("x",), ("x",), {"approximate": "none"}),  # the twin is the exact form
+    "gelu": (("x", "approximate"), ("x",), {}),
     "softmax": (("x",), ("x",), {}),
     "log_softmax": (("x",), ("x",), {}),
     "cross_entropy": (("logits", "target", "ignore_index"), ("logits",), {}),

@@ -1,10 +1,13 @@
-"""Numba kernels for the exact GELU, y = x Phi(x), forward and backward in one pass each,
-and for dropout (mask and masked output in one pass).
+"""Numba kernels for GELU, y = x Phi(x) or its tanh form, forward and backward in one pass
+each, and for dropout (mask and masked output in one pass).
 
 Arrays are C-contiguous and flat (the caller reshapes); nothing is validated here
-(``nnkit.kernels.activation`` does that). Arithmetic is float64 whatever the storage dtype.
-Beyond |x| = 10 GELU equals ReLU to float64 rounding (Phi(-10) ~ 8e-24), and the formula is
-not evaluated there: x * x would overflow for huge inputs and 0 * inf give NaN gradients.
+(``nnkit.kernels.activation`` does that). The exact form computes in float64 whatever the
+storage dtype; the tanh form in the array's own dtype, branch-free, so that a float32 loop
+runs twice the lanes (its float32 error: within 4 ulps of the values' scale,
+tests/test_activation.py). Beyond |x| = 10 GELU equals ReLU to float64 rounding (Phi(-10)
+~ 8e-24), and the formula is not used there: x * x would overflow for huge inputs and
+0 * inf give NaN gradients.
 
 Why a kernel: composed from NumPy and SciPy's ``erf``, GELU forward + backward made ~12
 array passes; the fused passes take about half the time, even with libm's ``erf``, which
@@ -13,7 +16,8 @@ benchmarks/RESULTS.md, "BERT and ViT"). For float32 arrays Phi comes from a bran
 formula that LLVM vectorises instead (``_normal_cdf_fast``: the Chebyshev fit of erfc in
 Numerical Recipes, fractional error < 1.2e-7, with ``simd_math.fast_exp``; Phi measured
 within 1.7e-7 relative of SciPy's ``ndtr`` over [-10, 10], ~3 float32 ulps, and accurate in
-the far left tail where 1 + erf(x / sqrt 2) cancels); float64 arrays keep libm.
+the far left tail where 1 + erf(x / sqrt 2) cancels); float64 arrays keep libm. The tanh
+form's (1 + tanh u) / 2 is 1 / (1 + exp(-2u)) on ``simd_math``'s exp of that dtype.
 """
 
 from __future__ import annotations
@@ -21,16 +25,19 @@ from __future__ import annotations
 import math
 
 import numba
+import numpy as np
 from numba import prange, types
 from numba.extending import overload
 
 from ._dispatch import serial_or_parallel
-from .simd_math import fast_exp, splitmix64, uniform53
+from .simd_math import expm1_parts32, fast_exp, splitmix64, uniform53
 
-__all__ = ["gelu_forward", "gelu_backward", "dropout_forward"]
+__all__ = ["gelu_forward", "gelu_backward", "gelu_tanh_forward", "gelu_tanh_backward",
+           "dropout_forward"]
 
 _INV_SQRT2 = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327
+_TANH_C = 0.7978845608028654  # sqrt(2 / pi)
 
 
 def _normal_cdf_fast(v):
@@ -105,10 +112,70 @@ def _gelu_backward(g, x, cdf, dx):
             dx[i] = g[i] * (float(cdf[i]) + v * _INV_SQRT_2PI * gauss(v, x[i]))
 
 
+def exp_like(w):
+    """exp(w) in w's own precision (float32 arithmetic for float32 w: twice the lanes)."""
+    return math.exp(w)
+
+
+@overload(exp_like, inline="always")
+def _exp_like(w):
+    if w == types.float32:
+        def exp32(w):
+            s, e = expm1_parts32(w)
+            return s + e
+        return exp32
+    return lambda w: fast_exp(w)
+
+
+def _gelu_tanh_forward(x, k, y):
+    """y = x s, s = (1 + tanh u) / 2 = 1 / (1 + exp(-2u)), u = c (x + 0.044715 x^3), in x's
+    dtype, branch-free (vectorised); relu's beyond |x| = 10. k: (c, 0.044715, 10, 1, 2, 0)
+    in x's dtype (the constants of a float32 loop stay float32)."""
+    c, a, big, one, two, zero = k[0], k[1], k[2], k[3], k[4], k[5]
+    for i in prange(x.size):
+        v = x[i]
+        w = min(max(v, -big), big)
+        s = one / (one + exp_like(-two * c * (w + a * w * w * w)))
+        y[i] = v if v > big else (zero if v < -big else w * s)
+
+
+def _gelu_tanh_backward(g, x, k, dx):
+    """dx = g (s + 2 x s (1 - s) c (1 + 3 0.044715 x^2)) with s (1 - s) = e s^2, e =
+    exp(-2u) (no 1 - s to cancel in the right tail); g (x > 0) beyond |x| = 10. k as in
+    the forward."""
+    c, a, big, one, two, zero = k[0], k[1], k[2], k[3], k[4], k[5]
+    for i in prange(x.size):
+        v = x[i]
+        w = min(max(v, -big), big)
+        e = exp_like(-two * c * (w + a * w * w * w))
+        s = one / (one + e)
+        es = e * s  # = 1 - s, <= 1: multiplied first (e alone reaches 1e38)
+        d = s + two * w * (es * s) * c * (one + (one + two) * a * w * w)
+        gi = g[i]
+        dx[i] = gi if v > big else (zero * gi if v < -big else gi * d)
+
+
 # error_model="numpy": Python's ZeroDivisionError check on 1 / (1 + z / 2) kept the float32
 # loop scalar (several times slower: benchmarks/RESULTS.md, "Figures moved from docstrings").
 gelu_forward = serial_or_parallel(_gelu_forward, error_model="numpy")
 gelu_backward = serial_or_parallel(_gelu_backward)
+gelu_tanh_forward_loop = serial_or_parallel(_gelu_tanh_forward, error_model="numpy")
+gelu_tanh_backward_loop = serial_or_parallel(_gelu_tanh_backward, error_model="numpy")
+
+
+def tanh_constants(dtype):
+    """The tanh form's constants in ``dtype`` (see ``_gelu_tanh_forward``)."""
+    return np.array([_TANH_C, 0.044715, 10.0, 1.0, 2.0, 0.0], dtype=dtype)
+
+
+def gelu_tanh_forward(x, y):
+    """y = gelu_tanh(x) over flat arrays of one float dtype."""
+    gelu_tanh_forward_loop(x, tanh_constants(x.dtype), y)
+
+
+def gelu_tanh_backward(g, x, dx):
+    """dx = g gelu_tanh'(x) over flat arrays of one float dtype."""
+    gelu_tanh_backward_loop(g, x, tanh_constants(x.dtype), dx)
 
 
 # ---- dropout: splitmix64 counters, the same stream as nnkit._random.uniform ---------------

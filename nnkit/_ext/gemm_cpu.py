@@ -1,16 +1,16 @@
 """Small matrix products for the time loops of the recurrent kernels, callable from Numba.
 
 A recurrent layer multiplies a few rows of the hidden state by the same W_hh at every time
-step: (B, H) x (H, G H) with B of 4-32 rows. BLAS packs its right-hand operand again at
-each call and the product is too small to hide it: at these shapes the kernel below runs
-near the core's FMA peak where OpenBLAS reaches a quarter to two thirds of it
-(benchmarks/RESULTS.md, "Recurrent networks"). So W is packed once per
-sequence (``pack_panels``) and every step calls ``step_gemm``: a C kernel (gemm_packed.h,
-built by setup.py for AVX-512 / AVX2+FMA / baseline, chosen for this CPU at import, or by
-``NNKIT_ISA``) whose tiles (8 rows x 32 float32 columns with AVX-512, 6 x 16 with AVX2) keep
-their accumulators in registers. It is an external function for Numba: no Python and no GIL between steps, safe
-in ``prange`` threads, and cached Numba code finds it by name (registered with LLVM when
-this module is imported).
+step: (B, H) x (H, G H) with B of 4-32 rows. BLAS packs its right-hand operand again at each
+call and the product is too small to hide it: at these shapes the kernel below runs near the
+core's FMA peak where OpenBLAS reaches a quarter to two thirds of it (benchmarks/RESULTS.md,
+"Recurrent networks"). So W is packed once per sequence (``pack_panels``) and every step
+calls ``step_gemm``: a C kernel (gemm_packed.h, built by setup.py for AVX-512 / AVX2+FMA /
+baseline, chosen for this CPU at import, or by ``NNKIT_ISA``) whose tiles (8 rows x 32
+float32 columns with AVX-512, 6 x 16 with AVX2) keep their accumulators in registers. It is
+an external function for Numba: no Python and no GIL between steps, safe in ``prange``
+threads, and cached Numba code finds it by name (registered with LLVM when this module is
+imported).
 
 Kernels validate nothing: ``a`` (M, K) and ``out`` (M, N) C-contiguous of one float dtype,
 ``bp`` from ``pack_panels`` of a (K, N) matrix of that dtype (any strides: the packing

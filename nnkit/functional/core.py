@@ -3,7 +3,6 @@ embedding (re-exported by ``nnkit.functional``)."""
 
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Literal
 
@@ -148,31 +147,8 @@ def gelu(x: Tensor | Array, approximate: Literal["none", "tanh"] = "none") -> Te
     """
     check_choice(approximate, name="approximate", choices=("none", "tanh"))
     x = _real_tensor(x, "x", "gelu")
-    if approximate == "none":  # the fused kernels (one pass, or one launch, each way)
-        return apply_op("gelu", kernels.gelu_forward, kernels.gelu_backward, (x,))
-    return apply_op("gelu", _gelu_tanh_forward, _gelu_tanh_backward, (x,))
-
-
-_GELU_C = math.sqrt(2.0 / math.pi)
-
-
-def _gelu_tanh_forward(xd_in):
-    """0.5 x (1 + tanh(c (x + 0.044715 x^3))); beyond |x| = 10 gelu is relu to within
-    float64 rounding, and evaluating the formula there overflows x**3 and x*x (and 0 * inf
-    gives NaN gradients), so those entries are relu's."""
-    xp = array_module(xd_in)
-    big = xp.abs(xd_in) > 10
-    xd = xp.where(big, 0, xd_in).astype(xd_in.dtype, copy=False)
-    t = xp.tanh(_GELU_C * (xd + 0.044715 * xd**3))
-    y = xp.where(big, xp.maximum(xd_in, 0), 0.5 * xd * (1 + t))
-    return y.astype(xd.dtype, copy=False), (xd_in, xd, big, t)
-
-
-def _gelu_tanh_backward(g, cache, needs):
-    xd_in, xd, big, t = cache
-    dinner = _GELU_C * (1 + 3 * 0.044715 * xd**2)
-    return g * array_module(g).where(big, xd_in > 0,
-                                     0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * dinner)
+    # the fused kernels: one pass (or one launch) each way, either form
+    return apply_op("gelu", kernels.gelu_forward, kernels.gelu_backward, (x,), approximate)
 
 
 def softmax(x: Tensor | Array, dim: int | None = None, *, axis: int | None = None) -> Tensor:

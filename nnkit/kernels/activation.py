@@ -1,8 +1,9 @@
-"""The exact GELU, y = x Phi(x) (Phi the standard normal CDF): a validated forward/backward
-pair on NumPy arrays, running the fused Numba kernels of ``nnkit._ext.activation_cpu``
-(one pass each way; the naive twin is ``nnkit.kernels.reference.gelu``), and dropout; CuPy
-arrays run on the CUDA twins of ``nnkit._ext.activation_cuda`` (one launch each), picked
-by ``nnkit._backend.kernels_for``. Each forward returns ``(y, cache)``, each backward takes
+"""GELU, y = x Phi(x) (Phi the standard normal CDF) or its tanh form: a validated
+forward/backward pair on NumPy arrays, running the fused Numba kernels of
+``nnkit._ext.activation_cpu`` (one pass each way; the naive twins are
+``nnkit.kernels.reference.gelu`` and ``gelu_tanh``), and dropout; CuPy arrays run on the
+CUDA twins of ``nnkit._ext.activation_cuda`` (one launch each), picked by
+``nnkit._backend.kernels_for``. Each forward returns ``(y, cache)``, each backward takes
 ``(dy, cache, needs=None)`` and returns dx.
 
 Examples
@@ -24,17 +25,26 @@ import numpy as np
 
 from .._backend import array_module, backend, kernels_for
 from .._types import Array, Needs
-from .._validation import FLOATS, check_array, check_cache, check_grad, check_scalar
+from .._validation import (
+    FLOATS,
+    check_array,
+    check_cache,
+    check_choice,
+    check_grad,
+    check_scalar,
+)
 
 __all__ = ["GeluCache", "DropoutCache", "gelu_forward", "gelu_backward", "dropout_forward",
            "dropout_backward"]
 
 
 class GeluCache(NamedTuple):
-    """What ``gelu_backward`` reads: the input and Phi(x), both C-contiguous."""
+    """What ``gelu_backward`` reads: the input; Phi(x), C-contiguous like it, for the exact
+    form (the tanh form's backward recomputes its factor from x: None); which form."""
 
     x: object
     cdf: object
+    approximate: str = "none"
 
 
 class DropoutCache(NamedTuple):
@@ -48,25 +58,36 @@ def _kernels(x):
     return kernels_for("activation_cpu", "activation_cuda", x)
 
 
-def gelu_forward(x: Array) -> tuple[Array, GeluCache]:
-    """(y, cache): y = x Phi(x), shaped and typed like ``x`` (float32/64); the cache keeps x
-    and Phi(x) for ``gelu_backward``."""
+def gelu_forward(x: Array, approximate: str = "none") -> tuple[Array, GeluCache]:
+    """(y, cache): y = x Phi(x) (approximate 'none') or 0.5 x (1 + tanh(sqrt(2/pi) (x +
+    0.044715 x^3))) ('tanh', torch's), shaped and typed like ``x`` (float32/64), one pass;
+    the cache keeps x (and Phi(x)) for ``gelu_backward``."""
     x = check_array(x, name="x", dtype=FLOATS)
+    check_choice(approximate, name="approximate", choices=("none", "tanh"))
     xp = array_module(x)
-    y, cdf = xp.empty_like(x), xp.empty_like(x)
+    y = xp.empty_like(x)
+    if approximate == "tanh":
+        if x.size:
+            _kernels(x).gelu_tanh_forward(x.reshape(-1), y.reshape(-1))
+        return y, GeluCache(x, None, approximate)
+    cdf = xp.empty_like(x)
     if x.size:
         _kernels(x).gelu_forward(x.reshape(-1), y.reshape(-1), cdf.reshape(-1))
-    return y, GeluCache(x, cdf)
+    return y, GeluCache(x, cdf, approximate)
 
 
 def gelu_backward(dy: Array, cache: GeluCache, needs: Needs = None) -> Array:
-    """dL/dx = dy (Phi(x) + x phi(x)) from ``gelu_forward``'s cache; ``dy`` of y's shape,
-    dtype and device. ``needs``: ``nnkit.autograd.apply_op``'s mask (the one input always
-    needs its gradient)."""
-    x, cdf = check_cache(cache, GeluCache, forward="gelu_forward")
+    """dL/dx = dy gelu'(x) from ``gelu_forward``'s cache (exact: Phi(x) + x phi(x)); ``dy``
+    of y's shape, dtype and device. ``needs``: ``nnkit.autograd.apply_op``'s mask (the one
+    input always needs its gradient)."""
+    x, cdf, approximate = check_cache(cache, GeluCache, forward="gelu_forward")
     dy = check_grad(dy, shape=x.shape, dtype=x.dtype, device=backend(x))
     dx = array_module(x).empty_like(x)
-    if x.size:
+    if not x.size:
+        return dx
+    if approximate == "tanh":
+        _kernels(x).gelu_tanh_backward(dy.reshape(-1), x.reshape(-1), dx.reshape(-1))
+    else:
         _kernels(x).gelu_backward(dy.reshape(-1), x.reshape(-1), cdf.reshape(-1),
                                   dx.reshape(-1))
     return dx

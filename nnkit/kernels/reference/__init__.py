@@ -18,6 +18,7 @@ from .activation import (
     gelu,
     gelu_backward,
     gelu_forward,
+    gelu_tanh,
 )
 from .attention import (
     attention_backward,
@@ -91,6 +92,7 @@ __all__ = [
     "layer_norm_forward",
     "layer_norm_backward",
     "gelu",
+    "gelu_tanh",
     "gelu_forward",
     "gelu_backward",
     "dropout_mask",
