@@ -1,4 +1,4 @@
-"""GELU, both forms (exact and tanh), forward and forward+backward: nnkit's fused kernels
+"""GELU, both forms (exact and tanh), forward, backward and both: nnkit's fused kernels
 (``F.gelu`` on a Tensor, the autograd graph included) against torch's
 ``torch.nn.functional.gelu`` at ViT-B/16's MLP activation, (8 x 197, 3072) float32.
 
@@ -6,7 +6,10 @@ Each contender runs in its own process with the same thread count (numba's for n
 ``torch.set_num_threads`` for torch) and glibc malloc tuned alike
 (harness.same_allocator()); each reports the median of blocks of calls, the loss being
 ``(y * w).sum()`` with a fixed w so that both backward passes get the same upstream
-gradient. Target: each form >= 1.0x torch's same form, forward and forward+backward.
+gradient ("fwd+bwd": the mul, the sum and their backwards are each library's generic
+ops); "bwd" alone is the backward kernel (``torch.ops.aten.gelu_backward`` against
+``nnkit.kernels.activation.gelu_backward``), upstream gradient w. Target: each form >=
+1.0x torch's same form, forward and backward.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_gelu.py
 
@@ -62,13 +65,18 @@ def _worker(impl: str, shape, samples: int, threads: int) -> None:
                 xt.grad = None
                 (torch.nn.functional.gelu(xt, approximate=form) * wt).sum().backward()
 
+            def backward(form=form):
+                torch.ops.aten.gelu_backward(wt, xt.detach(), approximate=form)
+
             times[f"{form} fwd"] = _median_ms(forward, samples)
+            times[f"{form} bwd"] = _median_ms(backward, samples)
             times[f"{form} fwd+bwd"] = _median_ms(both, samples)
     else:
         import numba
 
         import nnkit as nk
         import nnkit.functional as F
+        from nnkit.kernels.activation import gelu_backward, gelu_forward
 
         numba.set_num_threads(threads)
         xn, wn = nk.tensor(x, requires_grad=True), nk.tensor(w)
@@ -81,7 +89,13 @@ def _worker(impl: str, shape, samples: int, threads: int) -> None:
                 xn.grad = None
                 (F.gelu(xn, approximate=form) * wn).sum().backward()
 
+            cache = gelu_forward(x, form)[1]
+
+            def backward(cache=cache):
+                gelu_backward(w, cache)
+
             times[f"{form} fwd"] = _median_ms(forward, samples)
+            times[f"{form} bwd"] = _median_ms(backward, samples)
             times[f"{form} fwd+bwd"] = _median_ms(both, samples)
     print(json.dumps(times))
 

@@ -191,6 +191,55 @@ def test_exp_approx_subnormal_range():
     assert np.abs(out - exact).max() <= np.finfo(np.float32).smallest_subnormal
 
 
+@numba.njit
+def _exp_normal32_loop(z, out):
+    for i in range(z.shape[0]):
+        out[i] = simd_math.exp_normal32(z[i])
+
+
+def test_exp_normal32_within_two_ulp():
+    """The unclamped one-factor float32 exp (GELU's Gaussian), over the range it serves."""
+    z = np.concatenate([np.linspace(-87.0, 88.0, 200_001), np.linspace(-1, 1, 10_001)])
+    z = z.astype(np.float32)
+    out = np.empty_like(z)
+    _exp_normal32_loop(z, out)
+    exact = np.exp(z.astype(np.longdouble))
+    assert float((np.abs(out - exact) / np.spacing(exact.astype(np.float32))).max()) <= 2.0
+
+
+@numba.njit
+def _mul_error_loop(a, b, out):
+    for i in range(a.shape[0]):
+        out[i] = simd_math.mul_error(a[i], b[i], a[i] * b[i])
+
+
+@numba.njit
+def _dekker_loop(a, b, split, out):
+    for i in range(a.shape[0]):
+        out[i] = simd_math._dekker_jit(a[i], b[i], a[i] * b[i], split)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_mul_error_is_the_exact_rounding_error(dtype):
+    """a * b - fl(a * b), exactly, on this CPU's path (FMA or not) and on Dekker's split
+    (the path of CPUs without FMA) alike; checked with exact rationals."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(5)
+    a = (rng.standard_normal(2000) * 10.0 ** rng.integers(-8, 8, 2000)).astype(dtype)
+    b = (rng.standard_normal(2000) * 10.0 ** rng.integers(-8, 8, 2000)).astype(dtype)
+    split = np.float32(4097.0) if dtype == np.float32 else 134217729.0
+    for loop in (_mul_error_loop, lambda a, b, out: _dekker_loop(a, b, split, out)):
+        out = np.empty_like(a)
+        loop(a, b, out)
+        for ai, bi, oi in zip(a.tolist(), b.tolist(), out.tolist(), strict=True):
+            p = float(dtype(ai) * dtype(bi))
+            assert Fraction(oi) == Fraction(ai) * Fraction(bi) - Fraction(p)
+    assert simd_math.mul_error(dtype(3.1), dtype(7.3), dtype(3.1) * dtype(7.3)) == \
+        float(Fraction(float(dtype(3.1))) * Fraction(float(dtype(7.3)))
+              - Fraction(float(dtype(3.1) * dtype(7.3))))
+
+
 # ---------------------------------------------------------------------------------------
 # Properties
 

@@ -2,22 +2,23 @@
 each, and for dropout (mask and masked output in one pass).
 
 Arrays are C-contiguous and flat (the caller reshapes); nothing is validated here
-(``nnkit.kernels.activation`` does that). The exact form computes in float64 whatever the
-storage dtype; the tanh form in the array's own dtype, branch-free, so that a float32 loop
-runs twice the lanes (its float32 error: within 4 ulps of the values' scale,
-tests/test_activation.py). Beyond |x| = 10 GELU equals ReLU to float64 rounding (Phi(-10)
-~ 8e-24), and the formula is not used there: x * x would overflow for huge inputs and
-0 * inf give NaN gradients.
+(``nnkit.kernels.activation`` does that). Both GELU forms compute in the array's own dtype,
+branch-free, so that a float32 loop vectorises at twice the lanes of a float64 one; the
+backward recomputes its factor from x (nothing is cached but x). Beyond |x| = 10 GELU
+equals ReLU to float64 rounding (Phi(-10) ~ 8e-24), and the formula is not used there:
+x * x would overflow for huge inputs and 0 * inf give NaN gradients.
 
-Why a kernel: composed from NumPy and SciPy's ``erf``, GELU forward + backward made ~12
-array passes; the fused passes take about half the time, even with libm's ``erf``, which
-Numba calls one element at a time (a tenth of a BERT-mini training step:
-benchmarks/RESULTS.md, "BERT and ViT"). For float32 arrays Phi comes from a branch-free
-formula that LLVM vectorises instead (``_normal_cdf_fast``: the Chebyshev fit of erfc in
-Numerical Recipes, fractional error < 1.2e-7, with ``simd_math.fast_exp``; Phi measured
-within 1.7e-7 relative of SciPy's ``ndtr`` over [-10, 10], ~3 float32 ulps, and accurate in
-the far left tail where 1 + erf(x / sqrt 2) cancels); float64 arrays keep libm. The tanh
-form's (1 + tanh u) / 2 is 1 / (1 + exp(-2u)) on ``simd_math``'s exp of that dtype.
+The exact form's Phi. Numba calls libm's ``erf`` one element at a time, so float32 arrays
+take a vectorisable formula instead: Phi(-a) = exp(-a^2 / 2) t R(t - 1/2), t = 1 / (1 +
+a/2), R a degree-9 polynomial (``_PHI_FIT``), with a^2 split exactly into hi + lo and
+``simd_math``'s float32 exp, and Phi(a) = 1 - Phi(-a). It keeps its relative accuracy in
+the far left tail, where 1 + erf(x / sqrt 2) cancels: within 4e-7 relative of SciPy's
+``ndtr`` over [-10, 10] (tests/test_activation.py). Float64 arrays keep libm's erf and exp.
+The tanh form's (1 + tanh u) / 2 is 1 / (1 + exp(-2u)) on ``simd_math``'s exp of that
+dtype (float32 results within 4 ulps of their scale).
+
+Why kernels: composed from NumPy and SciPy's ``erf``, GELU forward + backward made ~12
+array passes (a tenth of a BERT-mini training step: benchmarks/RESULTS.md, "BERT and ViT").
 """
 
 from __future__ import annotations
@@ -30,7 +31,14 @@ from numba import prange, types
 from numba.extending import overload
 
 from ._dispatch import serial_or_parallel
-from .simd_math import expm1_parts32, fast_exp, splitmix64, uniform53
+from .simd_math import (
+    exp_normal32,
+    expm1_parts32,
+    fast_exp,
+    mul_error,
+    splitmix64,
+    uniform53,
+)
 
 __all__ = ["gelu_forward", "gelu_backward", "gelu_tanh_forward", "gelu_tanh_backward",
            "dropout_forward"]
@@ -40,76 +48,75 @@ _INV_SQRT_2PI = 0.3989422804014327
 _TANH_C = 0.7978845608028654  # sqrt(2 / pi)
 
 
-def _normal_cdf_fast(v):
-    """Phi(v) = erfc(-v / sqrt 2) / 2, float64, branch-free: erfc(z) = t exp(-z^2 + P(t)),
-    t = 1 / (1 + z / 2), for z >= 0 (Numerical Recipes' Chebyshev fit, |error| < 1.2e-7
-    relative), and erfc(-z) = 2 - erfc(z)."""
-    z = abs(v) * _INV_SQRT2
-    t = 1.0 / (1.0 + 0.5 * z)
-    p = 0.17087277
-    p = -0.82215223 + t * p
-    p = 1.48851587 + t * p
-    p = -1.13520398 + t * p
-    p = 0.27886807 + t * p
-    p = -0.18628806 + t * p
-    p = 0.09678418 + t * p
-    p = 0.37409196 + t * p
-    p = 1.00002368 + t * p
-    p = -1.26551223 + t * p
-    half_erfc = 0.5 * t * fast_exp(p - z * z)
-    return 1.0 - half_erfc if v > 0.0 else half_erfc
+# Phi(-a) = exp(-a^2 / 2) t R(t - 1/2), t = 1 / (1 + a/2), for a in [0, 10]: R is the
+# degree-9 weighted least-squares Chebyshev fit of Phi(-a) exp(a^2 / 2) / t in powers of
+# t - 1/2 (relative error 7.8e-8; tests/test_activation.py refits it), as float32.
+_PHI_FIT = tuple(np.float32(c) for c in (
+    0.33620399236679077, 0.33140435814857483, 0.057596731930971146, -0.14686372876167297,
+    -0.0038673868402838707, 0.10735747218132019, -0.06012163311243057, -0.04922608286142349,
+    0.08512619882822037, -0.03538287431001663))
+_F = np.float32
 
 
-normal_cdf_fast = numba.njit(cache=True, inline="always",
-                             error_model="numpy")(_normal_cdf_fast)
+def _left_tail32(a):
+    """(Phi(-a), exp(-a^2 / 2)) for float32 a in [0, 10], in float32 arithmetic. a^2 is
+    hi + lo exactly, so the Gaussian keeps its relative accuracy where a^2 / 2 reaches 50
+    (a float32 a^2 alone is off by up to 3e-6 there, and so would be exp of it)."""
+    t = _F(1.0) / (_F(1.0) + _F(0.5) * a)
+    s = t - _F(0.5)
+    r = _PHI_FIT[9]
+    r = r * s + _PHI_FIT[8]
+    r = r * s + _PHI_FIT[7]
+    r = r * s + _PHI_FIT[6]
+    r = r * s + _PHI_FIT[5]
+    r = r * s + _PHI_FIT[4]
+    r = r * s + _PHI_FIT[3]
+    r = r * s + _PHI_FIT[2]
+    r = r * s + _PHI_FIT[1]
+    r = r * s + _PHI_FIT[0]
+    hi = a * a
+    gauss = exp_normal32(_F(-0.5) * hi) * (_F(1.0) - _F(0.5) * mul_error(a, a, hi))
+    return gauss * (r * t), gauss
 
 
-def normal_cdf(v, like):
-    """Phi(v) for v float64, in the precision ``like`` (an element of the array) needs."""
-    return 0.5 * (1.0 + math.erf(v * _INV_SQRT2))
+left_tail32 = numba.njit(cache=True, inline="always", error_model="numpy")(_left_tail32)
 
 
-@overload(normal_cdf, inline="always")
-def _normal_cdf(v, like):
-    if like == types.float32:
-        return lambda v, like: normal_cdf_fast(v)
-    return lambda v, like: 0.5 * (1.0 + math.erf(v * _INV_SQRT2))
+def cdf_and_gauss(v):
+    """(Phi(v), exp(-v^2 / 2)) in v's precision: float32 arithmetic for float32 v (the fit
+    above, branch-free), libm's erf and exp in float64 otherwise."""
+    return 0.5 * (1.0 + math.erf(v * _INV_SQRT2)), math.exp(-0.5 * v * v)
 
 
-def gauss(v, like):
-    """exp(-v^2 / 2) for v float64: nnkit's vectorisable exp for float32 arrays, libm's
-    otherwise."""
-    return math.exp(-0.5 * v * v)
+@overload(cdf_and_gauss, inline="always")
+def _cdf_and_gauss(v):
+    if v == types.float32:
+        def float32_form(v):
+            p, gauss = left_tail32(min(abs(v), _F(10.0)))
+            return (_F(1.0) - p if v > _F(0.0) else p), gauss
+        return float32_form
+    return lambda v: (0.5 * (1.0 + math.erf(v * _INV_SQRT2)), math.exp(-0.5 * v * v))
 
 
-@overload(gauss, inline="always")
-def _gauss(v, like):
-    if like == types.float32:
-        return lambda v, like: fast_exp(-0.5 * v * v)
-    return lambda v, like: math.exp(-0.5 * v * v)
-
-
-def _gelu_forward(x, y, cdf):
-    """y = x Phi(x) and cdf = Phi(x) (kept for the backward), elementwise over flat arrays."""
+def _gelu_forward(x, k, y):
+    """y = x Phi(x), elementwise over flat arrays, branch-free; relu's beyond |x| = 10.
+    k: (10, 0, 1 / sqrt(2 pi)) in x's dtype."""
+    big, zero = k[0], k[1]
     for i in prange(x.size):
-        v = float(x[i])
-        if abs(v) > 10.0:
-            c = 1.0 if v > 0.0 else 0.0
-            y[i] = v if v > 0.0 else 0.0
-        else:
-            c = normal_cdf(v, x[i])
-            y[i] = v * c
-        cdf[i] = c
+        v = x[i]
+        c, _ = cdf_and_gauss(v)
+        y[i] = v if v > big else (zero if v < -big else v * c)
 
 
-def _gelu_backward(g, x, cdf, dx):
-    """dx = g (Phi(x) + x phi(x)); g (x > 0) beyond |x| = 10."""
+def _gelu_backward(g, x, k, dx):
+    """dx = g (Phi(x) + x phi(x)), Phi recomputed from x; g (x > 0) beyond |x| = 10."""
+    big, zero, inv_sqrt_2pi = k[0], k[1], k[2]
     for i in prange(x.size):
-        v = float(x[i])
-        if abs(v) > 10.0:
-            dx[i] = g[i] if v > 0.0 else 0.0 * g[i]
-        else:
-            dx[i] = g[i] * (float(cdf[i]) + v * _INV_SQRT_2PI * gauss(v, x[i]))
+        v = x[i]
+        c, gauss = cdf_and_gauss(v)
+        gi = g[i]
+        dx[i] = gi if v > big else (zero * gi if v < -big
+                                    else gi * (c + v * inv_sqrt_2pi * gauss))
 
 
 def exp_like(w):
@@ -157,10 +164,28 @@ def _gelu_tanh_backward(g, x, k, dx):
 
 # error_model="numpy": Python's ZeroDivisionError check on 1 / (1 + z / 2) kept the float32
 # loop scalar (several times slower: benchmarks/RESULTS.md, "Figures moved from docstrings").
-gelu_forward = serial_or_parallel(_gelu_forward, error_model="numpy")
-gelu_backward = serial_or_parallel(_gelu_backward)
+# The exact form's multiply-adds are fused (fastmath 'contract' only: NaN and inf propagate).
+gelu_forward_loop = serial_or_parallel(_gelu_forward, error_model="numpy",
+                                       fastmath={"contract"})
+gelu_backward_loop = serial_or_parallel(_gelu_backward, error_model="numpy",
+                                        fastmath={"contract"})
 gelu_tanh_forward_loop = serial_or_parallel(_gelu_tanh_forward, error_model="numpy")
 gelu_tanh_backward_loop = serial_or_parallel(_gelu_tanh_backward, error_model="numpy")
+
+
+def exact_constants(dtype):
+    """The exact form's constants in ``dtype`` (see ``_gelu_forward``)."""
+    return np.array([10.0, 0.0, _INV_SQRT_2PI], dtype=dtype)
+
+
+def gelu_forward(x, y):
+    """y = gelu(x) over flat arrays of one float dtype."""
+    gelu_forward_loop(x, exact_constants(x.dtype), y)
+
+
+def gelu_backward(g, x, dx):
+    """dx = g gelu'(x) over flat arrays of one float dtype."""
+    gelu_backward_loop(g, x, exact_constants(x.dtype), dx)
 
 
 def tanh_constants(dtype):

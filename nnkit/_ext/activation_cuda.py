@@ -6,13 +6,13 @@ from five (a uniform draw, a comparison, a cast, a division, the product): 107 o
 kernels of a digits-ViT training step once the optimizer took one launch per 17 parameters
 (benchmarks/RESULTS.md, "Fewer launches per step"). Here:
 
-- ``gelu_forward``: y = x Phi(x) and Phi(x) (kept for the backward) in one pass;
-  ``gelu_backward``: dx = g (Phi(x) + x phi(x)). float64 arithmetic whatever the storage
-  dtype, as the CPU kernels; beyond |x| = 10 GELU is ReLU (the formula is not evaluated
-  there). Phi from libdevice's ``erf`` (the CPU's float32 kernel uses a vectorisable fit
-  within ~3 float32 ulps of it; float64 agrees to rounding). ``gelu_tanh_forward`` /
+- ``gelu_forward``: y = x Phi(x); ``gelu_backward``: dx = g (Phi(x) + x phi(x)), Phi
+  recomputed from x (nothing kept but x, as on the CPU). float64 arithmetic whatever the
+  storage dtype; beyond |x| = 10 GELU is ReLU (the formula is not evaluated there). Phi
+  from libdevice's ``erf`` (the CPU's float32 kernel uses a vectorisable fit within 4e-7
+  relative of it; float64 agrees to rounding). ``gelu_tanh_forward`` /
   ``gelu_tanh_backward``: the tanh form, y = x s with s = (1 + tanh u) / 2; the backward
-  recomputes s from x (nothing kept).
+  recomputes s from x.
 - ``dropout_forward``: mask = 1/(1-p) where u_i >= p else 0, y = x mask (by the stored mask,
   as the backward multiplies), u_i element i's (C order) SplitMix64 draw: the stream of
   ``activation_cpu`` and ``nnkit._random.uniform`` (``simd_math.splitmix64``), so
@@ -44,27 +44,25 @@ _TANH_C = 0.7978845608028654  # sqrt(2 / pi)
 
 
 @cuda.jit
-def _gelu_forward_kernel(x, y, cdf):
+def _gelu_forward_kernel(x, y):
     for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
         v = float64(x[i])
         if abs(v) > 10.0:
-            c = 1.0 if v > 0.0 else 0.0
             y[i] = v if v > 0.0 else 0.0
         else:
-            c = 0.5 * (1.0 + math.erf(v * _INV_SQRT2))
-            y[i] = v * c
-        cdf[i] = c
+            y[i] = v * 0.5 * (1.0 + math.erf(v * _INV_SQRT2))
 
 
 @cuda.jit
-def _gelu_backward_kernel(g, x, cdf, dx):
+def _gelu_backward_kernel(g, x, dx):
     for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
         v = float64(x[i])
         gi = float64(g[i])
         if abs(v) > 10.0:
             dx[i] = gi if v > 0.0 else 0.0 * gi
         else:
-            dx[i] = gi * (float64(cdf[i]) + v * _INV_SQRT_2PI * math.exp(-0.5 * v * v))
+            cdf = 0.5 * (1.0 + math.erf(v * _INV_SQRT2))
+            dx[i] = gi * (cdf + v * _INV_SQRT_2PI * math.exp(-0.5 * v * v))
 
 
 @cuda.jit(device=True)
@@ -107,14 +105,14 @@ def _grid(n):
     return min(max_blocks, (n + threads - 1) // threads), threads
 
 
-def gelu_forward(x, y, cdf):
-    """y = x Phi(x), cdf = Phi(x) over flat arrays of one float dtype."""
-    launch(_gelu_forward_kernel, *_grid(x.shape[0]), x, y, cdf)
+def gelu_forward(x, y):
+    """y = x Phi(x) over flat arrays of one float dtype."""
+    launch(_gelu_forward_kernel, *_grid(x.shape[0]), x, y)
 
 
-def gelu_backward(g, x, cdf, dx):
-    """dx = g (Phi(x) + x phi(x)) over flat arrays (``cdf`` from ``gelu_forward``)."""
-    launch(_gelu_backward_kernel, *_grid(x.shape[0]), g, x, cdf, dx)
+def gelu_backward(g, x, dx):
+    """dx = g (Phi(x) + x phi(x)) over flat arrays, Phi recomputed from x."""
+    launch(_gelu_backward_kernel, *_grid(x.shape[0]), g, x, dx)
 
 
 def gelu_tanh_forward(x, y):

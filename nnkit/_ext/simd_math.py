@@ -25,6 +25,10 @@ CPU functions:
   overflow gives ``inf``, NaN propagates. Compiled as a function of its own with
   ``fastmath={'contract'}`` (fused multiply-adds; no reassociation, so the reduction is
   evaluated as written, also when the caller is compiled with ``fastmath={'reassoc'}``).
+- ``exp_normal32(z)``: ``exp_approx``'s float32 arithmetic for z in [-87, 88] (results
+  normal): no clamps, 2**n one factor from exponent bits (GELU's Gaussian).
+- ``mul_error(a, b, p)``: a * b - p exactly for p = fl(a * b): one ``llvm.fma`` where the
+  CPU has FMA, Dekker's split otherwise (both paths tested against exact rationals).
 - ``expm1_parts(x)`` (float64), ``expm1_parts32(x)`` (float32): ``(s, e)`` with
   ``exp(x) = s + e`` and ``expm1(x) = (s - 1) + e``, ``s = 2**k`` exact, for the gate
   nonlinearities: the same reduction with ``k = floor(x / ln2 + 1/2)``; float64: Taylor to
@@ -69,6 +73,7 @@ side) is ``nnkit._random.splitmix64``; the C form of the Cython kernels is
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import llvmlite.binding
 import numba
@@ -83,7 +88,9 @@ __all__ = [
     "f64_as_i64",
     "i64_as_f64",
     "fmax",
+    "mul_error",
     "exp_approx",
+    "exp_normal32",
     "expm1_parts",
     "expm1_parts32",
     "fast_exp",
@@ -206,6 +213,55 @@ def _ov_fmax(a, b):
     return lambda a, b: _llvm_maximum(a, b)
 
 
+# ---- the rounding error of a product ----------------------------------------------------------
+
+_HAS_FMA = "+fma" in llvmlite.binding.get_host_cpu_features().flatten()
+
+
+def mul_error(a, b, p):
+    """a * b - p exactly, for p = a * b rounded (a and b of one float type, products not
+    overflowing): one fused multiply-add where the CPU has FMA, Dekker's split otherwise."""
+    if isinstance(a, np.float32):
+        return np.float32(np.float64(a) * np.float64(b) - np.float64(p))
+    return float(Fraction(a) * Fraction(b) - Fraction(p))
+
+
+@intrinsic
+def _llvm_fma(typingctx, a, b, c):
+    if not (isinstance(a, types.Float) and a == b == c):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ll = args[0].type
+        fn = builder.module.declare_intrinsic("llvm.fma", [ll], ir.FunctionType(ll, [ll] * 3))
+        return builder.call(fn, args)
+
+    return a(a, b, c), codegen
+
+
+def _dekker_mul_error(a, b, p, split):
+    """a * b - p with a and b split into halves whose products are exact (``split`` =
+    2**ceil(digits / 2) + 1 of the type). Exact without FMA contraction; where the CPU has
+    FMA, ``mul_error`` uses it instead."""
+    ca, cb = split * a, split * b
+    a_hi, b_hi = ca - (ca - a), cb - (cb - b)
+    a_lo, b_lo = a - a_hi, b - b_hi
+    return ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
+
+
+_dekker_jit = numba.njit(cache=True, inline="always")(_dekker_mul_error)
+
+
+@overload(mul_error)
+def _ov_mul_error(a, b, p):
+    if not (isinstance(a, types.Float) and a == b == p):
+        return None
+    if _HAS_FMA:
+        return lambda a, b, p: _llvm_fma(a, b, -p)
+    split = np.float32(4097.0) if a == types.float32 else 134217729.0
+    return lambda a, b, p: _dekker_jit(a, b, p, split)
+
+
 # ---- the degree-13 Taylor polynomial of both float64 exps ------------------------------------
 
 
@@ -236,10 +292,9 @@ _F64_MAGIC = 6755399441055744.0  # 1.5 * 2**52
 _F64_MAGIC_BITS = np.int64(0x4338000000000000)
 
 
-def _exp_f32(z):
-    """exp(z) for float32 z: Cephes expf's reduction and polynomial, 2**n in two steps."""
-    z = np.float32(-104.0) if z < np.float32(-104.0) else z  # exp(-104) rounds to 0
-    z = np.float32(89.0) if z > np.float32(89.0) else z  # exp(89) overflows to inf
+def _expf_reduced(z):
+    """(p, t) for float32 z: exp(z) = p * 2**n, n = round(z / ln2) held in the bits of t
+    (Cephes expf's reduction and polynomial)."""
     t = z * np.float32(1.4426950408889634) + _F32_MAGIC  # n = round(z / ln2), in t's bits
     n = t - _F32_MAGIC
     r = z - n * np.float32(0.693359375)  # ln2 split in two (Cody-Waite); n * hi is exact
@@ -250,12 +305,32 @@ def _exp_f32(z):
     p = p * r + np.float32(4.1665795894e-2)
     p = p * r + np.float32(1.6666665459e-1)
     p = p * r + np.float32(5.0000001201e-1)
-    p = p * r * r + r + np.float32(1.0)
+    return p * r * r + r + np.float32(1.0), t
+
+
+expf_reduced = numba.njit(cache=True, inline="always")(_expf_reduced)
+
+
+def _exp_f32(z):
+    """exp(z) for float32 z: Cephes expf's reduction and polynomial, 2**n in two steps."""
+    z = np.float32(-104.0) if z < np.float32(-104.0) else z  # exp(-104) rounds to 0
+    z = np.float32(89.0) if z > np.float32(89.0) else z  # exp(89) overflows to inf
+    p, t = expf_reduced(z)
     k = f32_as_i32(t) - _F32_MAGIC_BITS  # n as an integer (NaN gives garbage, p stays NaN)
     if _USE_LDEXP:
         return _ldexp(p, k)
     h = k >> 1  # 2**n = 2**h * 2**(n - h): both factors normal for n in [-150, 129]
     return p * i32_as_f32((h + 127) << 23) * i32_as_f32((k - h + 127) << 23)
+
+
+def _exp_normal32(z):
+    """exp(z) for float32 z in [-87, 88], whose exp is a normal number: ``exp_approx``'s
+    arithmetic without its clamps, 2**n one factor from exponent bits."""
+    p, t = expf_reduced(z)
+    return p * i32_as_f32((f32_as_i32(t) - _F32_MAGIC_BITS + 127) << 23)
+
+
+exp_normal32 = numba.njit(cache=True, inline="always")(_exp_normal32)
 
 
 def _exp_f64(z):

@@ -39,11 +39,10 @@ __all__ = ["GeluCache", "DropoutCache", "gelu_forward", "gelu_backward", "dropou
 
 
 class GeluCache(NamedTuple):
-    """What ``gelu_backward`` reads: the input; Phi(x), C-contiguous like it, for the exact
-    form (the tanh form's backward recomputes its factor from x: None); which form."""
+    """What ``gelu_backward`` reads: the input (the backward recomputes Phi(x) or the tanh
+    form's factor from it: one array read instead of two) and which form."""
 
     x: object
-    cdf: object
     approximate: str = "none"
 
 
@@ -61,35 +60,26 @@ def _kernels(x):
 def gelu_forward(x: Array, approximate: str = "none") -> tuple[Array, GeluCache]:
     """(y, cache): y = x Phi(x) (approximate 'none') or 0.5 x (1 + tanh(sqrt(2/pi) (x +
     0.044715 x^3))) ('tanh', torch's), shaped and typed like ``x`` (float32/64), one pass;
-    the cache keeps x (and Phi(x)) for ``gelu_backward``."""
+    the cache keeps x for ``gelu_backward``."""
     x = check_array(x, name="x", dtype=FLOATS)
     check_choice(approximate, name="approximate", choices=("none", "tanh"))
-    xp = array_module(x)
-    y = xp.empty_like(x)
-    if approximate == "tanh":
-        if x.size:
-            _kernels(x).gelu_tanh_forward(x.reshape(-1), y.reshape(-1))
-        return y, GeluCache(x, None, approximate)
-    cdf = xp.empty_like(x)
+    y = array_module(x).empty_like(x)
     if x.size:
-        _kernels(x).gelu_forward(x.reshape(-1), y.reshape(-1), cdf.reshape(-1))
-    return y, GeluCache(x, cdf, approximate)
+        forward = "gelu_tanh_forward" if approximate == "tanh" else "gelu_forward"
+        getattr(_kernels(x), forward)(x.reshape(-1), y.reshape(-1))
+    return y, GeluCache(x, approximate)
 
 
 def gelu_backward(dy: Array, cache: GeluCache, needs: Needs = None) -> Array:
     """dL/dx = dy gelu'(x) from ``gelu_forward``'s cache (exact: Phi(x) + x phi(x)); ``dy``
     of y's shape, dtype and device. ``needs``: ``nnkit.autograd.apply_op``'s mask (the one
     input always needs its gradient)."""
-    x, cdf, approximate = check_cache(cache, GeluCache, forward="gelu_forward")
+    x, approximate = check_cache(cache, GeluCache, forward="gelu_forward")
     dy = check_grad(dy, shape=x.shape, dtype=x.dtype, device=backend(x))
     dx = array_module(x).empty_like(x)
-    if not x.size:
-        return dx
-    if approximate == "tanh":
-        _kernels(x).gelu_tanh_backward(dy.reshape(-1), x.reshape(-1), dx.reshape(-1))
-    else:
-        _kernels(x).gelu_backward(dy.reshape(-1), x.reshape(-1), cdf.reshape(-1),
-                                  dx.reshape(-1))
+    if x.size:
+        backward = "gelu_tanh_backward" if approximate == "tanh" else "gelu_backward"
+        getattr(_kernels(x), backward)(dy.reshape(-1), x.reshape(-1), dx.reshape(-1))
     return dx
 
 
