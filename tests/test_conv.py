@@ -1207,6 +1207,8 @@ def test_cpu_algorithm_float64():
 @example(case=_case(C=2, K=4, groups=2, H=7, W=7, stride=(2, 2), padding=(1, 2),
                     dilation=(2, 1), kh=3, kw=2, bias=False, dtype=np.float32))
 @example(case=_case(C=4, K=2, groups=2, H=5, W=6, padding="same", layout="transposed"))
+@example(case=_case(C=4, K=8, groups=2, H=9, W=11, stride=(2, 3), padding=(2, 1),
+                    dilation=(2, 2), kh=3, kw=3, dtype=np.float32))  # 3x3: one pass of taps
 def test_direct_matches_twin(case):
     """The direct loops for any groups (the dispatcher runs them for depthwise layers)."""
     assert _check_twin(case, "direct").algorithm == "direct"
@@ -1240,12 +1242,13 @@ def _conv2d_matches_torch(torch, x, w, b, dtype, algorithm=None, **kw):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=(1, 0)),
                                 dict(padding="same", dilation=(2, 1)), dict(stride=(1, 2))])
+@pytest.mark.parametrize("kernel", [(3, 2), (3, 3)])  # 3x3: the nine taps in one pass
 @pytest.mark.filterwarnings("ignore:Using padding=.same.")
-def test_depthwise_matches_torch(rng, dtype, kw):
+def test_depthwise_matches_torch(rng, dtype, kw, kernel):
     """Depthwise layers run the direct loops (chosen by shape)."""
     torch = import_torch()
     x = rng.standard_normal((2, 6, 9, 8)).astype(dtype)
-    w = rng.standard_normal((6, 1, 3, 2)).astype(dtype)
+    w = rng.standard_normal((6, 1, *kernel)).astype(dtype)
     b = rng.standard_normal(6).astype(dtype)
     _conv2d_matches_torch(torch, x, w, b, dtype, groups=6, **kw)
 

@@ -377,7 +377,8 @@ avg_pool_backward = _by_size(_avg_pool_backward, -1)  # dx
 # For any groups; ``nnkit.kernels.conv.cpu`` runs them for depthwise layers (one input
 # channel a group), where im2col's GEMMs would have one row. They work on zero-padded planes
 # (P, (H + pt + pb) x (W + pl + pr)): each output row is a sum of Cg kh kw scaled input rows,
-# a unit-stride (stride 1) or strided run that LLVM vectorises. The weight gradient keeps a
+# a unit-stride (stride 1) or strided run that LLVM vectorises (3x3 kernels: the nine taps
+# of a row in one pass, ``_row_taps3x3``). The weight gradient keeps a
 # vector of partial sums per tap (a scalar reduction would stay unvectorised without
 # fastmath) and adds it up in float64 at the end.
 
@@ -394,6 +395,25 @@ def _pad_planes(x, n, c0, c1, pt, pl, P):
             src = x[n, c, h]
             for w in range(W):
                 row[np.uint64(pl + w)] = src[np.uint64(w)]
+
+
+@numba.njit(cache=True, inline="always")
+def _row_taps3x3(out, plane, f, top, dh, dw, sw):
+    """out[b] += sum_{i, j < 3} f[i, j] plane[top + i dh, b sw + j dw]: the nine taps of a
+    3x3 kernel in one pass over the output row (tap by tap, the row would be loaded and
+    stored nine times)."""
+    r0, r1, r2 = plane[top], plane[top + dh], plane[top + 2 * dh]
+    f00, f01, f02 = f[0, 0], f[0, 1], f[0, 2]
+    f10, f11, f12 = f[1, 0], f[1, 1], f[1, 2]
+    f20, f21, f22 = f[2, 0], f[2, 1], f[2, 2]
+    d2 = 2 * dw
+    for b in range(out.shape[0]):
+        o = b * sw
+        out[np.uint64(b)] += (f00 * r0[np.uint64(o)] + f01 * r0[np.uint64(o + dw)]
+                              + f02 * r0[np.uint64(o + d2)] + f10 * r1[np.uint64(o)]
+                              + f11 * r1[np.uint64(o + dw)] + f12 * r1[np.uint64(o + d2)]
+                              + f20 * r2[np.uint64(o)] + f21 * r2[np.uint64(o + dw)]
+                              + f22 * r2[np.uint64(o + d2)])
 
 
 def _direct_forward(x, w, bias, sh, sw, pt, pl, pb, pr, dh, dw, y):
@@ -415,6 +435,10 @@ def _direct_forward(x, w, bias, sh, sw, pt, pl, pb, pr, dh, dw, y):
                 out = y[n, k, a]
                 for b in range(Wo):
                     out[np.uint64(b)] = bias[k]
+                if kh == 3 and kw == 3:
+                    for c in range(Cg):
+                        _row_taps3x3(out, P[c], w[k, c], a * sh, dh, dw, sw)
+                    continue
                 for c in range(Cg):
                     for i in range(kh):
                         row = P[c, a * sh + i * dh]
