@@ -60,6 +60,8 @@ static NNKIT_INLINE void sr_store(void *dst, const void *src, size_t bytes, int 
         memcpy(d, s, bytes);
         return;
     }
+#else
+    (void)nt;  /* non-temporal stores are x86's; elsewhere a plain copy */
 #endif
     memcpy(dst, src, bytes);
 }
