@@ -28,6 +28,7 @@ import contextlib
 import numbers
 import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -645,19 +646,41 @@ def _topological_order(root):
     return order
 
 
+def _weak(a):
+    """A weak reference to the gradient array ``a``; for what takes none (NumPy scalars), a
+    stand-in that answers "maybe the same" (so that it counts as shared: a copy at worst)."""
+    try:
+        return weakref.ref(a)
+    except TypeError:
+        return lambda: _UNSURE
+
+
+_UNSURE = object()
+
+
+def _among(table, a) -> bool:
+    """Whether ``a`` is an array that ``table`` (id -> ``_weak``) holds: a freed array's id
+    may be reused by a new one, which must not be taken for it (a needless copy)."""
+    ref = table.get(id(a))
+    if ref is None:
+        return False
+    held = ref()
+    return held is a or held is _UNSURE
+
+
 def _run_backward(root, gradient, retain_graph):
     grads = {id(root): gradient}
     # A leaf may keep the array it receives unless someone else holds it too: the caller's
     # root gradient, or one array that an op hands to several parents (x + y gives g to
-    # both). Those ids are "shared" and the leaf stores a copy; everything else is fresh.
-    handed, shared = {id(gradient)}, {id(gradient)}
+    # both). Those are "shared" and the leaf stores a copy; everything else is fresh.
+    handed, shared = {id(gradient): _weak(gradient)}, {id(gradient): _weak(gradient)}
     for t in reversed(_topological_order(root)):
         g = grads.pop(id(t), None)
         if g is None:
             continue
         ctx = t._ctx
         if ctx is None:
-            _accumulate_leaf(t, g, own=id(g) not in shared)
+            _accumulate_leaf(t, g, own=not _among(shared, g))
             continue
         if ctx.backward is None:
             raise RuntimeError(
@@ -672,9 +695,9 @@ def _run_backward(root, gradient, retain_graph):
             if pg is None or not p.requires_grad:
                 continue
             key = id(p)
-            if id(pg) in handed:
-                shared.add(id(pg))
-            handed.add(id(pg))
+            if _among(handed, pg):
+                shared[id(pg)] = handed[id(pg)]
+            handed[id(pg)] = _weak(pg)
             grads[key] = pg if key not in grads else grads[key] + pg
 
 

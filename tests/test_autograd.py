@@ -823,6 +823,22 @@ def test_leaf_gradients_never_share_memory():
     assert not np.shares_memory(e.grad, g)
 
 
+def test_a_reused_id_is_not_taken_for_a_shared_gradient():
+    """The backward remembers the gradients it handed out by id; a new array that reuses a
+    freed one's id must not count as that one (its leaf would store a needless copy): the
+    table keeps weak references and compares identity. What takes no weak reference (a
+    NumPy scalar) counts as shared."""
+    from nnkit.autograd import _among, _weak
+
+    a = np.ones(3)
+    assert _among({id(a): _weak(a)}, a)
+    b = np.ones(3)
+    assert not _among({id(b): _weak(np.zeros(3))}, b)  # a freed array's entry, b's id
+    assert not _among({id(b): _weak(a)}, b)
+    s = np.float64(1.0)
+    assert _among({id(s): _weak(s)}, s)
+
+
 def test_tensor_relu_of_infinities_and_nan_as_torch():
     """max(x, 0): -inf gives 0, not -inf * 0 = NaN; NaN stays NaN and passes the gradient."""
     x = nk.tensor([-np.inf, -1.0, 0.0, 2.0, np.inf, np.nan], requires_grad=True)
