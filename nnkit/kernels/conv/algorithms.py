@@ -21,7 +21,8 @@ records it in ``cache.algorithm`` and the backward follows it):
 - ``winograd``: F(4x4, 3x3), only when ``ALGORITHM`` asks for it: on one thread it was about
   even with ``window`` forward+backward and slower forward.
 
-The choice does not depend on the thread count. Figures: benchmarks/RESULTS.md,
+The table does not depend on the thread count or the CPU; ``calibration`` (opt-in) picks
+among ``candidates`` by timing them on the machine instead. Figures: benchmarks/RESULTS.md,
 "Convolution algorithms by shape", "Convolution: implicit GEMM on the packed C kernel" and
 "Convolution: the window GEMM" ("Every path, one thread").
 """
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ALGORITHM", "cpu_algorithm", "window_fits"]
+__all__ = ["ALGORITHM", "cpu_algorithm", "candidates", "window_fits"]
 
 # A path name forces that path wherever it applies (the tests run every path); None: the
 # table below.
@@ -52,13 +53,10 @@ def window_fits(kernel, stride, pads, dilation, groups) -> bool:
     return conv_window.AVAILABLE
 
 
-def cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw,
-                  dtype=np.float32) -> str:
-    """'direct', 'pointwise', 'winograd', 'window', 'packed', 'image' or 'im2col' for a
-    layer: x (N, C, H, W), weight (K, C / groups, kh, kw), pads ((top, bottom), (left,
-    right)), outputs ``out_hw`` (the module docstring says why)."""
-    C, (K, _, kh, kw) = x_shape[1], weight_shape
-    fits = {
+def _fits(weight_shape, stride, pads, dilation, groups) -> dict:
+    """{path: whether it computes this layer}."""
+    kh, kw = weight_shape[2:]
+    return {
         "direct": True,
         "pointwise": ((kh, kw) == (1, 1) and stride == (1, 1) and groups == 1
                       and pads == ((0, 0), (0, 0))),
@@ -69,6 +67,29 @@ def cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw,
         "packed": groups == 1,
         "im2col": True,
     }
+
+
+def candidates(x_shape, weight_shape, stride, pads, dilation, groups, out_hw,
+               dtype=np.float32) -> list:
+    """The paths worth timing for a layer (arguments as ``cpu_algorithm``'s): depthwise
+    layers only ``direct`` (im2col would run one-row GEMMs), other grouped ones ``im2col``
+    and ``direct``, ungrouped ones every path that computes them but ``direct``."""
+    if groups == x_shape[1] > 1:
+        return ["direct"]
+    fits = _fits(weight_shape, stride, pads, dilation, groups)
+    if groups > 1:
+        return ["im2col", "direct"]
+    return [p for p in ("window", "packed", "image", "pointwise", "winograd", "im2col")
+            if fits[p]]
+
+
+def cpu_algorithm(x_shape, weight_shape, stride, pads, dilation, groups, out_hw,
+                  dtype=np.float32) -> str:
+    """'direct', 'pointwise', 'winograd', 'window', 'packed', 'image' or 'im2col' for a
+    layer: x (N, C, H, W), weight (K, C / groups, kh, kw), pads ((top, bottom), (left,
+    right)), outputs ``out_hw`` (the module docstring says why)."""
+    C, K = x_shape[1], weight_shape[0]
+    fits = _fits(weight_shape, stride, pads, dilation, groups)
     if ALGORITHM is not None:
         return ALGORITHM if fits[ALGORITHM] else "im2col"
     if groups == C > 1:

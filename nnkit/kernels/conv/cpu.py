@@ -2,7 +2,8 @@
 (``nnkit._backend.kernels_for`` picks between the two modules):
 
 - ``conv2d_forward(x, weight, bias, cache) -> y`` runs the path ``algorithms.cpu_algorithm``
-  picks for the shape and records it in ``cache.algorithm``;
+  picks for the shape (``calibration.choose``'s measured one when that is on) and records
+  it in ``cache.algorithm``;
 - ``conv2d_backward(dy, cache, needs) -> (dx, dweight, dbias)`` runs that path's backward,
   ``needs`` = (x, weight, bias) wanted (None where not);
 - ``release(cache)`` returns the forward's workspace to the pool when no backward will run;
@@ -34,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..._ext import conv_cpu
-from . import algorithms, cpu_images, cpu_window, cpu_winograd
+from . import algorithms, calibration, cpu_images, cpu_window, cpu_winograd
 from .cpu_threads import pool
 
 __all__ = ["conv2d_forward", "conv2d_backward", "release", "max_pool", "max_pool_backward",
@@ -55,9 +56,12 @@ def _paths():
 def conv2d_forward(x, weight, bias, cache):
     """y (N, K, Ho, Wo) of validated x (N, C, H, W), weight, bias (K,) or None, on the path
     the table picks (``cache.algorithm``)."""
-    cache.algorithm = algorithms.cpu_algorithm(x.shape, weight.shape, cache.stride,
-                                               cache.pads, cache.dilation, cache.groups,
-                                               cache.out_hw, x.dtype)
+    if calibration.ENABLED and algorithms.ALGORITHM is None:
+        cache.algorithm = calibration.choose(x, weight, bias, cache, _paths())
+    else:
+        cache.algorithm = algorithms.cpu_algorithm(x.shape, weight.shape, cache.stride,
+                                                   cache.pads, cache.dilation, cache.groups,
+                                                   cache.out_hw, x.dtype)
     return _paths()[cache.algorithm][0](x, weight, bias, cache)
 
 
