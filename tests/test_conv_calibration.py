@@ -25,7 +25,7 @@ def calibrating(monkeypatch, tmp_path):
 
 def _fake_times(monkeypatch, timed, seconds):
     """Replace the timing of each path by ``seconds[path]`` (default 1 s), recording calls."""
-    def fake(path, x, weight, bias, cache, name):
+    def fake(path, x, weight, bias, cache, name, training):
         timed.append(name)
         return seconds.get(name, 1.0)
 
@@ -54,6 +54,22 @@ def test_the_fastest_path_is_kept_in_memory_and_on_disk(calibrating, monkeypatch
     assert list(saved[calibration.machine_key()].values()) == ["packed"]
     assert K.conv2d_forward(x, w, None, padding=2)[1].algorithm == "packed"  # a new shape
     assert calibrating  # was timed
+
+
+def test_inference_is_timed_on_its_own(calibrating, monkeypatch, rng):
+    """Under no_grad the forward alone is timed, and kept apart from the training choice."""
+    import nnkit as nk
+
+    seen = []
+    monkeypatch.setattr(calibration, "_time", lambda *args: seen.append(args[-1]) or (
+        0.1 if (args[-2] == "im2col") == args[-1] else 1.0))  # im2col wins training only
+    x, w = _layer(rng)
+    assert K.conv2d_forward(x, w, None, padding=1)[1].algorithm == "im2col"
+    assert set(seen) == {True}
+    seen.clear()
+    with nk.no_grad():
+        assert K.conv2d_forward(x, w, None, padding=1)[1].algorithm != "im2col"
+    assert set(seen) == {False}
 
 
 def test_depthwise_layers_run_direct_without_timing(calibrating, monkeypatch, rng):

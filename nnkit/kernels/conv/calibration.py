@@ -1,6 +1,7 @@
 """The CPU convolution's algorithm by measurement: on the first call of each layer shape,
-time every path that applies (forward + backward, on the call's own inputs) and keep the
-fastest, in memory and in a file of the user's cache folder, per machine.
+time every path that applies (forward + backward, on the call's own inputs; the forward
+alone under ``nk.no_grad()``, where no backward follows) and keep the fastest, in memory
+and in a file of the user's cache folder, per machine.
 
 Why: which path wins depends on the CPU, not only on the shape. The table of
 ``algorithms.cpu_algorithm`` was measured on one machine; on another (an AVX2-only AMD EPYC,
@@ -69,11 +70,20 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def shape_key(x, weight, cache) -> str:
-    """The layer's shape: x, weight, stride, pads, dilation, groups, dtype, bias or not."""
+def shape_key(x, weight, cache, training=True) -> str:
+    """The layer's shape: x, weight, stride, pads, dilation, groups, dtype, bias or not, and
+    what was timed ('fwd+bwd' when ``training``, else 'fwd')."""
     return json.dumps([list(x.shape), list(weight.shape), list(cache.stride),
                        [list(p) for p in cache.pads], list(cache.dilation), cache.groups,
-                       x.dtype.name, bool(cache.has_bias)])
+                       x.dtype.name, bool(cache.has_bias), "fwd+bwd" if training else "fwd"])
+
+
+def _training() -> bool:
+    """Whether a backward may follow: grad mode on (nnkit.autograd's, read lazily: the
+    kernels do not depend on autograd otherwise)."""
+    from ...autograd import is_grad_enabled
+
+    return is_grad_enabled()
 
 
 def _load() -> dict:
@@ -113,14 +123,16 @@ def choose(x, weight, bias, cache, paths) -> str:
                                        cache.dilation, cache.groups, cache.out_hw, x.dtype)
     if len(candidates) == 1:
         return candidates[0]
-    machine, shape = machine_key(), shape_key(x, weight, cache)
+    training = _training()
+    machine, shape = machine_key(), shape_key(x, weight, cache, training)
     with _lock:
         if _known is None:
             _known = _load()
         chosen = _known.get(machine, {}).get(shape)
     if chosen in candidates:
         return chosen
-    times = {name: _time(paths[name], x, weight, bias, cache, name) for name in candidates}
+    times = {name: _time(paths[name], x, weight, bias, cache, name, training)
+             for name in candidates}
     chosen = min(times, key=times.get)
     with _lock:
         _known.setdefault(machine, {})[shape] = chosen
@@ -128,9 +140,9 @@ def choose(x, weight, bias, cache, paths) -> str:
     return chosen
 
 
-def _time(path, x, weight, bias, cache, name) -> float:
-    """Seconds of the fastest of ``_ROUNDS`` forward + backward passes of one path (the
-    output as the upstream gradient), after one untimed pass."""
+def _time(path, x, weight, bias, cache, name, training) -> float:
+    """Seconds of the fastest of ``_ROUNDS`` passes of one path, forward + backward (the
+    output as the upstream gradient) when ``training``, after one untimed pass."""
     from .cpu import release
 
     forward, backward = path
@@ -139,7 +151,8 @@ def _time(path, x, weight, bias, cache, name) -> float:
         trial = dataclasses.replace(cache, algorithm=name, cols=None)
         start = time.perf_counter()
         y = forward(x, weight, bias, trial)
-        backward(y, trial, (True, True, bias is not None))
+        if training:
+            backward(y, trial, (True, True, bias is not None))
         elapsed = time.perf_counter() - start
         release(trial)
         if round_:
