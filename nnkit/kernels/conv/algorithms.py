@@ -76,9 +76,9 @@ def candidates(x_shape, weight_shape, stride, pads, dilation, groups, out_hw,
     and ``direct``, ungrouped ones every path that computes them but ``direct``."""
     if groups == x_shape[1] > 1:
         return ["direct"]
-    fits = _fits(weight_shape, stride, pads, dilation, groups)
     if groups > 1:
         return ["im2col", "direct"]
+    fits = _fits(weight_shape, stride, pads, dilation, groups)
     return [p for p in ("window", "packed", "image", "pointwise", "winograd", "im2col")
             if fits[p]]
 
