@@ -35,25 +35,10 @@ import numpy as np
 from ._backend import array_module, is_gpu_array, kernels_for, matmul, to_host, unbroadcast
 from ._validation import axis_or_dim, check_real
 
-__all__ = [
-    "Tensor",
-    "tensor",
-    "no_grad",
-    "enable_grad",
-    "is_grad_enabled",
-    "concat",
-    "stack",
-    "where",
-    "maximum",
-    "complex",
-    "real",
-    "imag",
-    "as_tensor",
-    "unbroadcast",
-    "make_result",
-    "apply_op",
-    "records",
-]
+USER_API = ["Tensor", "tensor", "no_grad", "enable_grad", "is_grad_enabled", "concat", "stack",
+            "where", "maximum", "complex", "real", "imag"]  # what nk re-exports
+# The rest is for writers of ops (nk.functional, nk.nn).
+__all__ = [*USER_API, "as_tensor", "unbroadcast", "make_result", "apply_op", "records"]
 
 _mode = threading.local()
 

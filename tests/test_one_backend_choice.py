@@ -409,3 +409,59 @@ def test_backend_and_the_cuda_side_of_ext_may_choose():
     assert findings(code, BACKEND) == []
     assert findings(code, "nnkit/_ext/example_cuda.py") == []
     assert findings(code, "nnkit/_ext/example_cpu.py") != []
+
+
+# ----- the launchers a CPU/CUDA pair shares --------------------------------------------------
+def _module_path(name: str) -> Path:
+    if name.startswith("nnkit."):
+        return ROOT / (name.replace(".", "/") + ".py")
+    return PACKAGE / "_ext" / f"{name}.py"
+
+
+def _top_level_names(path: Path) -> set[str]:
+    """What a module binds at its top level: defs, classes, assignments and imports."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _kernels_for_pairs() -> set[tuple[str, str]]:
+    """Every (cpu, cuda) pair that the package hands to ``kernels_for`` (string constants,
+    or names of module-level string constants)."""
+    pairs = set()
+    for path in _package_modules():
+        tree = ast.parse((ROOT / path).read_text())
+        constants = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                     and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+                     for t in n.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(tree):
+            if _called(node) == "kernels_for" and len(node.args) >= 2:
+                cpu, cuda = (constants.get(a.id) if isinstance(a, ast.Name) else _string(a)
+                             for a in node.args[:2])
+                if cpu is not None and cuda is not None:
+                    pairs.add((cpu, cuda))
+    return pairs
+
+
+def test_every_pair_has_a_launcher_row():
+    from nnkit._ext.launchers import LAUNCHERS
+
+    pairs = _kernels_for_pairs()
+    assert pairs, "the walk found no kernels_for(cpu, cuda, ...) call"
+    assert pairs == set(LAUNCHERS), "nnkit/_ext/launchers.py: one row per CPU/CUDA pair"
+
+
+@pytest.mark.parametrize("pair", sorted(_kernels_for_pairs()), ids="/".join)
+def test_both_modules_of_a_pair_define_its_launchers(pair):
+    from nnkit._ext.launchers import LAUNCHERS
+
+    for module in pair:
+        missing = set(LAUNCHERS[pair]) - _top_level_names(_module_path(module))
+        assert not missing, f"{module} lacks the launchers {sorted(missing)}"

@@ -31,6 +31,7 @@ from numba import prange, types
 from numba.extending import overload
 
 from ._dispatch import serial_or_parallel
+from .launchers import launchers
 from .simd_math import (
     exp_normal32,
     expm1_parts32,
@@ -40,8 +41,7 @@ from .simd_math import (
     uniform53,
 )
 
-__all__ = ["gelu_forward", "gelu_backward", "gelu_tanh_forward", "gelu_tanh_backward",
-           "dropout_forward"]
+__all__ = [*launchers("activation_cpu", "activation_cuda")]
 
 _INV_SQRT2 = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327

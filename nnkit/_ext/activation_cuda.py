@@ -30,10 +30,10 @@ import numpy as np
 from numba import cuda, float64
 
 from ._launch import launch
+from .launchers import launchers
 from .simd_math import splitmix64_dev, uniform53_dev  # SplitMix64: the one dropout stream
 
-__all__ = ["gelu_forward", "gelu_backward", "gelu_tanh_forward", "gelu_tanh_backward",
-           "dropout_forward"]
+__all__ = [*launchers("activation_cpu", "activation_cuda")]
 
 threads = 256  # threads per block
 max_blocks = 1024  # blocks per launch; threads stride over the rest (the tests lower both)

@@ -91,10 +91,10 @@ import numpy as np
 from numba import prange
 
 from ._dispatch import serial_or_parallel, serial_step_blas
+from .launchers import launchers
 from .simd_math import exp_approx, fmax, splitmix64, uniform53
 
-__all__ = ["attention_forward", "attention_backward", "fill_dropout_multipliers",
-           "dropout_multipliers", "Q_TILE",
+__all__ = [*launchers("attention_cpu", "attention_cuda"), "dropout_multipliers", "Q_TILE",
            "CAUSAL_Q_TILE", "K_TILE", "BWD_Q_TILE", "BWD_K_TILE", "backward_chunks"]
 
 # Tile sizes, measured (see the module docstring); tests shrink them to reach every tile

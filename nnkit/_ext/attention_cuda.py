@@ -54,9 +54,10 @@ import math
 from numba import cuda, float32, float64
 
 from ._launch import device_empty, launch
+from .launchers import launchers
 from .simd_math import splitmix64_dev, uniform53_dev
 
-__all__ = ["attention_forward", "attention_backward", "fill_dropout_multipliers"]
+__all__ = [*launchers("attention_cpu", "attention_cuda")]
 
 # Launch settings; None picks them by head dim and dtype (``_tiles``). The tests set all four.
 block_m = None  # query rows per tile

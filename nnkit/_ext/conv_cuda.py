@@ -32,9 +32,9 @@ from numba import cuda, float64
 from .._backend import array_module
 from ._launch import launch
 from .conv_cpu import _valid_range, avg_divisor
+from .launchers import launchers
 
-__all__ = ["conv2d_forward", "conv2d_backward", "release", "im2col", "col2im", "max_pool",
-           "max_pool_backward", "avg_pool", "avg_pool_backward"]
+__all__ = [*launchers("nnkit.kernels.conv.cpu", "conv_cuda"), "im2col", "col2im"]
 
 threads = 128
 

@@ -19,8 +19,9 @@ import numpy as np
 from scipy import special
 
 from .._random import splitmix64, uniform53
+from .launchers import launchers
 
-__all__ = ["expit", "scatter_add", "full_scalar", "to_device_of", "uniform"]
+__all__ = [*launchers("elementwise_cpu", "elementwise_cuda")]
 
 expit = special.expit
 

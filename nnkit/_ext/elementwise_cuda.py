@@ -22,8 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import array_module
+from .launchers import launchers
 
-__all__ = ["expit", "scatter_add", "full_scalar", "to_device_of", "uniform"]
+__all__ = [*launchers("elementwise_cpu", "elementwise_cuda")]
 
 # SplitMix64 in CUDA C (NVRTC), self-contained rather than including splitmix64.h: under
 # NVRTC the header's function would have to be __device__ and <stdint.h> is not there.

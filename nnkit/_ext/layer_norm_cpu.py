@@ -51,15 +51,10 @@ import numba
 import numpy as np
 
 from ._dispatch import serial_or_parallel
+from .launchers import launchers
 
-__all__ = [
-    "MAX_CHUNKS",
-    "layer_norm_rows",
-    "layer_norm_backward_chunks",
-    "sum_chunks",
-    "layer_norm_backward_rows",
-    "n_chunks_for",
-]
+__all__ = [*launchers("layer_norm_cpu", "layer_norm_cuda"), "MAX_CHUNKS",
+           "layer_norm_backward_chunks", "sum_chunks", "n_chunks_for"]
 
 MAX_CHUNKS = 64
 _FASTMATH = {"reassoc"}

@@ -26,10 +26,11 @@ import numpy as np
 from numba import cuda, float64
 
 from ._launch import device_empty, launch
+from .launchers import launchers
 from .layer_norm_cpu import n_chunks_for
 from .softmax_cuda import MAX_THREADS, _block_max, _block_sum, threads_for
 
-__all__ = ["layer_norm_rows", "layer_norm_backward_rows"]
+__all__ = [*launchers("layer_norm_cpu", "layer_norm_cuda")]
 
 col_threads = 128  # columns per block of the dweight/dbias kernels (the tests lower it)
 _DBL_MAX = float(np.finfo(np.float64).max)

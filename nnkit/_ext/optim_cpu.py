@@ -16,7 +16,9 @@ per operation on the CPU, so ``nnkit.optim`` keeps it.
 import numba
 import numpy as np
 
-__all__ = ["FUSED", "adam_update_cpu", "adam_step"]
+from .launchers import launchers
+
+__all__ = [*launchers("optim_cpu", "optim_cuda"), "adam_update_cpu"]
 
 FUSED = ("adam",)  # the steps this module fuses (``nnkit.kernels.optim.fusable``)
 

@@ -33,8 +33,9 @@ import math
 from numba import cuda
 
 from ._launch import launch
+from .launchers import launchers
 
-__all__ = ["FUSED", "adam_step", "sgd_step", "per_launch"]
+__all__ = [*launchers("optim_cpu", "optim_cuda"), "sgd_step", "per_launch"]
 
 FUSED = ("adam", "sgd")  # the steps this module fuses (``nnkit.kernels.optim.fusable``)
 

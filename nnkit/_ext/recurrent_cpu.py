@@ -69,25 +69,12 @@ from .gemm_cpu import (
     stream_fence,
     stream_rows,
 )
+from .launchers import launchers
 from .simd_math import act_sigmoid, act_tanh
 
-__all__ = [
-    "rnn_forward_layer",
-    "rnn_backward_layer",
-    "lstm_forward_layer",
-    "lstm_backward_layer",
-    "gru_forward_layer",
-    "gru_backward_layer",
-    "rnn_forward_cpu",
-    "rnn_backward_cpu",
-    "lstm_forward_cpu",
-    "lstm_backward_cpu",
-    "gru_forward_cpu",
-    "gru_backward_cpu",
-    "MIN_CHUNK_ROWS",
-    "packed_weight_grads",
-    "transposed_inputs_cpu",
-]
+__all__ = [*launchers("recurrent_cpu", "recurrent_cuda"), "rnn_forward_cpu", "rnn_backward_cpu",
+           "lstm_forward_cpu", "lstm_backward_cpu", "gru_forward_cpu", "gru_backward_cpu",
+           "MIN_CHUNK_ROWS", "packed_weight_grads", "transposed_inputs_cpu"]
 
 
 # How the time loops are compiled (see "Numerics" above).

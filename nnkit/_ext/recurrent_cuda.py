@@ -53,25 +53,12 @@ from numba import cuda, float64
 
 from .._backend import array_module
 from ._launch import device_empty, launch
+from .launchers import launchers
 from .simd_math import sigmoid_dev
 
-__all__ = [
-    "rnn_forward_layer",
-    "rnn_backward_layer",
-    "lstm_forward_layer",
-    "lstm_backward_layer",
-    "gru_forward_layer",
-    "gru_backward_layer",
-    "threads",
-    "max_blocks",
-    "shared_limit",
-    "rnn_forward_gpu",
-    "rnn_backward_gpu",
-    "lstm_forward_gpu",
-    "lstm_backward_gpu",
-    "gru_forward_gpu",
-    "gru_backward_gpu",
-]
+__all__ = [*launchers("recurrent_cpu", "recurrent_cuda"), "threads", "max_blocks", "shared_limit",
+           "rnn_forward_gpu", "rnn_backward_gpu", "lstm_forward_gpu", "lstm_backward_gpu",
+           "gru_forward_gpu", "gru_backward_gpu"]
 
 threads = 256  # threads per block, at most
 max_blocks = 128  # batch tiles, at most (more rows per block beyond), unless shared memory

@@ -59,8 +59,9 @@ from numba.extending import overload
 
 from . import scan_rows as _c
 from ._dispatch import serial_or_parallel
+from .launchers import launchers
 
-__all__ = ["linear_scan", "linear_scan_backward", "log_linear_scan", "plan", "scan_chunked",
+__all__ = [*launchers("scan_cpu", "scan_cuda"), "log_linear_scan", "plan", "scan_chunked",
            "backward_chunked", "scan_rows", "scan_rows_backward", "scan_rows_builds",
            "scan_rows_backward_builds", "STREAM_MIN_BYTES", "MIN_BLOCK", "CHUNK_MAX_SEQUENCES",
            "CHUNK_MIN_T", "CHUNK_MIN_THREADS", "CHUNK_LANES", "chunk_reduce", "chunk_carries",

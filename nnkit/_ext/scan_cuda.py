@@ -42,8 +42,9 @@ import numpy as np
 from numba import complex128, cuda, float64, int32
 
 from ._launch import launch
+from .launchers import launchers
 
-__all__ = ["linear_scan", "linear_scan_backward", "MAX_BLOCK"]
+__all__ = [*launchers("scan_cpu", "scan_cuda"), "MAX_BLOCK"]
 
 MAX_BLOCK = 256  # threads per block of the look-back scan at most (its shared-memory size)
 # Launch settings; the tests lower them under the simulator to cross block boundaries.

@@ -39,19 +39,10 @@ from numba import prange, types
 from numba.extending import overload
 
 from ._dispatch import serial_or_parallel
+from .launchers import launchers
 from .simd_math import exp_approx, fmax
 
-__all__ = [
-    "softmax_rows",
-    "log_softmax_rows",
-    "softmax_backward_rows",
-    "log_softmax_backward_rows",
-    "cross_entropy_rows",
-    "cross_entropy_backward_rows",
-    "cross_entropy_mean",
-    "cross_entropy_mean_backward_rows",
-    "first_invalid_target",
-]
+__all__ = [*launchers("softmax_cpu", "softmax_cuda")]
 
 _N_CHUNKS = 64  # prange chunks of rows in cross-entropy (each allocates its scratch once)
 _SUM_BLOCK = 1024  # columns per float32 partial sum (then added in float64)

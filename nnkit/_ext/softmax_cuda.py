@@ -25,20 +25,9 @@ import math
 from numba import cuda, float64
 
 from ._launch import launch
+from .launchers import launchers
 
-__all__ = [
-    "MAX_THREADS",
-    "threads_for",
-    "softmax_rows",
-    "log_softmax_rows",
-    "softmax_backward_rows",
-    "log_softmax_backward_rows",
-    "cross_entropy_rows",
-    "cross_entropy_backward_rows",
-    "cross_entropy_mean",
-    "cross_entropy_mean_backward_rows",
-    "first_invalid_target",
-]
+__all__ = [*launchers("softmax_cpu", "softmax_cuda"), "MAX_THREADS", "threads_for"]
 
 MAX_THREADS = 256  # shared-memory size of every reduction buffer; a power of two
 # Block-size range used by the launchers (powers of two, block_max <= MAX_THREADS). The tests

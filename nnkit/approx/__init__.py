@@ -6,6 +6,7 @@ activation regions of ReLU networks (exact in 1-D and for one hidden layer in 2-
 Barron's O(1/m) rate (notes §2.4, Theorem 2.7) measured on trained networks in several dimensions.
 """
 
+from . import barron, constructions, regions
 from .barron import (
     BarronResult,
     BarronTarget,
@@ -34,26 +35,4 @@ from .regions import (
     montufar_network,
 )
 
-__all__ = [
-    "step",
-    "bin_function",
-    "bins_network",
-    "bin_means",
-    "sigmoid_bins",
-    "relu_interpolant",
-    "eval_sigmoid_net",
-    "mean_squared_error",
-    "predicted_bin_mse",
-    "predicted_relu_mse",
-    "random_network",
-    "fit",
-    "RegionCount",
-    "activation_patterns",
-    "count_linear_regions",
-    "montufar_network",
-    "BarronTarget",
-    "BarronResult",
-    "barron_target",
-    "train_width",
-    "barron_experiment",
-]
+__all__ = [*constructions.__all__, *regions.__all__, *barron.__all__]

@@ -4,6 +4,7 @@ McCulloch-Pitts units, Rosenblatt's perceptron, Hopfield networks and their dens
 modern successors, least-squares and logistic regression (notes §1 and §2.1).
 """
 
+from . import hopfield, perceptron, regression
 from .hopfield import (
     DenseAssociativeMemory,
     Hopfield,
@@ -15,16 +16,4 @@ from .hopfield import (
 from .perceptron import McCullochPitts, Perceptron, make_separable
 from .regression import LinearRegression, LogisticRegression
 
-__all__ = [
-    "Hopfield",
-    "HopfieldResult",
-    "DenseAssociativeMemory",
-    "ModernHopfield",
-    "RetrievalCurve",
-    "retrieval_curve",
-    "McCullochPitts",
-    "Perceptron",
-    "make_separable",
-    "LinearRegression",
-    "LogisticRegression",
-]
+__all__ = [*hopfield.MODELS, *perceptron.__all__, *regression.__all__]

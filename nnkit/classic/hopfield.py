@@ -46,19 +46,10 @@ from ..kernels import (
     softmax_forward,
 )
 
-__all__ = [
-    "Hopfield",
-    "HopfieldResult",
-    "DenseAssociativeMemory",
-    "ModernHopfield",
-    "RetrievalCurve",
-    "retrieval_curve",
-    "reference_async",
-    "reference_sync",
-    "reference_dense_async",
-    "random_orders",
-    "DENSE_MAX_BYTES",
-]
+MODELS = ["Hopfield", "HopfieldResult", "DenseAssociativeMemory", "ModernHopfield",
+          "RetrievalCurve", "retrieval_curve"]  # what nk.classic re-exports
+__all__ = [*MODELS, "reference_async", "reference_sync", "reference_dense_async", "random_orders",
+           "DENSE_MAX_BYTES"]
 
 DENSE_MAX_BYTES = 2 << 30  # storage='auto' keeps a dense C up to 2 GiB
 _EXACT32 = 1 << 24

@@ -7,6 +7,7 @@ BERT tasks) and ``translation`` (number words to digits).
 
 from __future__ import annotations
 
+from . import digits, sequences, text, translation
 from .digits import (
     Split,
     load_digits,
@@ -54,43 +55,4 @@ from .translation import (
     strip_specials,
 )
 
-__all__ = [
-    "Split",
-    "load_digits",
-    "adding_problem",
-    "copy_task",
-    "ADDING_BASELINE_MSE",
-    "copy_task_baseline",
-    "CORPUS_FILE",
-    "CORPUS_SOURCE",
-    "DOCUMENT_FILES",
-    "DOCUMENT_SOURCES",
-    "POSITIVE_WORDS",
-    "NEGATIVE_WORDS",
-    "TAG_NAMES",
-    "TextSplit",
-    "TextTask",
-    "strip_gutenberg_boilerplate",
-    "split_sentences",
-    "load_corpus",
-    "play_sentences",
-    "verse_sentences",
-    "load_documents",
-    "corpus_tokenizer",
-    "next_sentence_task",
-    "sentence_order_task",
-    "sentiment_label",
-    "sentiment_task",
-    "word_tag",
-    "tagging_task",
-    "span_task",
-    "PAD_ID",
-    "BOS_ID",
-    "EOS_ID",
-    "Vocabulary",
-    "TranslationTask",
-    "number_to_words",
-    "strip_specials",
-    "number_translation",
-    "exact_match",
-]
+__all__ = [*digits.__all__, *sequences.__all__, *text.__all__, *translation.__all__]

@@ -12,6 +12,7 @@ recurrences) and ``attention``.
 
 from __future__ import annotations
 
+from . import attention, conv, core, scan
 from .attention import (
     scaled_dot_product_attention,
     sinusoidal_positional_encoding,
@@ -42,26 +43,4 @@ from .scan import (
     log_linear_scan,
 )
 
-__all__ = [
-    "linear",
-    "sigmoid",
-    "tanh",
-    "relu",
-    "gelu",
-    "softmax",
-    "log_softmax",
-    "cross_entropy",
-    "mse_loss",
-    "binary_cross_entropy_with_logits",
-    "layer_norm",
-    "dropout",
-    "embedding",
-    "conv1d",
-    "conv2d",
-    "max_pool2d",
-    "avg_pool2d",
-    "linear_scan",
-    "log_linear_scan",
-    "scaled_dot_product_attention",
-    "sinusoidal_positional_encoding",
-]
+__all__ = [*core.__all__, *conv.__all__, *scan.__all__, *attention.__all__]

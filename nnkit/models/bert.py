@@ -477,7 +477,28 @@ def _dropout_p(bert: Bert, classifier_dropout):
     return bert.dropout_p if classifier_dropout is None else classifier_dropout
 
 
-class BertForSequenceClassification(PretrainedMixin, Module):
+class _BertClassifier(PretrainedMixin, Module):
+    """The encoder, dropout and a Linear classifier: the two classification heads' body."""
+
+    def __init__(self, bert: Bert, num_labels: int, classifier_dropout: float | None = None):
+        super().__init__()
+        self.bert = _check_bert(bert)
+        self.num_labels = int(num_labels)
+        self.dropout = Dropout(_dropout_p(bert, classifier_dropout))
+        self.classifier = _head(bert, num_labels, "num_labels")
+
+    def _classify(self, features, labels, label_shape) -> ClassifierOutput:
+        """Logits of ``features`` (..., H); the mean cross-entropy over the labelled places
+        when ``labels`` of ``label_shape`` is given."""
+        logits = self.classifier(self.dropout(features))
+        loss = None
+        if labels is not None:
+            labels = _check_labels(labels, "labels", label_shape, self.num_labels)
+            loss = _masked_mean_ce(logits.reshape(-1, self.num_labels), labels.reshape(-1))
+        return ClassifierOutput(logits, loss)
+
+
+class BertForSequenceClassification(_BertClassifier):
     """A Linear classifier on the pooled [CLS] vector: logits (B, num_labels).
 
     Parameters
@@ -498,49 +519,25 @@ class BertForSequenceClassification(PretrainedMixin, Module):
     (2, 3)
     """
 
-    def __init__(self, bert: Bert, num_labels: int, classifier_dropout: float | None = None):
-        super().__init__()
-        self.bert = _check_bert(bert)
-        self.num_labels = int(num_labels)
-        self.dropout = Dropout(_dropout_p(bert, classifier_dropout))
-        self.classifier = _head(bert, num_labels, "num_labels")
-
     def forward(self, input_ids, token_type_ids=None, attention_mask=None,
                 labels=None) -> ClassifierOutput:
         """logits (B, num_labels); loss = mean cross-entropy when ``labels`` (B,) is given."""
         _, pooled = self.bert(input_ids, token_type_ids, attention_mask)
-        logits = self.classifier(self.dropout(pooled))
-        loss = None
-        if labels is not None:
-            labels = _check_labels(labels, "labels", (logits.shape[0],), self.num_labels)
-            loss = _masked_mean_ce(logits, labels)
-        return ClassifierOutput(logits, loss)
+        return self._classify(pooled, labels, pooled.shape[:1])
 
 
-class BertForTokenClassification(PretrainedMixin, Module):
+class BertForTokenClassification(_BertClassifier):
     """A Linear classifier on every token: logits (B, T, num_labels).
 
     Same arguments as ``BertForSequenceClassification``. Labels (B, T) use -100 for the
     positions that carry no label (specials, padding, WordPiece continuations).
     """
 
-    def __init__(self, bert: Bert, num_labels: int, classifier_dropout: float | None = None):
-        super().__init__()
-        self.bert = _check_bert(bert)
-        self.num_labels = int(num_labels)
-        self.dropout = Dropout(_dropout_p(bert, classifier_dropout))
-        self.classifier = _head(bert, num_labels, "num_labels")
-
     def forward(self, input_ids, token_type_ids=None, attention_mask=None,
                 labels=None) -> ClassifierOutput:
         """logits (B, T, num_labels); loss = mean cross-entropy over labelled tokens."""
         seq, _ = self.bert(input_ids, token_type_ids, attention_mask)
-        logits = self.classifier(self.dropout(seq))  # (B, T, C)
-        loss = None
-        if labels is not None:
-            labels = _check_labels(labels, "labels", logits.shape[:2], self.num_labels)
-            loss = _masked_mean_ce(logits.reshape(-1, self.num_labels), labels.reshape(-1))
-        return ClassifierOutput(logits, loss)
+        return self._classify(seq, labels, seq.shape[:2])
 
 
 class BertForQuestionAnswering(PretrainedMixin, Module):

@@ -1,6 +1,6 @@
 """Layers and containers (``nk.nn``), torch-compatible names and ``state_dict`` layouts."""
 
-from . import init
+from . import conv, init, layers, linear_recurrent, loss, module, transformer
 from .attention import MultiheadAttention
 from .conv import AvgPool2d, Conv1d, Conv2d, MaxPool2d
 from .layers import (
@@ -30,42 +30,6 @@ from .transformer import (
     generate_square_subsequent_mask,
 )
 
-__all__ = [
-    "init",
-    "Module",
-    "Parameter",
-    "Sequential",
-    "ModuleList",
-    "Linear",
-    "Embedding",
-    "LayerNorm",
-    "Dropout",
-    "ReLU",
-    "Sigmoid",
-    "Tanh",
-    "GELU",
-    "Softmax",
-    "Flatten",
-    "Identity",
-    "Residual",
-    "MSELoss",
-    "CrossEntropyLoss",
-    "BCEWithLogitsLoss",
-    "Conv1d",
-    "Conv2d",
-    "MaxPool2d",
-    "AvgPool2d",
-    "MinGRU",
-    "MinLSTM",
-    "LRU",
-    "RNN",
-    "LSTM",
-    "GRU",
-    "MultiheadAttention",
-    "TransformerEncoderLayer",
-    "TransformerDecoderLayer",
-    "TransformerEncoder",
-    "TransformerDecoder",
-    "Transformer",
-    "generate_square_subsequent_mask",
-]
+__all__ = ["init", *module.__all__, *layers.__all__, *loss.__all__, *conv.__all__,
+           *linear_recurrent.__all__, "RNN", "LSTM", "GRU", "MultiheadAttention",
+           *transformer.__all__]

@@ -11,23 +11,15 @@ from __future__ import annotations
 import math
 import numbers
 
-import numpy as np
-
 from .._validation import check_bool, check_int_tuple, check_scalar
 from ..autograd import as_tensor
 from ..functional import conv as FC
 from ..kernels import conv as KC
 from . import init
-from .module import Module, Parameter
+from .layers import _add_weight_and_bias, _dtype
+from .module import Module
 
 __all__ = ["Conv1d", "Conv2d", "MaxPool2d", "AvgPool2d"]
-
-
-def _dtype(dtype):
-    dtype = np.dtype(np.float32 if dtype is None else dtype)
-    if dtype.kind != "f":
-        raise TypeError(f"dtype must be float32 or float64, got {dtype}")
-    return dtype
 
 
 class _ConvNd(Module):
@@ -62,11 +54,7 @@ class _ConvNd(Module):
             self.padding = check_int_tuple(padding, n, name="padding", low=0)
         dtype = _dtype(dtype)
         shape = (out_channels, in_channels // groups, *self.kernel_size)
-        self.weight = Parameter.empty(shape, dtype)
-        if bias:
-            self.bias = Parameter.empty(out_channels, dtype)
-        else:
-            self.register_parameter("bias", None)
+        _add_weight_and_bias(self, shape, bias, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -40,6 +40,16 @@ def _dtype(dtype):
     return dtype
 
 
+def _add_weight_and_bias(module: Module, weight_shape: tuple, bias: bool, dtype) -> None:
+    """Registers ``module.weight`` (weight_shape) and ``module.bias`` (weight_shape[0],), or
+    a None bias; the caller's ``reset_parameters`` fills them."""
+    module.weight = Parameter.empty(weight_shape, dtype)
+    if bias:
+        module.bias = Parameter.empty(weight_shape[0], dtype)
+    else:
+        module.register_parameter("bias", None)
+
+
 def _check_size(value, name):
     return check_scalar(value, name=name, kind=numbers.Integral, low=1)
 
@@ -71,11 +81,7 @@ class Linear(Module):
         self.in_features = _check_size(in_features, "in_features")
         self.out_features = _check_size(out_features, "out_features")
         dtype = _dtype(dtype)
-        self.weight = Parameter.empty((out_features, in_features), dtype)
-        if bias:
-            self.bias = Parameter.empty(out_features, dtype)
-        else:
-            self.register_parameter("bias", None)
+        _add_weight_and_bias(self, (out_features, in_features), bias, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

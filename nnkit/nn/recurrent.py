@@ -90,10 +90,11 @@ def _layer_op(cell, x, h0, c0, params, nonlinearity, reverse, tag=None):
 class _RNNBase(Module):
     """Shared constructor, parameters and stacking/bidirectional logic."""
 
-    def __init__(self, mode, input_size, hidden_size, num_layers=1, bias=True,
+    mode: str  # the cell, "RNN", "LSTM" or "GRU": set by each subclass
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True,
                  batch_first=False, dropout=0.0, bidirectional=False, dtype=None):
         super().__init__()
-        self.mode = mode
         self.input_size = check_scalar(input_size, name="input_size", kind=numbers.Integral,
                                        low=1)
         self.hidden_size = check_scalar(hidden_size, name="hidden_size",
@@ -107,7 +108,7 @@ class _RNNBase(Module):
         dtype = np.dtype(np.float32 if dtype is None else dtype)
         if dtype.kind != "f":
             raise TypeError(f"dtype must be float32 or float64, got {dtype}")
-        G, H = _GATES[mode], hidden_size
+        G, H = _GATES[self.mode], hidden_size
         for k in range(num_layers):
             layer_in = input_size if k == 0 else H * self.num_directions
             for sfx in self._suffixes():
@@ -256,6 +257,7 @@ _SHAPES_DOC = """
 
 
 class RNN(_RNNBase):
+    mode = "RNN"
     __doc__ = """Elman RNN: h_t = phi(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh), G = 1.
 
     ``nonlinearity`` is 'tanh' (default) or 'relu'. ``forward(x, h0=None) -> (output, h_n)``.
@@ -272,8 +274,8 @@ class RNN(_RNNBase):
     def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=True,
                  batch_first=False, dropout=0.0, bidirectional=False, dtype=None):
         nl = check_choice(nonlinearity, name="nonlinearity", choices=("tanh", "relu"))
-        super().__init__("RNN", input_size, hidden_size, num_layers, bias, batch_first,
-                         dropout, bidirectional, dtype)
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, dtype)
         self.nonlinearity = nl
 
     def forward(self, x, h0=None):
@@ -286,6 +288,7 @@ class RNN(_RNNBase):
 
 
 class LSTM(_RNNBase):
+    mode = "LSTM"
     __doc__ = """LSTM, gates (i, f, g, o), G = 4::
 
         i, f, o = sigmoid(.), g = tanh(.)  of  x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh
@@ -302,11 +305,6 @@ class LSTM(_RNNBase):
     ((7, 2, 10), (2, 2, 5))
     """
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, dtype=None):
-        super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first,
-                         dropout, bidirectional, dtype)
-
     def forward(self, x, hx=None):
         if hx is None:
             hx = (None, None)
@@ -317,6 +315,7 @@ class LSTM(_RNNBase):
 
 
 class GRU(_RNNBase):
+    mode = "GRU"
     __doc__ = """GRU, gates (r, z, n), G = 3::
 
         r = sigmoid(W_ir x + b_ir + W_hr h + b_hr),  z = sigmoid(W_iz x + b_iz + W_hz h + b_hz)
@@ -332,11 +331,6 @@ class GRU(_RNNBase):
     >>> out.shape, h_n.shape
     ((2, 7, 5), (1, 2, 5))
     """
-
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, dtype=None):
-        super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first,
-                         dropout, bidirectional, dtype)
 
     def forward(self, x, h0=None):
         out, (h_n,) = self._forward(x, [h0], ["h0"])

@@ -5,6 +5,7 @@ the examples and the benchmarks share, one module per model family: ``mlp`` and 
 
 from __future__ import annotations
 
+from . import bert, cnn, loops, mlp, recurrent, vit
 from .bert import finetune_head, head_accuracy, pretrain_epoch, text_batches, unigram_accuracy
 from .cnn import lenet_digits, train_cnn_digits
 from .loops import accuracy, minibatches, predict_classes, train_epoch
@@ -12,24 +13,5 @@ from .mlp import train_mlp_digits
 from .recurrent import delayed_product, lru_readout_model, train_adding_problem, train_lru_readout
 from .vit import DIGITS_VIT, make_digits_vit, train_vit
 
-__all__ = [
-    "minibatches",
-    "accuracy",
-    "predict_classes",
-    "train_epoch",
-    "lenet_digits",
-    "train_cnn_digits",
-    "train_mlp_digits",
-    "DIGITS_VIT",
-    "make_digits_vit",
-    "train_vit",
-    "pretrain_epoch",
-    "finetune_head",
-    "head_accuracy",
-    "unigram_accuracy",
-    "text_batches",
-    "train_adding_problem",
-    "delayed_product",
-    "lru_readout_model",
-    "train_lru_readout",
-]
+__all__ = [*loops.__all__, *mlp.__all__, *cnn.__all__, *recurrent.__all__, *vit.__all__,
+           *bert.__all__]

@@ -35,11 +35,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..._ext import conv_cpu
+from ..._ext.launchers import launchers
 from . import algorithms, calibration, cpu_images, cpu_window, cpu_winograd
 from .cpu_threads import pool
 
-__all__ = ["conv2d_forward", "conv2d_backward", "release", "max_pool", "max_pool_backward",
-           "avg_pool", "avg_pool_backward", "SERIAL_AROUND_BLAS"]
+__all__ = [*launchers("nnkit.kernels.conv.cpu", "conv_cuda"), "SERIAL_AROUND_BLAS"]
 
 
 def _paths():

@@ -13,6 +13,13 @@ mirrors a kernel pair it follows the kernels' convention (``<op>_forward`` retur
 
 from __future__ import annotations
 
+# The family modules, aliased: softmax, layer_norm, ... are also the twins' names.
+from . import activation as _activation
+from . import conv as _conv
+from . import layer_norm as _layer_norm
+from . import recurrent as _recurrent
+from . import scan as _scan
+from . import softmax as _softmax
 from .activation import (
     dropout_mask,
     gelu,
@@ -78,53 +85,6 @@ from .softmax import (
     softmax_forward,
 )
 
-__all__ = [
-    "softmax",
-    "softmax_forward",
-    "softmax_backward",
-    "log_softmax",
-    "log_softmax_forward",
-    "log_softmax_backward",
-    "cross_entropy",
-    "cross_entropy_forward",
-    "cross_entropy_backward",
-    "layer_norm",
-    "layer_norm_forward",
-    "layer_norm_backward",
-    "gelu",
-    "gelu_tanh",
-    "gelu_forward",
-    "gelu_backward",
-    "dropout_mask",
-    "conv1d",
-    "conv1d_forward",
-    "conv1d_backward",
-    "conv2d",
-    "conv2d_forward",
-    "conv2d_backward",
-    "max_pool2d",
-    "max_pool2d_forward",
-    "max_pool2d_backward",
-    "avg_pool2d",
-    "avg_pool2d_forward",
-    "avg_pool2d_backward",
-    "linear_scan",
-    "linear_scan_forward",
-    "linear_scan_backward",
-    "log_linear_scan",
-    "log_linear_scan_forward",
-    "log_linear_scan_backward",
-    "hillis_steele_scan",
-    "blelloch_scan",
-    "rnn",
-    "rnn_forward",
-    "rnn_backward",
-    "lstm",
-    "lstm_forward",
-    "lstm_backward",
-    "gru",
-    "gru_forward",
-    "gru_backward",
-    "attention_forward",
-    "attention_backward",
-]
+__all__ = [*_softmax.__all__, *_activation.__all__, *_layer_norm.__all__, *_conv.__all__,
+           *_scan.__all__, "hillis_steele_scan", "blelloch_scan", *_recurrent.__all__,
+           "attention_forward", "attention_backward"]
