@@ -146,8 +146,10 @@ def unbroadcast(grad, shape):
 
 
 # The threaded paths of ``matmul``: at least this many rows (or inner dimension) and flops
-# (below them, waking numba's pool costs more than the second thread gains:
-# benchmarks/RESULTS.md, "Figures moved from code comments").
+# (below them, waking numba's pool cost more than the second thread gained:
+# benchmarks/RESULTS.md, "Figures moved from code comments"). The flops are the figure at two
+# threads; ``_machine.parallel_pays`` carries it to other thread counts, as for
+# ``SMALL_GEMM_FLOPS``.
 ROWS_PARALLEL_MIN_ROWS = 128
 ROWS_PARALLEL_MIN_FLOPS = 1 << 22
 
@@ -157,9 +159,14 @@ def _blocks(a, b) -> tuple[int, str]:
     block: it does not). 'rows': blocks of a's rows (a C-contiguous); 'inner': blocks of
     the inner dimension, for a transposed a (a weight gradient g^T x), partials summed."""
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or a.dtype != b.dtype or \
-            a.dtype.char not in "fd" or _gemm_flops(a, b) < ROWS_PARALLEL_MIN_FLOPS:
+            a.dtype.char not in "fd":
         return 1, ""  # (mismatched inner sizes: NumPy's @ raises)
     import numba
+
+    from ._machine import parallel_pays
+
+    if not parallel_pays(_gemm_flops(a, b), ROWS_PARALLEL_MIN_FLOPS):
+        return 1, ""
 
     if a.flags.c_contiguous and a.shape[0] >= ROWS_PARALLEL_MIN_ROWS:
         return min(numba.get_num_threads(), a.shape[0] // 64), "rows"
@@ -198,9 +205,11 @@ def matmul(a, b):
             if how == "rows":
                 return gemm_cpu.matmul_rows_parallel(a, b, parts)
             return gemm_cpu.matmul_inner_parallel(a, b, parts)
-        if _gemm_flops(a, b) >= SMALL_GEMM_FLOPS:
-            return a @ b
         from ._ext._dispatch import serial_numpy_blas
+        from ._machine import parallel_pays
+
+        if parallel_pays(_gemm_flops(a, b), SMALL_GEMM_FLOPS):
+            return a @ b
 
         with serial_numpy_blas():
             return a @ b

@@ -44,6 +44,7 @@ def info() -> dict:
         "numba threading layer": _threading_layer(),
         "cython kernels": _cython_status(),
         "C kernels build (step GEMM, scan rows, window conv)": _c_kernels_isa(),
+        "CPU caches (the heuristics' view)": _caches(),
         "malloc tuning": _malloc.STATUS,
         "CUDA available": "yes" if cuda_available() else "no",
         "cupy": _version("cupy"),
@@ -82,6 +83,14 @@ def _threading_layer() -> str:
 
 def _cython_status() -> str:
     return "built" if importlib.util.find_spec("nnkit._ext.perceptron") else "NOT BUILT"
+
+
+def _caches() -> str:
+    from ._machine import caches
+
+    c = caches()
+    return (f"L1d {c.l1d >> 10} KiB, L2 {c.l2 >> 10} KiB, last level {c.llc >> 20} MiB shared "
+            f"by {c.llc_shared_by} CPUs ({c.source})")
 
 
 def _c_kernels_isa() -> str:

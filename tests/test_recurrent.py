@@ -224,12 +224,12 @@ def test_weight_gradients_from_packed_steps_equal_the_products(dtype, monkeypatc
                 assert (at[D] == 7).all() and (at[-1] == 7).all()  # other rows untouched
         at = np.concatenate([want_at, np.ones((1, T * B), dtype)])  # F-ordered, as it comes
         whole = None
-        for flops, block in ((0, 256), (1 << 62, 256), (0, 2), (1 << 62, 3)):
-            # the parallel build, then the serial one; the sum over T B in one block, then
-            # in blocks of 2 and 3 columns (accumulated into the tile between blocks)
+        for flops, block in ((0, None), (1 << 62, 256), (0, 2), (1 << 62, 3)):
+            # the parallel build, then the serial one; the sum over T B in the machine's
+            # block (256 columns on a 512 KiB L2) and in one of 256, then in blocks of 2 and
+            # 3 columns (accumulated into the tile between blocks)
             monkeypatch.setattr(recurrent_cpu, "MIN_PARALLEL_FLOPS", flops)
-            monkeypatch.setattr(recurrent_cpu, "PRODUCT_BLOCK", block)
-            dw = recurrent_cpu.packed_weight_grads(at, pack_panels(dA))
+            dw = recurrent_cpu.packed_weight_grads(at, pack_panels(dA), block=block)
             assert dw.shape[1] == D + H + 1 and not dw[GH:].any()  # zero padding rows
             assert_matches_reference(dw[:GH, :-1], (want_at @ dA).T, dtype, factor=4 * T * B,
                                      err_msg=f"product, {T, B, D, H, GH}")

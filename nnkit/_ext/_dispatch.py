@@ -4,9 +4,11 @@ Waking Numba's thread pool costs tens of microseconds (far more when the cores a
 and a pool left spinning steals a core from OpenBLAS right after): for small inputs the
 serial build is faster. With the second core busy (another process running) every parallel
 call costs milliseconds: the barrier waits for a scheduler time slice.
-``PARALLEL_MIN_ELEMENTS`` = 65536 keeps the small tensors of a typical training step
-serial, where the parallel gain is a few microseconds and the risk a few milliseconds
-(the float32 row softmax's timings: benchmarks/RESULTS.md, "Figures moved from docstrings").
+``PARALLEL_MIN_ELEMENTS`` = 65536, the size from which the parallel build paid on 2
+threads, keeps the small tensors of a typical training step serial, where the parallel gain
+is a few microseconds and the risk a few milliseconds (the float32 row softmax's timings:
+benchmarks/RESULTS.md, "Figures moved from docstrings"); ``nnkit._machine.parallel_pays`` carries
+it to other thread counts.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import types
 
 import numba
 
+from .._machine import parallel_pays
+
 __all__ = ["PARALLEL_MIN_ELEMENTS", "nogil_build", "one_blas_thread", "serial_numpy_blas",
            "serial_or_parallel", "serial_step_blas"]
 
@@ -29,9 +33,9 @@ PARALLEL_MIN_ELEMENTS = 1 << 16
 def serial_or_parallel(fn, **jit_options):
     """Compile ``fn`` (whose loops use ``prange``) serial and parallel; return a launcher.
 
-    The launcher runs the parallel build when its first argument has at least
-    ``PARALLEL_MIN_ELEMENTS`` elements. ``launcher.serial`` and ``launcher.parallel`` are
-    the two builds (tests hold them equal).
+    The launcher runs the parallel build when its first argument's elements make it pay
+    (``nnkit._machine.parallel_pays`` from ``PARALLEL_MIN_ELEMENTS``). ``launcher.serial`` and
+    ``launcher.parallel`` are the two builds (tests hold them equal).
     """
     # Numba's on-disk cache keys a function by its qualified name and bytecode, not by the
     # compile options: two builds of one function would overwrite each other's cache
@@ -40,7 +44,7 @@ def serial_or_parallel(fn, **jit_options):
     serial = numba.njit(cache=True, **jit_options)(_clone(fn, "_serial"))
 
     def launcher(first, *args):
-        build = parallel if first.size >= PARALLEL_MIN_ELEMENTS else serial
+        build = parallel if parallel_pays(first.size, PARALLEL_MIN_ELEMENTS) else serial
         return build(first, *args)
 
     launcher.serial, launcher.parallel = serial, parallel

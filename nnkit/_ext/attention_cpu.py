@@ -90,6 +90,7 @@ import numba
 import numpy as np
 from numba import prange
 
+from .._machine import parallel_pays
 from ._dispatch import serial_or_parallel, serial_step_blas
 from .launchers import launchers
 from .simd_math import exp_approx, fmax, splitmix64, uniform53
@@ -476,8 +477,11 @@ PARALLEL_MIN_WORK = 1 << 23
 
 
 def _build(launcher, n_tasks, work):
-    """The parallel build for at least two tasks and ``PARALLEL_MIN_WORK``, else serial."""
-    return launcher.parallel if n_tasks >= 2 and work >= PARALLEL_MIN_WORK else launcher.serial
+    """The parallel build for at least two tasks and work that pays (``PARALLEL_MIN_WORK``
+    at two threads, ``nnkit._machine.parallel_pays``), else serial."""
+    if n_tasks >= 2 and parallel_pays(work, PARALLEL_MIN_WORK):
+        return launcher.parallel
+    return launcher.serial
 
 
 def _pad_empty_features(q, k, v):

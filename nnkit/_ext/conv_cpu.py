@@ -39,6 +39,7 @@ import math
 import numba
 import numpy as np
 
+from .._machine import parallel_pays
 from ._dispatch import nogil_build, serial_or_parallel
 
 __all__ = ["im2col", "col2im", "im2col_nogil", "col2im_nogil", "bias_transpose",
@@ -351,7 +352,7 @@ def _by_size(fn, size_arg):
     builds = serial_or_parallel(fn)
 
     def launcher(*args):
-        big = args[size_arg].size >= PARALLEL_MIN_ELEMENTS
+        big = parallel_pays(args[size_arg].size, PARALLEL_MIN_ELEMENTS)
         return (builds.parallel if big else builds.serial)(*args)
 
     launcher.serial, launcher.parallel = builds.serial, builds.parallel

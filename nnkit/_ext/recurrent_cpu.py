@@ -59,6 +59,7 @@ import numpy as np
 from numba import prange, types
 from numba.extending import overload
 
+from .._machine import parallel_pays, scaled_to_l2
 from ._dispatch import serial_or_parallel
 from .gemm_cpu import (
     PANEL_WIDTH,
@@ -517,29 +518,33 @@ def _packed_products(at, gp, out, dw, parts, kb):
 transposed_inputs_cpu = serial_or_parallel(_transposed_inputs, error_model="numpy")
 packed_products_cpu = serial_or_parallel(_packed_products, error_model="numpy")
 
-# A weight-gradient product of fewer flops than this runs on one thread (waking the pool
-# costs tens of microseconds, ~4 Mflop at these kernels' speed).
+# A weight-gradient product of fewer flops than this ran faster on one thread at two threads
+# (waking the pool costs tens of microseconds, ~4 Mflop at these kernels' speed);
+# ``nnkit._machine.parallel_pays`` carries it to other thread counts.
 MIN_PARALLEL_FLOPS = 1 << 22
-# Columns of at per block of the weight-gradient sum (``_packed_products``): a block of the
-# LSTM's [x; 1; h_prev]^T, 193-385 rows, is 193-385 KiB in float32, well inside L2.
+# Columns of at per block of the weight-gradient sum (``_packed_products``) on a 512 KiB L2:
+# a block of the LSTM's [x; 1; h_prev]^T, 193-385 rows, is 193-385 KiB in float32, well
+# inside it. Scaled to this machine's L2 (``nnkit._machine.scaled_to_l2``).
 PRODUCT_BLOCK = 256
 
 
-def packed_weight_grads(at, gp):
+def packed_weight_grads(at, gp, block=None):
     """dW (P NR, M) = dA^T @ at^T, i.e. (at (M, N) @ dA)^T, where gp (P, N, NR) holds dA
     (N, G) packed; the rows from G on are the panels' zero padding, for the caller to cut.
     A row of ones in at gives the bias gradient, the column sums of dA, in the same
-    product (a separate float64 pass over the panels took a tenth of the kernel's time)."""
+    product (a separate float64 pass over the panels took a tenth of the kernel's time).
+    ``block``: columns of at per block (default ``PRODUCT_BLOCK`` scaled to the L2)."""
     P, N, nr = gp.shape
     if at.strides[1] != at.itemsize:  # rows may be apart (see ``_rows_apart``), not columns
         at = np.ascontiguousarray(at)
     out = np.empty((P, at.shape[0], nr), dtype=at.dtype)
     dw = np.empty((P * nr, at.shape[0]), dtype=at.dtype)
-    parallel = (P > 1 and numba.get_num_threads() > 1
-                and 2 * at.size * P * nr >= MIN_PARALLEL_FLOPS)
+    parallel = P > 1 and parallel_pays(2 * at.size * P * nr, MIN_PARALLEL_FLOPS)
     parts = min(P, numba.get_num_threads()) if parallel else 1
+    parallel = parallel and parts > 1
+    block = scaled_to_l2(PRODUCT_BLOCK) if block is None else block
     (packed_products_cpu.parallel if parallel else packed_products_cpu.serial)(
-        at, gp, out, dw, parts, PRODUCT_BLOCK)
+        at, gp, out, dw, parts, block)
     return dw
 
 

@@ -57,6 +57,7 @@ from llvmlite import binding
 from numba import prange, types
 from numba.extending import overload
 
+from .._machine import stream_min_bytes
 from . import scan_rows as _c
 from ._dispatch import serial_or_parallel
 from .launchers import launchers
@@ -89,8 +90,9 @@ _TYPE_NAMES = {types.float32: "f32", types.float64: "f64", types.complex64: "c64
 # Output arrays of at least this many bytes are written with non-temporal stores: from 4 MB
 # per array on, streamed stores were as fast as plain ones forward and faster backward, and
 # below it slower (a sweep of (16, T, 256) float32: benchmarks/RESULTS.md, "Linear
-# recurrences" and "Figures moved from docstrings").
-STREAM_MIN_BYTES = 1 << 22
+# recurrences" and "Figures moved from docstrings"). That is one core's share of a 32 MiB L3
+# shared by 8 cores; ``nnkit._machine.stream_min_bytes`` is that share on this machine.
+STREAM_MIN_BYTES = stream_min_bytes()
 
 
 def _c_kernel(way, dtype):

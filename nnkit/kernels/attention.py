@@ -298,7 +298,8 @@ def _mask_grad(dout4, c, xp):
     lead = padded[: max(nb - 1, 0)]  # the mask's axes over b_1..b_{n-1}
     head_axis = padded[nb - 1] if nb >= 1 else 1
     grad = xp.zeros(lead + (head_axis,) + padded[-2:], dtype=c.q.dtype)
-    grad_bh = grad.reshape((-1,) + grad.shape[-3:])  # (prod lead, head_axis, l, s)
+    # (prod lead, head_axis, l, s); the leading size spelt out: -1 is ambiguous when l s = 0
+    grad_bh = grad.reshape((int(np.prod(lead, dtype=np.int64)),) + grad.shape[-3:])
     strides = [int(np.prod(c.batch[d + 1:-1], dtype=np.int64)) for d in range(len(lead))]
     z = xp.empty((1, 1, L, c.k.shape[2]), c.q.dtype) if c.dropout_p > 0 else None
     for bh in range(B * H):
