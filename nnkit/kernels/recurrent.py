@@ -274,6 +274,18 @@ def rnn_forward(x: Array, h0: Array | None, weight_ih: Array, weight_hh: Array,
     return (y, h), cache
 
 
+def _one_state_backward(cell, douts, cache, needs, hidden_grads):
+    """The RNN's and the GRU's backward: one carried state, six gradients."""
+    _check_cache(cache, cell)
+    dy, dh_T = _douts(douts, ("dy", "dh_T"), cell)
+    need = _needs(needs, 6, cell)
+    y = cache.saved["y"]
+    grads = getattr(_kernels(y), f"{cell}_backward_layer")(
+        cache, _check_grad(dy, "dy", y), _check_grad(dh_T, "dh_T", cache.h0),
+        _hidden_out(hidden_grads, y), need[0], any(need[2:]))
+    return _masked(grads, need)
+
+
 def rnn_backward(douts: tuple[Array | None, Array | None], cache: RecurrentCache,
                  needs: Needs = None, hidden_grads: Array | None = None
                  ) -> tuple[Array | None, ...]:
@@ -301,14 +313,7 @@ def rnn_backward(douts: tuple[Array | None, Array | None], cache: RecurrentCache
     dx (T, B, D), dh0 (B, H), dweight_ih (H, D), dweight_hh (H, H), dbias_ih (H,),
     dbias_hh (H,) — None where ``needs`` says so, and the biases' when the forward had none.
     """
-    _check_cache(cache, "rnn")
-    dy, dh_T = _douts(douts, ("dy", "dh_T"), "rnn")
-    need = _needs(needs, 6, "rnn")
-    y = cache.saved["y"]
-    grads = _kernels(y).rnn_backward_layer(
-        cache, _check_grad(dy, "dy", y), _check_grad(dh_T, "dh_T", cache.h0),
-        _hidden_out(hidden_grads, y), need[0], any(need[2:]))
-    return _masked(grads, need)
+    return _one_state_backward("rnn", douts, cache, needs, hidden_grads)
 
 
 # ---- LSTM --------------------------------------------------------------------------------
@@ -471,11 +476,4 @@ def gru_backward(douts: tuple[Array | None, Array | None], cache: RecurrentCache
     dx (T, B, D), dh0 (B, H), dweight_ih (3H, D), dweight_hh (3H, H), dbias_ih, dbias_hh
     (3H,) — None where ``needs`` says so, and the biases' without biases.
     """
-    _check_cache(cache, "gru")
-    dy, dh_T = _douts(douts, ("dy", "dh_T"), "gru")
-    need = _needs(needs, 6, "gru")
-    y = cache.saved["y"]
-    grads = _kernels(y).gru_backward_layer(
-        cache, _check_grad(dy, "dy", y), _check_grad(dh_T, "dh_T", cache.h0),
-        _hidden_out(hidden_grads, y), need[0], any(need[2:]))
-    return _masked(grads, need)
+    return _one_state_backward("gru", douts, cache, needs, hidden_grads)
