@@ -1,7 +1,10 @@
-"""``nk.distributed``: data-parallel training and experiment grids on a Dask cluster.
+"""``nk.distributed``: data-parallel training on MPI or Dask, and experiment grids.
 
-Two entry points, both on ``dask.distributed`` (the ``distributed`` extra,
-``pip install "nnkit[distributed]"``; importing nnkit never imports dask):
+On MPI (the ``mpi`` extra, ``pip install "nnkit[mpi]"``; mpi4py is imported only when
+used): ``DistributedDataParallel(model, comm=None)``, a replica per rank whose gradients are
+all-reduced in flat buckets (``nnkit._mpi``), for scripts run with ``mpiexec -n N`` or
+``srun``. On ``dask.distributed`` (the ``distributed`` extra, ``pip install
+"nnkit[distributed]"``; importing nnkit never imports dask):
 
 ``fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, client=None)``
     Synchronous data-parallel SGD. The rows of ``X`` are split into W contiguous shards, one
@@ -54,13 +57,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
+from ._mpi import DistributedDataParallel, ReplicaDivergenceError
 from ._validation import check_scalar
 from .nn.module import Module
 from .optim import Optimizer
 from .training import minibatches
 
 __all__ = ["fit_data_parallel", "map_experiments", "StepInfo", "ExperimentTable",
-           "ExperimentFailure"]
+           "ExperimentFailure", "DistributedDataParallel", "ReplicaDivergenceError"]
 
 _INSTALL = 'pip install "nnkit[distributed]"'
 

@@ -1,0 +1,65 @@
+"""Run by tests/test_mpi.py under ``mpiexec -n N``: trains the routed model of
+``ddp_problem`` with DistributedDataParallel for each optimizer and dtype, and rank 0 writes
+the final parameters (or, with ``diverge``, the error every rank raised) to ``argv[1]``."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from nnkit.distributed import DistributedDataParallel, ReplicaDivergenceError
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from ddp_problem import CASES, batches, data, make_model, make_optimizer, routed_loss  # noqa: E402
+
+
+def train(case, X, y):
+    dtype, optimizer_name = case
+    model = make_model(dtype, seed=11)
+    ddp = DistributedDataParallel(model, bucket_bytes=256, check_every=3)
+    optimizer = make_optimizer(optimizer_name, model)
+    for idx in batches(len(X)):
+        local = ddp.local_share(idx)
+        optimizer.zero_grad()
+        if len(local):
+            routed_loss(model, X[local].astype(dtype), y[local]).backward()
+        ddp.allreduce_gradients(len(local))
+        optimizer.step()
+    ddp.check_replicas()
+    return {f"{dtype}-{optimizer_name}-{name}": p.data for name, p in model.named_parameters()}
+
+
+def diverge(out_path):
+    model = make_model("float64", seed=11)
+    ddp = DistributedDataParallel(model)
+    if ddp.rank == 1:
+        model.head_a.bias.data[0] += 1e-12
+    try:
+        ddp.check_replicas()
+    except ReplicaDivergenceError as exc:
+        message = str(exc)
+    else:
+        message = "no error"
+    if ddp.rank == 0:
+        with open(out_path, "w") as f:
+            f.write(message)
+
+
+def main():
+    out_path = sys.argv[1]
+    if sys.argv[2:] == ["diverge"]:
+        diverge(out_path)
+        return
+    X, y = data()
+    results = {}
+    for case in CASES:
+        results.update(train(case, X, y))
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        np.savez(out_path, **results)
+
+
+if __name__ == "__main__":
+    main()

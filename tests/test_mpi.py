@@ -1,0 +1,123 @@
+"""Data parallelism on MPI (``nk.distributed.DistributedDataParallel``): N ranks started by
+``mpiexec`` equal one process on the same global batches, with SGD, Adam and AdamW, in
+float64 and float32, shares of unequal size, a head that some ranks (or all) leave unused in
+a step and a layer never used; diverged replicas are named. The in-process tests use a
+one-rank communicator."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nnkit as nk
+from nnkit.distributed import DistributedDataParallel
+
+pytest.importorskip("mpi4py")  # the test extra brings it; a bare install has no MPI
+
+sys.path.insert(0, str(Path(__file__).parent))
+from ddp_problem import CASES, Routed, train_one_process  # noqa: E402
+
+HERE = Path(__file__).parent
+TOLERANCE = {"float64": 1e-10, "float32": 1e-5}
+
+
+def _mpiexec() -> str:
+    found = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or \
+        shutil.which("mpiexec")
+    assert found, "mpiexec not found: the MPICH wheel (test extra) installs it beside python"
+    return found
+
+
+def _run(n, *args, timeout=240):
+    env = {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+           "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent)}
+    done = subprocess.run([_mpiexec(), "-n", str(n), sys.executable,
+                           str(HERE / "mpi_ddp_run.py"), *args],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def one_process():
+    results = {}
+    for case in CASES:
+        results.update(train_one_process(case))
+    return results
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_n_ranks_equal_one_process(tmp_path, one_process, ranks):
+    out = tmp_path / "params.npz"
+    _run(ranks, str(out))
+    got = np.load(out)
+    assert set(got.files) == set(one_process)
+    for key, want in one_process.items():
+        dtype = key.split("-")[0]
+        np.testing.assert_allclose(got[key], want, rtol=TOLERANCE[dtype],
+                                   atol=TOLERANCE[dtype], err_msg=f"{ranks} ranks: {key}")
+
+
+def test_diverged_replicas_are_named(tmp_path):
+    out = tmp_path / "message.txt"
+    _run(2, str(out), "diverge")
+    message = out.read_text()
+    assert "'head_a.bias'" in message and "[1]" in message, message
+
+
+# ----- one rank, in this process ----------------------------------------------------------
+def _ddp(model, **kwargs):
+    from mpi4py import MPI
+
+    return DistributedDataParallel(model, MPI.COMM_SELF, **kwargs)
+
+
+def test_buckets_hold_one_dtype_and_respect_their_size():
+    model = nk.nn.Sequential(nk.nn.Linear(4, 8, dtype="float64"), nk.nn.Linear(8, 2))
+    ddp = _ddp(model, bucket_bytes=100)
+    named = ddp._named
+    for bucket in ddp._buckets:
+        assert len({named[i][1].data.dtype for i in bucket}) == 1
+        assert len(bucket) == 1 or sum(named[i][1].data.nbytes for i in bucket) <= 100
+    order = [i for bucket in ddp._buckets for i in bucket]
+    assert order == list(reversed(range(len(named))))  # as the backward produces them
+
+
+def test_unused_parameters_keep_no_gradient_and_used_ones_are_unchanged_on_one_rank():
+    model = Routed("float64")
+    ddp = _ddp(model)
+    x = nk.tensor(np.ones((3, 6)))
+    ddp(x).sum().backward()
+    before = model.body.weight.grad.copy()
+    ddp.allreduce_gradients(3)
+    np.testing.assert_array_equal(model.body.weight.grad, before)
+    assert model.never.weight.grad is None and model.head_a.weight.grad is None
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"bucket_bytes": 0}, ValueError, "bucket_bytes"),
+    ({"bucket_bytes": 1.5}, TypeError, "bucket_bytes"),
+    ({"check_every": -1}, ValueError, "check_every"),
+])
+def test_bad_options_are_refused(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        _ddp(Routed("float64"), **kwargs)
+
+
+def test_bad_module_comm_and_counts_are_refused():
+    with pytest.raises(TypeError, match="module must be an nn.Module"):
+        _ddp(object())
+    with pytest.raises(TypeError, match="comm must be an mpi4py communicator"):
+        DistributedDataParallel(Routed("float64"), comm="world")
+    ddp = _ddp(Routed("float64"))
+    with pytest.raises(ValueError, match="local_count"):
+        ddp.allreduce_gradients(-1)
+    with pytest.raises(ValueError, match="empty"):
+        ddp.allreduce_gradients(0)
+    with pytest.raises(ValueError, match="indices must be 1-D"):
+        ddp.local_share(np.zeros((2, 2), int))
