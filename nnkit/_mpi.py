@@ -201,3 +201,39 @@ class DistributedDataParallel:
                 raise ReplicaDivergenceError(
                     f"parameter {name!r} differs from rank 0's on rank(s) {differ} (checked on "
                     f"rank {self.rank} after {self._steps} all-reduces)")
+
+
+# ----- fit_data_parallel(..., backend="mpi") ----------------------------------------------------
+def fit(model, loss_fn, optimizer, X, y, batches, total_steps, *, comm, callback, progress,
+        step_info, progress_bar, report):
+    """The MPI body of ``fit_data_parallel``: every rank runs the same global ``batches``
+    ((epoch, indices) pairs) and keeps to the rows of its own contiguous shard of X; rank 0
+    alone shows the progress bar. ``step_info``, ``progress_bar`` and ``report`` are the
+    Dask path's, so both backends hand the callback the same ``StepInfo``."""
+    import time
+
+    from mpi4py import MPI
+
+    ddp = DistributedDataParallel(model, comm)
+    shard = np.array_split(np.arange(len(X)), ddp.size)[ddp.rank]
+    lo, hi = (int(shard[0]), int(shard[-1]) + 1) if len(shard) else (0, 0)
+    grad_bytes = sum(p.data.nbytes for _, p in ddp._named)
+    with progress_bar(total_steps, progress and ddp.rank == 0) as bar:
+        for step, (epoch, idx) in enumerate(batches):
+            start = time.perf_counter()
+            local = idx[(idx >= lo) & (idx < hi)]  # this rank's rows of the global batch
+            optimizer.zero_grad()
+            weighted = np.zeros(2)  # (n_k x local mean loss, n_k) summed over the ranks
+            if len(local):
+                loss = loss_fn(model(X[local]), y[local])
+                loss.backward()
+                weighted[:] = float(loss.item()) * len(local), len(local)
+            compute = np.array([time.perf_counter() - start])
+            ddp.allreduce_gradients(len(local))
+            optimizer.step()
+            ddp.comm.Allreduce(MPI.IN_PLACE, weighted)
+            ddp.comm.Allreduce(MPI.IN_PLACE, compute, op=MPI.MAX)
+            info = step_info(step, epoch, float(weighted[0] / weighted[1]),
+                             time.perf_counter() - start, float(compute[0]), grad_bytes, 0)
+            report(info, bar, callback if ddp.rank == 0 else None)
+    return model

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
+from . import _mpi
 from ._mpi import DistributedDataParallel, ReplicaDivergenceError
 from ._validation import check_scalar
 from .nn.module import Module
@@ -316,7 +317,10 @@ class _DataParallel:
 
     def _host_shard(self, k):
         a, b = self.bounds[k], self.bounds[k + 1]
-        return _Shard(self.X[a:b], self.y[a:b], self.replica, int(a), self.threads)
+        # A replica of its own: workers in this process (threads) keep the shard unpickled,
+        # and shards sharing one replica would compute on it at the same time.
+        return _Shard(self.X[a:b], self.y[a:b], copy.deepcopy(self.replica), int(a),
+                      self.threads)
 
     def _move_seconds(self, k):
         """What moving shard ``k`` adds to a deadline: its bytes over a slow link."""
@@ -657,8 +661,9 @@ def _check_fit_args(model, loss_fn, optimizer, callback):
 def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, client=None, *,
                       shuffle=True, random_state=None, n_workers=None, max_retries=3,
                       timeout=10.0, step_timeout=None, worker_threads=None, callback=None,
-                      progress=True):
-    """Train ``model`` in place by synchronous data-parallel SGD on a Dask cluster.
+                      progress=True, backend="dask", comm=None):
+    """Train ``model`` in place by synchronous data-parallel SGD on a Dask cluster or on
+    the ranks of an MPI job (``backend="mpi"``).
 
     The global batch schedule is a single process's: ``rng = np.random.default_rng(
     random_state)``, then for each epoch ``for idx in minibatches(N, batch_size, shuffle,
@@ -734,7 +739,18 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
     callback : callable(StepInfo), optional
         Called after every optimizer step.
     progress : bool
-        A tqdm bar over the steps.
+        A tqdm bar over the steps (on MPI, rank 0's only).
+    backend : {"dask", "mpi"}
+        "mpi": the script runs on every rank (``mpiexec -n N python train.py``, ``srun``)
+        and makes this same call; each rank keeps a replica and uses only the rows of its
+        contiguous shard (rank r of N: ``np.array_split(range(len(X)), N)[r]``), and the
+        gradients are all-reduced between ranks (``DistributedDataParallel``), each rank
+        stepping its own optimizer on the same summed gradient. ``client``, ``n_workers``,
+        ``max_retries``, ``timeout``, ``step_timeout`` and ``worker_threads`` are Dask's
+        and must stay unset. A rank that dies ends the job (MPI's fail-fast): rerun from a
+        checkpoint.
+    comm : mpi4py communicator, optional
+        With ``backend="mpi"``: ``MPI.COMM_WORLD`` when None.
 
     Returns
     -------
@@ -744,16 +760,46 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
     _check_fit_args(model, loss_fn, optimizer, callback)
     X, y = _check_data(X, y)
     batch_size, epochs = _check_schedule(batch_size, epochs)
-    _check_cluster_options(n_workers, max_retries, timeout, step_timeout, worker_threads)
     rng = np.random.default_rng(random_state)
+    total_steps = epochs * math.ceil(len(X) / batch_size)
+    if _check_backend(backend, client, comm, n_workers, max_retries, timeout, step_timeout,
+                      worker_threads) == "mpi":
+        return _mpi.fit(model, loss_fn, optimizer, X, y,
+                        _batches(len(X), batch_size, epochs, shuffle, rng), total_steps,
+                        comm=comm, callback=callback, progress=progress, step_info=StepInfo,
+                        progress_bar=_progress_bar, report=_report)
+    _check_cluster_options(n_workers, max_retries, timeout, step_timeout, worker_threads)
     with _client_context(client, n_workers, timeout) as (cl, threads):
         run = _start_run(cl, model, loss_fn, X, y, n_workers, max_retries, timeout,
                          worker_threads or threads, step_timeout)
-        with _progress_bar(epochs * math.ceil(len(X) / batch_size), progress) as bar:
+        with _progress_bar(total_steps, progress) as bar:
             batches = _batches(len(X), batch_size, epochs, shuffle, rng)
             for step, (epoch, idx) in enumerate(batches):
                 _report(_optimizer_step(run, optimizer, idx, step, epoch), bar, callback)
     return model
+
+
+_DASK_DEFAULTS = {"client": None, "n_workers": None, "max_retries": 3, "timeout": 10.0,
+                  "step_timeout": None, "worker_threads": None}
+
+
+def _check_backend(backend, client, comm, n_workers, max_retries, timeout, step_timeout,
+                   worker_threads) -> str:
+    """``backend``, checked: "dask" takes no ``comm``, "mpi" none of Dask's options."""
+    if backend not in ("dask", "mpi"):
+        raise ValueError(f"backend must be 'dask' or 'mpi', got {backend!r}")
+    if backend == "dask":
+        if comm is not None:
+            raise ValueError("comm is for backend='mpi'; the Dask backend takes a client")
+        return backend
+    given = {"client": client, "n_workers": n_workers, "max_retries": max_retries,
+             "timeout": timeout, "step_timeout": step_timeout,
+             "worker_threads": worker_threads}
+    changed = sorted(k for k, v in given.items() if v != _DASK_DEFAULTS[k])
+    if changed:
+        raise ValueError(f"{', '.join(changed)}: options of the Dask backend, not of "
+                         "backend='mpi'")
+    return backend
 
 
 def _check_schedule(batch_size, epochs) -> tuple[int, int]:

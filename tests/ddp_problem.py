@@ -75,3 +75,28 @@ def train_one_process(case):
         routed_loss(model, X[idx].astype(dtype), y[idx]).backward()
         optimizer.step()
     return {f"{dtype}-{optimizer_name}-{name}": p.data for name, p in model.named_parameters()}
+
+
+def mlp(seed=11):
+    nk.manual_seed(seed)
+    return nk.nn.Sequential(nk.nn.Linear(6, 8, dtype="float64"), nk.nn.Tanh(),
+                            nk.nn.Linear(8, 3, dtype="float64"))
+
+
+def fit_one_process(epochs=2, batch_size=GLOBAL_BATCH, random_state=3):
+    """``fit_data_parallel``'s schedule in one plain loop: its reference."""
+    from nnkit.training import minibatches
+
+    X, y = data()
+    model = mlp()
+    optimizer = nk.optim.Adam(model.parameters(), lr=0.01)
+    rng = np.random.default_rng(random_state)
+    losses = []
+    for _ in range(epochs):
+        for idx in minibatches(len(X), batch_size, True, rng):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(X[idx]), y[idx])
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.item()))
+    return model, losses

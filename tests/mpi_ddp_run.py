@@ -11,7 +11,16 @@ import numpy as np
 from nnkit.distributed import DistributedDataParallel, ReplicaDivergenceError
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from ddp_problem import CASES, batches, data, make_model, make_optimizer, routed_loss  # noqa: E402
+from ddp_problem import (  # noqa: E402
+    CASES,
+    GLOBAL_BATCH,
+    batches,
+    data,
+    make_model,
+    make_optimizer,
+    mlp,
+    routed_loss,
+)
 
 
 def train(case, X, y):
@@ -46,10 +55,34 @@ def diverge(out_path):
             f.write(message)
 
 
+def fit(out_path):
+    """fit_data_parallel(..., backend="mpi"): rank 0 writes the parameters and the losses
+    its callback saw."""
+    import nnkit as nk
+    import nnkit.functional as F
+    from nnkit.distributed import fit_data_parallel
+
+    X, y = data()
+    model = mlp()
+    optimizer = nk.optim.Adam(model.parameters(), lr=0.01)
+    losses = []
+    fit_data_parallel(model, F.cross_entropy, optimizer, X, y, GLOBAL_BATCH, 2,
+                      random_state=3, backend="mpi", progress=False,
+                      callback=lambda info: losses.append(info.loss))
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        np.savez(out_path, losses=np.array(losses),
+                 **{name: p.data for name, p in model.named_parameters()})
+
+
 def main():
     out_path = sys.argv[1]
     if sys.argv[2:] == ["diverge"]:
         diverge(out_path)
+        return
+    if sys.argv[2:] == ["fit"]:
+        fit(out_path)
         return
     X, y = data()
     results = {}

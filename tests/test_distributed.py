@@ -125,6 +125,29 @@ def test_batches_with_an_empty_shard_and_more_shards_than_workers(client, data):
     _assert_same(got, want, 1e-9)
 
 
+def test_shards_on_a_worker_of_threads_each_have_their_own_replica(data, monkeypatch):
+    # In-process workers with 2 threads each keep the scattered shards as they are: shards
+    # that shared one replica computed their gradients on it at the same time (a 5e-2
+    # mismatch against one process was seen). Four shards on two such workers.
+    from nnkit import distributed as nk_distributed
+
+    replicas, gradient = {}, nk_distributed._Shard.gradient
+
+    def spy(shard, *args, **kwargs):
+        replicas[id(shard)] = shard.replica
+        return gradient(shard, *args, **kwargs)
+
+    monkeypatch.setattr(nk_distributed._Shard, "gradient", spy)
+    X, y = data
+    want = _single_process(X, y, np.float64, _adam, batch_size=48, epochs=3)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as threaded:
+        got = _parallel(X, y, np.float64, _adam, 48, 3, threaded, n_workers=4)
+    _assert_same(got, want, 1e-9)
+    assert len(replicas) == 4 and len({id(r) for r in replicas.values()}) == 4
+
+
 def test_callback_receives_step_information(client, data):
     X, y = data
     infos = []

@@ -21,7 +21,7 @@ from nnkit.distributed import DistributedDataParallel
 pytest.importorskip("mpi4py")  # the test extra brings it; a bare install has no MPI
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ddp_problem import CASES, Routed, train_one_process  # noqa: E402
+from ddp_problem import CASES, Routed, fit_one_process, train_one_process  # noqa: E402
 
 HERE = Path(__file__).parent
 TOLERANCE = {"float64": 1e-10, "float32": 1e-5}
@@ -61,6 +61,33 @@ def test_n_ranks_equal_one_process(tmp_path, one_process, ranks):
         dtype = key.split("-")[0]
         np.testing.assert_allclose(got[key], want, rtol=TOLERANCE[dtype],
                                    atol=TOLERANCE[dtype], err_msg=f"{ranks} ranks: {key}")
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_fit_data_parallel_on_mpi_equals_one_process(tmp_path, ranks):
+    out = tmp_path / "fit.npz"
+    _run(ranks, str(out), "fit")
+    got = np.load(out)
+    model, losses = fit_one_process()
+    np.testing.assert_allclose(got["losses"], losses, rtol=1e-10)
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(got[name], p.data, rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+def test_fit_data_parallel_refuses_dask_options_on_mpi():
+    from nnkit.distributed import fit_data_parallel
+
+    model = Routed("float64")
+    opt = nk.optim.SGD(model.parameters(), lr=0.1)
+    X, y = np.zeros((4, 6)), np.zeros(4, int)
+    loss = nk.functional.cross_entropy
+    with pytest.raises(ValueError, match="n_workers, step_timeout: options of the Dask"):
+        fit_data_parallel(model, loss, opt, X, y, 2, 1, backend="mpi", n_workers=2,
+                          step_timeout=5.0)
+    with pytest.raises(ValueError, match="backend must be 'dask' or 'mpi'"):
+        fit_data_parallel(model, loss, opt, X, y, 2, 1, backend="gloo")
+    with pytest.raises(ValueError, match="comm is for backend='mpi'"):
+        fit_data_parallel(model, loss, opt, X, y, 2, 1, comm=object())
 
 
 def test_diverged_replicas_are_named(tmp_path):
