@@ -11,6 +11,7 @@ when a communicator is needed (the ``mpi`` extra, ``pip install "nnkit[mpi]"``).
 from __future__ import annotations
 
 import numbers
+import sys
 import zlib
 
 import numpy as np
@@ -35,6 +36,24 @@ def _world():
         raise ImportError('DistributedDataParallel needs mpi4py: pip install "nnkit[mpi]"'
                           ) from exc
     return MPI.COMM_WORLD
+
+
+def _abort_on_uncaught_exception(comm) -> None:
+    """Make an uncaught exception on this rank end the whole job at once (``MPI_Abort``,
+    after the traceback, prefixed with the rank) instead of leaving the other ranks waiting
+    in an all-reduce forever; what ``python -m mpi4py`` does, installed once per process."""
+    if getattr(sys.excepthook, "_nnkit_mpi_abort", False):
+        return
+    previous, rank = sys.excepthook, comm.Get_rank()
+
+    def hook(kind, value, tb):
+        sys.stderr.write(f"nnkit: rank {rank} of {comm.Get_size()} failed; aborting the job\n")
+        previous(kind, value, tb)
+        sys.stderr.flush()
+        comm.Abort(1)
+
+    hook._nnkit_mpi_abort = True
+    sys.excepthook = hook
 
 
 def _check_comm(comm):
@@ -76,7 +95,9 @@ class DistributedDataParallel:
 
     A parameter that no rank used in the step keeps ``grad = None``, as in one process; one
     used on some ranks only gets the sum of those ranks' gradients (torch DDP's
-    ``find_unused_parameters``).
+    ``find_unused_parameters``). With more than one rank, an uncaught exception on any rank
+    aborts the whole job (``MPI_Abort``) after printing its traceback and rank, and a rank
+    killed outright ends the job too (``mpiexec``'s fail-fast): rerun from a checkpoint.
     """
 
     def __init__(self, module: Module, comm=None, *, bucket_bytes: int = _DEFAULT_BUCKET_BYTES,
@@ -97,6 +118,8 @@ class DistributedDataParallel:
                                 "all-reduces host (NumPy) arrays")
         self._buckets = self._plan_buckets()
         self._steps = 0
+        if self.size > 1:
+            _abort_on_uncaught_exception(self.comm)
         self.broadcast_parameters()
 
     # ----- set-up --------------------------------------------------------------------------

@@ -76,8 +76,32 @@ def fit(out_path):
                  **{name: p.data for name, p in model.named_parameters()})
 
 
+def fail(how):
+    """Rank 1 fails in the third step: an exception (``raise``) or killed (``exit``)."""
+    import os
+
+    X, y = data()
+    model = make_model("float64", seed=11)
+    ddp = DistributedDataParallel(model)
+    optimizer = make_optimizer("sgd", model)
+    for step, idx in enumerate(batches(len(X)) * 100):
+        if step == 2 and ddp.rank == 1:
+            if how == "raise":
+                raise RuntimeError("a failure on rank 1")
+            os._exit(3)
+        local = ddp.local_share(idx)
+        optimizer.zero_grad()
+        if len(local):
+            routed_loss(model, X[local], y[local]).backward()
+        ddp.allreduce_gradients(len(local))
+        optimizer.step()
+
+
 def main():
     out_path = sys.argv[1]
+    if sys.argv[2:3] == ["fail"]:
+        fail(sys.argv[3])
+        return
     if sys.argv[2:] == ["diverge"]:
         diverge(out_path)
         return

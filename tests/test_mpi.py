@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -34,13 +35,15 @@ def _mpiexec() -> str:
     return found
 
 
-def _run(n, *args, timeout=240):
+def _run(n, *args, timeout=240, check=True):
     env = {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
            "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent)}
     done = subprocess.run([_mpiexec(), "-n", str(n), sys.executable,
                            str(HERE / "mpi_ddp_run.py"), *args],
                           env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    if check:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +91,18 @@ def test_fit_data_parallel_refuses_dask_options_on_mpi():
         fit_data_parallel(model, loss, opt, X, y, 2, 1, backend="gloo")
     with pytest.raises(ValueError, match="comm is for backend='mpi'"):
         fit_data_parallel(model, loss, opt, X, y, 2, 1, comm=object())
+
+
+@pytest.mark.parametrize("how", ["raise", "exit"])
+def test_a_failing_rank_ends_the_job_soon(tmp_path, how):
+    """Without the abort, the other ranks would wait in their all-reduce for ever."""
+    start = time.monotonic()
+    done = _run(3, str(tmp_path / "unused"), "fail", how, timeout=120, check=False)
+    assert done.returncode != 0
+    assert time.monotonic() - start < 60
+    if how == "raise":
+        assert "nnkit: rank 1 of 3 failed" in done.stderr
+        assert "RuntimeError: a failure on rank 1" in done.stderr
 
 
 def test_diverged_replicas_are_named(tmp_path):
