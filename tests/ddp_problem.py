@@ -84,19 +84,11 @@ def mlp(seed=11):
 
 
 def fit_one_process(epochs=2, batch_size=GLOBAL_BATCH, random_state=3):
-    """``fit_data_parallel``'s schedule in one plain loop: its reference."""
-    from nnkit.training import minibatches
+    """``fit_data_parallel``'s schedule in one process on ``mlp()``: (model, losses)."""
+    from helpers import fit_one_process as fit
 
     X, y = data()
     model = mlp()
     optimizer = nk.optim.Adam(model.parameters(), lr=0.01)
-    rng = np.random.default_rng(random_state)
-    losses = []
-    for _ in range(epochs):
-        for idx in minibatches(len(X), batch_size, True, rng):
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(X[idx]), y[idx])
-            loss.backward()
-            optimizer.step()
-            losses.append(float(loss.item()))
+    losses = fit(model, optimizer, X, y, batch_size, epochs, random_state=random_state)
     return model, losses

@@ -328,3 +328,21 @@ def skip_summary(reasons: list[str]) -> list[str]:
     tests = "test" if len(reasons) == 1 else "tests"
     return [f"{len(reasons)} {tests} skipped: " + "; ".join(parts),
             *(f"  {n} x {reason}" for reason, n in other.most_common())]
+
+
+def fit_one_process(model, optimizer, X, y, batch_size, epochs, shuffle=True, random_state=0):
+    """The reference of the data-parallel tests: the usual loop, cross-entropy with Adam or
+    SGD, on ``fit_data_parallel``'s documented global batch schedule. Returns the losses."""
+    import nnkit.functional as F
+    from nnkit.training import minibatches
+
+    rng = np.random.default_rng(random_state)
+    losses = []
+    for _ in range(epochs):
+        for idx in minibatches(len(X), batch_size, shuffle, rng):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(X[idx]), y[idx])
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.item()))
+    return losses

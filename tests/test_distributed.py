@@ -16,10 +16,10 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import fit_one_process
 
 import nnkit as nk
 import nnkit.functional as F
-from nnkit.training import minibatches
 
 distributed = pytest.importorskip("distributed")
 import dask  # noqa: E402
@@ -73,14 +73,7 @@ def _adam(model):
 def _single_process(X, y, dtype, make_opt, batch_size, epochs, shuffle=True, random_state=0):
     """The reference: the usual loop on the documented global batch schedule."""
     model = _model(dtype)
-    opt = make_opt(model)
-    rng = np.random.default_rng(random_state)
-    for _ in range(epochs):
-        for idx in minibatches(len(X), batch_size, shuffle, rng):
-            opt.zero_grad()
-            loss = F.cross_entropy(model(X[idx]), y[idx])
-            loss.backward()
-            opt.step()
+    fit_one_process(model, make_opt(model), X, y, batch_size, epochs, shuffle, random_state)
     return model
 
 
