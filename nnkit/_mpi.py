@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numbers
 import sys
+import time
 import zlib
 
 import numpy as np
@@ -233,8 +234,6 @@ def fit(model, loss_fn, optimizer, X, y, batches, total_steps, *, comm, callback
     ((epoch, indices) pairs) and keeps to the rows of its own contiguous shard of X; rank 0
     alone shows the progress bar. ``step_info``, ``progress_bar`` and ``report`` are the
     Dask path's, so both backends hand the callback the same ``StepInfo``."""
-    import time
-
     from mpi4py import MPI
 
     ddp = DistributedDataParallel(model, comm)
