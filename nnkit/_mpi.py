@@ -228,6 +228,18 @@ class DistributedDataParallel:
 
 
 # ----- fit_data_parallel(..., backend="mpi") ----------------------------------------------------
+def shared_rng(random_state, comm) -> np.random.Generator:
+    """The generator of the global batch schedule, the same on every rank: ``random_state``
+    None draws a fresh seed on rank 0 and broadcasts it (each rank drawing its own would
+    give each a different schedule); an int seeds every rank alike; a Generator is used as
+    it is (the caller makes it the same on every rank)."""
+    comm = _check_comm(_world() if comm is None else comm)
+    if random_state is None:
+        seed = np.random.SeedSequence().entropy if comm.Get_rank() == 0 else None
+        random_state = comm.bcast(seed, root=0)
+    return np.random.default_rng(random_state)
+
+
 def fit(model, loss_fn, optimizer, X, y, batches, total_steps, *, comm, callback, progress,
         step_info, progress_bar, report):
     """The MPI body of ``fit_data_parallel``: every rank runs the same global ``batches``

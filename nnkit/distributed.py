@@ -750,7 +750,8 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
         and must stay unset. A rank that dies ends the job (MPI's fail-fast): rerun from a
         checkpoint.
     comm : mpi4py communicator, optional
-        With ``backend="mpi"``: ``MPI.COMM_WORLD`` when None.
+        With ``backend="mpi"``: ``MPI.COMM_WORLD`` when None. The batch schedule is the
+        same on every rank: ``random_state=None`` takes rank 0's fresh seed.
 
     Returns
     -------
@@ -764,6 +765,7 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
     total_steps = epochs * math.ceil(len(X) / batch_size)
     if _check_backend(backend, client, comm, n_workers, max_retries, timeout, step_timeout,
                       worker_threads) == "mpi":
+        rng = _mpi.shared_rng(random_state, comm)
         return _mpi.fit(model, loss_fn, optimizer, X, y,
                         _batches(len(X), batch_size, epochs, shuffle, rng), total_steps,
                         comm=comm, callback=callback, progress=progress, step_info=StepInfo,

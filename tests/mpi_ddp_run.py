@@ -97,8 +97,46 @@ def fail(how):
         optimizer.step()
 
 
+def unseeded(out_path):
+    """fit_data_parallel(backend="mpi", random_state=None): rank 0 writes the rows every
+    rank's replica saw, per step (the last feature of X holds the row number)."""
+    import nnkit as nk
+    import nnkit.functional as F
+    from nnkit.distributed import fit_data_parallel
+
+    class Recording(nk.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp()
+            self.seen = []
+
+        def forward(self, x):
+            self.seen.append(np.asarray(x)[:, -1].astype(int).tolist())
+            return self.net(x)
+
+    X, y = data()
+    X[:, -1] = np.arange(len(X))
+    model = Recording()
+    optimizer = nk.optim.SGD(model.parameters(), lr=0.01)
+    rows = []
+    fit_data_parallel(model, F.cross_entropy, optimizer, X, y, GLOBAL_BATCH, 2,
+                      random_state=None, backend="mpi", progress=False,
+                      callback=lambda info: rows.append(None))
+    from mpi4py import MPI
+
+    seen = MPI.COMM_WORLD.gather(model.seen, root=0)
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        import json
+
+        with open(out_path, "w") as f:
+            json.dump(seen, f)
+
+
 def main():
     out_path = sys.argv[1]
+    if sys.argv[2:] == ["unseeded"]:
+        unseeded(out_path)
+        return
     if sys.argv[2:3] == ["fail"]:
         fail(sys.argv[3])
         return

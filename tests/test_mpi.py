@@ -6,6 +6,7 @@ one-rank communicator."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -75,6 +76,23 @@ def test_fit_data_parallel_on_mpi_equals_one_process(tmp_path, ranks):
     np.testing.assert_allclose(got["losses"], losses, rtol=1e-10)
     for name, p in model.named_parameters():
         np.testing.assert_allclose(got[name], p.data, rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+def test_an_unseeded_schedule_is_the_same_on_every_rank(tmp_path):
+    """random_state=None: each step the ranks' shares make one global batch, and every
+    epoch covers each row once (a seed drawn on each rank would give each rank its own
+    permutation, and shares of different batches)."""
+    out = tmp_path / "rows.json"
+    _run(2, str(out), "unseeded")
+    per_rank = json.loads(out.read_text())  # [rank][step] -> rows of that rank's share
+    steps = len(per_rank[0])
+    assert steps == 12 and all(len(r) == steps for r in per_rank)
+    # one global batch a step: the ranks' shares add up to it (own seeds would not)
+    assert [sum(len(r[step]) for r in per_rank) for step in range(steps)] == [10] * steps
+    for epoch in range(2):
+        rows = [row for steps_of_rank in per_rank
+                for step in steps_of_rank[epoch * 6:(epoch + 1) * 6] for row in step]
+        assert sorted(rows) == list(range(60)), f"epoch {epoch}"
 
 
 def test_fit_data_parallel_refuses_dask_options_on_mpi():
