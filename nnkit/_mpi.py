@@ -228,32 +228,45 @@ class DistributedDataParallel:
 
 
 # ----- fit_data_parallel(..., backend="mpi") ----------------------------------------------------
+def rank_of(comm) -> int:
+    """This process's rank in ``comm`` (``MPI.COMM_WORLD`` when None)."""
+    return _check_comm(_world() if comm is None else comm).Get_rank()
+
+
+def shared_seed(comm) -> int:
+    """A fresh seed drawn on rank 0 and broadcast, the same on every rank."""
+    comm = _check_comm(_world() if comm is None else comm)
+    seed = np.random.SeedSequence().entropy if comm.Get_rank() == 0 else None
+    return comm.bcast(seed, root=0)
+
+
 def shared_rng(random_state, comm) -> np.random.Generator:
     """The generator of the global batch schedule, the same on every rank: ``random_state``
-    None draws a fresh seed on rank 0 and broadcasts it (each rank drawing its own would
-    give each a different schedule); an int seeds every rank alike; a Generator is used as
-    it is (the caller makes it the same on every rank)."""
-    comm = _check_comm(_world() if comm is None else comm)
+    None takes ``shared_seed`` (each rank drawing its own would give each a different
+    schedule); an int seeds every rank alike; a Generator is used as it is (the caller
+    makes it the same on every rank)."""
     if random_state is None:
-        seed = np.random.SeedSequence().entropy if comm.Get_rank() == 0 else None
-        random_state = comm.bcast(seed, root=0)
+        random_state = shared_seed(comm)
     return np.random.default_rng(random_state)
 
 
-def fit(model, loss_fn, optimizer, X, y, batches, total_steps, *, comm, callback, progress,
-        step_info, progress_bar, report):
-    """The MPI body of ``fit_data_parallel``: every rank runs the same global ``batches``
-    ((epoch, indices) pairs) and keeps to the rows of its own contiguous shard of X; rank 0
-    alone shows the progress bar. ``step_info``, ``progress_bar`` and ``report`` are the
-    Dask path's, so both backends hand the callback the same ``StepInfo``."""
+def fit(model, loss_fn, optimizer, X, y, steps, progress_steps, *, comm, callback, progress,
+        step_info, progress_bar, report, after_step):
+    """The MPI body of ``fit_data_parallel``: every rank runs the same global ``steps``
+    ((step, (epoch, indices)) pairs) and keeps to the rows of its own contiguous shard of
+    X; rank 0 alone shows the progress bar, at ``progress_steps`` = (done, total).
+    ``after_step(step)`` runs after each optimizer step (the checkpoint). ``step_info``,
+    ``progress_bar`` and ``report`` are the Dask path's, so both backends hand the callback
+    the same ``StepInfo``."""
     from mpi4py import MPI
 
     ddp = DistributedDataParallel(model, comm)
     shard = np.array_split(np.arange(len(X)), ddp.size)[ddp.rank]
     lo, hi = (int(shard[0]), int(shard[-1]) + 1) if len(shard) else (0, 0)
     grad_bytes = sum(p.data.nbytes for _, p in ddp._named)
-    with progress_bar(total_steps, progress and ddp.rank == 0) as bar:
-        for step, (epoch, idx) in enumerate(batches):
+    done, total = progress_steps
+    with progress_bar(total, progress and ddp.rank == 0, done) as bar:
+        for step, (epoch, idx) in steps:
             start = time.perf_counter()
             local = idx[(idx >= lo) & (idx < hi)]  # this rank's rows of the global batch
             optimizer.zero_grad()
@@ -269,5 +282,6 @@ def fit(model, loss_fn, optimizer, X, y, batches, total_steps, *, comm, callback
             ddp.comm.Allreduce(MPI.IN_PLACE, compute, op=MPI.MAX)
             info = step_info(step, epoch, float(weighted[0] / weighted[1]),
                              time.perf_counter() - start, float(compute[0]), grad_bytes, 0)
+            after_step(step)
             report(info, bar, callback if ddp.rank == 0 else None)
     return model

@@ -661,7 +661,8 @@ def _check_fit_args(model, loss_fn, optimizer, callback):
 def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, client=None, *,
                       shuffle=True, random_state=None, n_workers=None, max_retries=3,
                       timeout=10.0, step_timeout=None, worker_threads=None, callback=None,
-                      progress=True, backend="dask", comm=None):
+                      progress=True, backend="dask", comm=None, checkpoint=None,
+                      checkpoint_every=None):
     """Train ``model`` in place by synchronous data-parallel SGD on a Dask cluster or on
     the ranks of an MPI job (``backend="mpi"``).
 
@@ -752,6 +753,16 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
     comm : mpi4py communicator, optional
         With ``backend="mpi"``: ``MPI.COMM_WORLD`` when None. The batch schedule is the
         same on every rank: ``random_state=None`` takes rank 0's fresh seed.
+    checkpoint : str or path, optional
+        A file that ``nk.save`` writes atomically (on MPI, rank 0 alone) every
+        ``checkpoint_every`` steps and after the last: the model's and the optimizer's
+        state, the steps done and the seed of the batch schedule. If the file exists when
+        the call starts, training resumes from it: the same schedule (rows, batch_size,
+        epochs and shuffle must match) continues at the next step, on any number of
+        workers or ranks (on MPI every rank reads the file). ``random_state`` must then be
+        an int or None.
+    checkpoint_every : int >= 1, optional
+        Steps between checkpoints (None: only after the last step).
 
     Returns
     -------
@@ -761,23 +772,33 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
     _check_fit_args(model, loss_fn, optimizer, callback)
     X, y = _check_data(X, y)
     batch_size, epochs = _check_schedule(batch_size, epochs)
-    rng = np.random.default_rng(random_state)
     total_steps = epochs * math.ceil(len(X) / batch_size)
-    if _check_backend(backend, client, comm, n_workers, max_retries, timeout, step_timeout,
-                      worker_threads) == "mpi":
-        rng = _mpi.shared_rng(random_state, comm)
-        return _mpi.fit(model, loss_fn, optimizer, X, y,
-                        _batches(len(X), batch_size, epochs, shuffle, rng), total_steps,
+    backend = _check_backend(backend, client, comm, n_workers, max_retries, timeout,
+                             step_timeout, worker_threads)
+    writer = backend == "dask" or _mpi.rank_of(comm) == 0
+    ckpt = _Checkpoint(checkpoint, checkpoint_every, [len(X), batch_size, epochs,
+                                                      bool(shuffle)], writer)
+    done, saved_seed = ckpt.load(model, optimizer)
+    rng, seed = _schedule_seed(random_state, checkpoint, saved_seed, comm, backend)
+    steps = itertools.islice(enumerate(_batches(len(X), batch_size, epochs, shuffle, rng)),
+                             done, None)
+
+    def after_step(step):
+        ckpt.after_step(step + 1, total_steps, model, optimizer, seed)
+
+    if backend == "mpi":
+        return _mpi.fit(model, loss_fn, optimizer, X, y, steps, (done, total_steps),
                         comm=comm, callback=callback, progress=progress, step_info=StepInfo,
-                        progress_bar=_progress_bar, report=_report)
+                        progress_bar=_progress_bar, report=_report, after_step=after_step)
     _check_cluster_options(n_workers, max_retries, timeout, step_timeout, worker_threads)
     with _client_context(client, n_workers, timeout) as (cl, threads):
         run = _start_run(cl, model, loss_fn, X, y, n_workers, max_retries, timeout,
                          worker_threads or threads, step_timeout)
-        with _progress_bar(total_steps, progress) as bar:
-            batches = _batches(len(X), batch_size, epochs, shuffle, rng)
-            for step, (epoch, idx) in enumerate(batches):
-                _report(_optimizer_step(run, optimizer, idx, step, epoch), bar, callback)
+        with _progress_bar(total_steps, progress, done) as bar:
+            for step, (epoch, idx) in steps:
+                info = _optimizer_step(run, optimizer, idx, step, epoch)
+                after_step(step)
+                _report(info, bar, callback)
     return model
 
 
@@ -833,6 +854,68 @@ def _start_run(client, model, loss_fn, X, y, n_workers, max_retries, timeout, th
     return run
 
 
+class _Checkpoint:
+    """``fit_data_parallel``'s checkpoint file: the model's and the optimizer's state dicts,
+    the steps done, the seed of the batch schedule and the schedule's shape, written with
+    ``nk.save`` (atomically) every ``every`` steps and after the last, by one process only
+    (the Dask driver, MPI's rank 0); read back by every process to resume."""
+
+    def __init__(self, path, every, schedule: list, writer: bool):
+        self.path = None if path is None else os.fspath(path)
+        self.every = None if every is None else check_scalar(
+            every, name="checkpoint_every", kind=numbers.Integral, low=1)
+        self.schedule, self.writer = schedule, writer
+
+    def load(self, model, optimizer) -> tuple[int, int | None]:
+        """(steps done, seed) from an existing file, its states loaded into ``model`` and
+        ``optimizer``; (0, None) when there is none."""
+        if self.path is None or not os.path.exists(self.path):
+            return 0, None
+        from .persistence import load
+
+        saved = load(self.path)
+        if not isinstance(saved, dict) or set(saved) != _CHECKPOINT_KEYS:
+            raise ValueError(f"checkpoint {self.path!r} is not a fit_data_parallel checkpoint")
+        if list(saved["schedule"]) != self.schedule:
+            raise ValueError(
+                f"checkpoint {self.path!r} is of another schedule: (rows, batch_size, epochs, "
+                f"shuffle) = {list(saved['schedule'])}, this call's {self.schedule}")
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        return int(saved["step"]), int(saved["seed"])
+
+    def after_step(self, done, total, model, optimizer, seed) -> None:
+        """Write the file after ``done`` steps when it is due."""
+        if self.path is None or not self.writer or not (
+                done == total or (self.every and done % self.every == 0)):
+            return
+        from .persistence import save
+
+        save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": done,
+              "seed": seed, "schedule": self.schedule}, self.path)
+
+
+_CHECKPOINT_KEYS = {"model", "optimizer", "step", "seed", "schedule"}
+
+
+def _schedule_seed(random_state, checkpoint, saved_seed, comm, backend):
+    """The batch schedule's generator and, when checkpointing, its seed (an int, kept in the
+    file so a resumed run replays the same batches)."""
+    if saved_seed is not None:
+        return np.random.default_rng(saved_seed), saved_seed
+    if checkpoint is None:
+        if backend == "mpi":
+            return _mpi.shared_rng(random_state, comm), None
+        return np.random.default_rng(random_state), None
+    if random_state is None:
+        seed = _mpi.shared_seed(comm) if backend == "mpi" else np.random.SeedSequence().entropy
+        return np.random.default_rng(seed), seed
+    if not isinstance(random_state, numbers.Integral):
+        raise TypeError("random_state must be an int or None with a checkpoint (its seed is "
+                        f"saved to replay the batches), got {type(random_state).__name__}")
+    return np.random.default_rng(int(random_state)), int(random_state)
+
+
 def _batches(n, batch_size, epochs, shuffle, rng):
     """(epoch, row indices) of every step: a single process's schedule, ``minibatches`` of
     the ``n`` rows epoch after epoch."""
@@ -853,8 +936,9 @@ def _optimizer_step(run, optimizer, idx, step, epoch) -> StepInfo:
                     run.last_deadline)
 
 
-def _progress_bar(total, enabled):
-    return tqdm(total=total, desc="data-parallel", unit="step", disable=not enabled)
+def _progress_bar(total, enabled, done=0):
+    return tqdm(total=total, initial=done, desc="data-parallel", unit="step",
+                disable=not enabled)
 
 
 def _report(info, bar, callback) -> None:

@@ -55,9 +55,10 @@ def diverge(out_path):
             f.write(message)
 
 
-def fit(out_path):
+def fit(out_path, checkpoint=None, stop_at=None):
     """fit_data_parallel(..., backend="mpi"): rank 0 writes the parameters and the losses
-    its callback saw."""
+    its callback saw. With ``checkpoint``, one every 4 steps; ``stop_at``: rank 0's
+    callback raises at that step (a job ended part way)."""
     import nnkit as nk
     import nnkit.functional as F
     from nnkit.distributed import fit_data_parallel
@@ -66,9 +67,15 @@ def fit(out_path):
     model = mlp()
     optimizer = nk.optim.Adam(model.parameters(), lr=0.01)
     losses = []
+
+    def callback(info):
+        if info.step == stop_at:
+            raise RuntimeError(f"stopped at step {stop_at}")
+        losses.append(info.loss)
+
     fit_data_parallel(model, F.cross_entropy, optimizer, X, y, GLOBAL_BATCH, 2,
-                      random_state=3, backend="mpi", progress=False,
-                      callback=lambda info: losses.append(info.loss))
+                      random_state=3, backend="mpi", progress=False, callback=callback,
+                      checkpoint=checkpoint, checkpoint_every=4)
     from mpi4py import MPI
 
     if MPI.COMM_WORLD.Get_rank() == 0:
@@ -145,6 +152,9 @@ def main():
         return
     if sys.argv[2:] == ["fit"]:
         fit(out_path)
+        return
+    if sys.argv[2:3] == ["resume"]:  # resume CHECKPOINT [STOP_AT]
+        fit(out_path, sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else None)
         return
     X, y = data()
     results = {}

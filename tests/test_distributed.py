@@ -141,6 +141,37 @@ def test_shards_on_a_worker_of_threads_each_have_their_own_replica(data, monkeyp
     assert len(replicas) == 4 and len({id(r) for r in replicas.values()}) == 4
 
 
+def test_a_stopped_run_resumes_from_its_checkpoint(client, data, tmp_path):
+    """Checkpoints every 3 steps; a run stopped at step 4 resumes from the file (3 steps
+    done) and ends as one uninterrupted process; a file of another schedule is refused."""
+    X, y = data
+    ckpt = tmp_path / "run.nnk"
+
+    def stop_at_4(info):
+        if info.step == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _parallel(X, y, np.float64, _adam, 32, 2, client, checkpoint=ckpt,
+                  checkpoint_every=3, callback=stop_at_4)
+    assert nk.load(ckpt)["step"] == 3
+    steps = []
+    got = _parallel(X, y, np.float64, _adam, 32, 2, client, checkpoint=ckpt,
+                    checkpoint_every=3, callback=lambda info: steps.append(info.step))
+    assert steps == list(range(3, 8))
+    _assert_same(got, _single_process(X, y, np.float64, _adam, 32, 2), 1e-9)
+    with pytest.raises(ValueError, match="of another schedule"):
+        _parallel(X, y, np.float64, _adam, 30, 2, client, checkpoint=ckpt)
+    nk.save({"model": 1}, tmp_path / "not_one.nnk")
+    with pytest.raises(ValueError, match="is not a fit_data_parallel checkpoint"):
+        _parallel(X, y, np.float64, _adam, 32, 2, client, checkpoint=tmp_path / "not_one.nnk")
+    model = _model(np.float64)
+    with pytest.raises(TypeError, match="random_state must be an int or None"):
+        fit_data_parallel(model, F.cross_entropy, _adam(model), X, y, 32, 2, client,
+                          random_state=np.random.default_rng(0),
+                          checkpoint=tmp_path / "other.nnk", progress=False)
+
+
 def test_callback_receives_step_information(client, data):
     X, y = data
     infos = []

@@ -78,6 +78,23 @@ def test_fit_data_parallel_on_mpi_equals_one_process(tmp_path, ranks):
         np.testing.assert_allclose(got[name], p.data, rtol=1e-10, atol=1e-12, err_msg=name)
 
 
+def test_a_run_stopped_part_way_resumes_on_another_rank_count(tmp_path):
+    """2 ranks checkpoint every 4 steps and stop at step 5 (the file holds 4 steps); 3
+    ranks resume from it and finish: the same parameters as one uninterrupted process."""
+    ckpt, out = tmp_path / "run.nnk", tmp_path / "fit.npz"
+    first = _run(2, str(out), "resume", str(ckpt), "5", check=False)
+    assert first.returncode != 0 and "stopped at step 5" in first.stderr
+    assert ckpt.exists() and not out.exists()
+    assert nk.load(ckpt)["step"] == 4
+    _run(3, str(out), "resume", str(ckpt))
+    got = np.load(out)
+    model, losses = fit_one_process()
+    np.testing.assert_allclose(got["losses"], losses[4:], rtol=1e-10)
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(got[name], p.data, rtol=1e-10, atol=1e-12, err_msg=name)
+    assert nk.load(ckpt)["step"] == len(losses)
+
+
 def test_an_unseeded_schedule_is_the_same_on_every_rank(tmp_path):
     """random_state=None: each step the ranks' shares make one global batch, and every
     epoch covers each row once (a seed drawn on each rank would give each rank its own
