@@ -18,6 +18,7 @@ import zlib
 import numpy as np
 
 from ._backend import is_gpu_array
+from ._random import set_rng
 from ._validation import check_scalar
 from .nn.module import Module
 
@@ -82,6 +83,10 @@ class DistributedDataParallel:
     check_every : int, default 0
         Every this many ``allreduce_gradients`` calls, ``check_replicas`` compares the
         ranks' parameters (0: never).
+    seed : int >= 0, optional
+        Seeds this rank's global generator (dropout, shuffling) with ``np.random.
+        default_rng([seed, rank])``: a stream of its own on each rank, the same from run to
+        run. None leaves the generator as it is.
 
     The loop a script runs on every rank::
 
@@ -102,7 +107,7 @@ class DistributedDataParallel:
     """
 
     def __init__(self, module: Module, comm=None, *, bucket_bytes: int = _DEFAULT_BUCKET_BYTES,
-                 check_every: int = 0):
+                 check_every: int = 0, seed: int | None = None):
         if not isinstance(module, Module):
             raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
         self.module = module
@@ -117,6 +122,9 @@ class DistributedDataParallel:
             if is_gpu_array(p.data):
                 raise TypeError(f"parameter {name!r} is on the GPU; DistributedDataParallel "
                                 "all-reduces host (NumPy) arrays")
+        if seed is not None:
+            seed = check_scalar(seed, name="seed", kind=numbers.Integral, low=0)
+            set_rng(np.random.default_rng([seed, self.rank]))
         self._buckets = self._plan_buckets()
         self._steps = 0
         if self.size > 1:

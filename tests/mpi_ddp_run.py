@@ -139,8 +139,37 @@ def unseeded(out_path):
             json.dump(seen, f)
 
 
+def dropout(out_path):
+    """A model with dropout, each rank's stream from the seed and its rank: rank 0 writes
+    the final parameters and every rank's first draw after the seeding."""
+    import nnkit as nk
+    import nnkit.functional as F
+
+    X, y = data()
+    nk.manual_seed(11)
+    model = nk.nn.Sequential(nk.nn.Linear(6, 16, dtype="float64"), nk.nn.Dropout(0.5),
+                             nk.nn.Linear(16, 3, dtype="float64"))
+    ddp = DistributedDataParallel(model, seed=5)
+    first = nk.get_rng().bit_generator.state["state"]["state"]
+    optimizer = make_optimizer("adam", model)
+    for idx in batches(len(X)):
+        local = ddp.local_share(idx)
+        optimizer.zero_grad()
+        F.cross_entropy(ddp(X[local]), y[local]).backward()
+        ddp.allreduce_gradients(len(local))
+        optimizer.step()
+    ddp.check_replicas()
+    firsts = ddp.comm.gather(str(first), root=0)
+    if ddp.rank == 0:
+        np.savez(out_path, firsts=np.array(firsts),
+                 **{name: p.data for name, p in model.named_parameters()})
+
+
 def main():
     out_path = sys.argv[1]
+    if sys.argv[2:] == ["dropout"]:
+        dropout(out_path)
+        return
     if sys.argv[2:] == ["unseeded"]:
         unseeded(out_path)
         return

@@ -95,6 +95,16 @@ def test_a_run_stopped_part_way_resumes_on_another_rank_count(tmp_path):
     assert nk.load(ckpt)["step"] == len(losses)
 
 
+def test_dropout_streams_are_per_rank_and_repeat_from_run_to_run(tmp_path):
+    runs = []
+    for k in range(2):
+        _run(3, str(tmp_path / f"run{k}.npz"), "dropout")
+        runs.append(np.load(tmp_path / f"run{k}.npz"))
+    assert len(set(runs[0]["firsts"])) == 3  # a stream of its own on each rank
+    for name in runs[0].files:  # and the same training twice
+        np.testing.assert_array_equal(runs[0][name], runs[1][name], err_msg=name)
+
+
 def test_an_unseeded_schedule_is_the_same_on_every_rank(tmp_path):
     """random_state=None: each step the ranks' shares make one global batch, and every
     epoch covers each row once (a seed drawn on each rank would give each rank its own
@@ -180,6 +190,8 @@ def test_unused_parameters_keep_no_gradient_and_used_ones_are_unchanged_on_one_r
     ({"bucket_bytes": 0}, ValueError, "bucket_bytes"),
     ({"bucket_bytes": 1.5}, TypeError, "bucket_bytes"),
     ({"check_every": -1}, ValueError, "check_every"),
+    ({"seed": -1}, ValueError, "seed"),
+    ({"seed": "5"}, TypeError, "seed"),
 ])
 def test_bad_options_are_refused(kwargs, error, match):
     with pytest.raises(error, match=match):
