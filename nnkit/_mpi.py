@@ -293,3 +293,22 @@ def fit(model, loss_fn, optimizer, X, y, steps, progress_steps, *, comm, callbac
             after_step(step)
             report(info, bar, callback if ddp.rank == 0 else None)
     return model
+
+
+# ----- map_experiments(..., backend="mpi") ------------------------------------------------------
+def map_points(run_point, fn, points, *, comm, progress, progress_bar) -> list:
+    """The outcomes of ``run_point(fn, point)`` for every point, in grid order, on every
+    rank: a static split (point i runs on rank i mod N; rank 0's bar counts its own), the
+    outcomes then gathered to all ranks."""
+    comm = _check_comm(_world() if comm is None else comm)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    mine = range(rank, len(points), size)
+    local = {}
+    with progress_bar(len(mine), progress and rank == 0) as bar:
+        for i in mine:
+            local[i] = run_point(fn, points[i])
+            bar.update()
+    outcomes = {}
+    for part in comm.allgather(local):
+        outcomes.update(part)
+    return [outcomes[i] for i in range(len(points))]

@@ -1052,8 +1052,10 @@ def _as_row(params, value) -> dict:
     return row
 
 
-def map_experiments(fn, grid, client=None, *, progress=True, n_workers=None, timeout=10.0):
-    """Run ``fn(**point)`` for every point of ``grid`` on a Dask cluster; gather a table.
+def map_experiments(fn, grid, client=None, *, progress=True, n_workers=None, timeout=10.0,
+                    backend="dask", comm=None):
+    """Run ``fn(**point)`` for every point of ``grid`` on a Dask cluster or on the ranks of
+    an MPI job; gather a table.
 
     Parameters
     ----------
@@ -1072,6 +1074,12 @@ def map_experiments(fn, grid, client=None, *, progress=True, n_workers=None, tim
         Workers of the local cluster when ``client`` is None.
     timeout : float
         Seconds to connect to a scheduler address.
+    backend : {"dask", "mpi"}
+        "mpi": every rank makes this call; point i runs on rank i mod N (a static split)
+        and every rank returns the whole table. ``client`` and ``n_workers`` must stay
+        unset; results travel between ranks by pickle.
+    comm : mpi4py communicator, optional
+        With ``backend="mpi"``: ``MPI.COMM_WORLD`` when None.
 
     Returns
     -------
@@ -1090,6 +1098,14 @@ def map_experiments(fn, grid, client=None, *, progress=True, n_workers=None, tim
     if not callable(fn):
         raise TypeError(f"fn must be callable(**params), got {type(fn).__name__} ({fn!r})")
     points = _grid_points(grid)
+    if backend == "mpi" or comm is not None:
+        _check_backend(backend, client, comm, n_workers, 3, timeout, None, None)
+        outcomes = _mpi.map_points(
+            _run_point, fn, points, comm=comm, progress=progress,
+            progress_bar=lambda total, enabled: tqdm(total=total, desc="experiments",
+                                                     unit="point", disable=not enabled))
+        return _table(points, outcomes)
+    _check_backend(backend, client, comm, n_workers, 3, timeout, None, None)
     distributed = _require_dask()
     import cloudpickle
 

@@ -165,8 +165,34 @@ def dropout(out_path):
                  **{name: p.data for name, p in model.named_parameters()})
 
 
+def grid(out_path):
+    """map_experiments(backend="mpi") on a grid with one failing point: every rank gets the
+    table; rank 0 writes its rows and failures, and each rank's equality with rank 0's."""
+    import json
+
+    from mpi4py import MPI
+
+    from nnkit.distributed import map_experiments
+
+    def point(a, b):
+        if a == 2 and b == 20:
+            raise ValueError("a bad point")
+        return {"sum": a + b, "rank": MPI.COMM_WORLD.Get_rank()}
+
+    table = map_experiments(point, {"a": [1, 2, 3], "b": [10, 20]}, backend="mpi",
+                            progress=False)
+    same = MPI.COMM_WORLD.allgather(table.rows)
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        with open(out_path, "w") as f:
+            json.dump({"rows": table.rows, "same": all(r == same[0] for r in same),
+                       "failures": [[x.params, x.error] for x in table.failures]}, f)
+
+
 def main():
     out_path = sys.argv[1]
+    if sys.argv[2:] == ["grid"]:
+        grid(out_path)
+        return
     if sys.argv[2:] == ["dropout"]:
         dropout(out_path)
         return

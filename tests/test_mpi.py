@@ -105,6 +105,19 @@ def test_dropout_streams_are_per_rank_and_repeat_from_run_to_run(tmp_path):
         np.testing.assert_array_equal(runs[0][name], runs[1][name], err_msg=name)
 
 
+def test_map_experiments_on_the_ranks(tmp_path):
+    out = tmp_path / "grid.json"
+    _run(3, str(out), "grid")
+    got = json.loads(out.read_text())
+    points = [(a, b) for a in (1, 2, 3) for b in (10, 20) if (a, b) != (2, 20)]
+    assert [(r["a"], r["b"], r["sum"]) for r in got["rows"]] == [(a, b, a + b)
+                                                                   for a, b in points]
+    # point i of the grid on rank i mod 3 (the failing point is i = 3)
+    assert [r["rank"] for r in got["rows"]] == [0, 1, 2, 1, 2]
+    assert got["failures"] == [[{"a": 2, "b": 20}, "ValueError: a bad point"]]
+    assert got["same"]  # every rank returned the whole table
+
+
 def test_an_unseeded_schedule_is_the_same_on_every_rank(tmp_path):
     """random_state=None: each step the ranks' shares make one global batch, and every
     epoch covers each row once (a seed drawn on each rank would give each rank its own
@@ -122,7 +135,7 @@ def test_an_unseeded_schedule_is_the_same_on_every_rank(tmp_path):
         assert sorted(rows) == list(range(60)), f"epoch {epoch}"
 
 
-def test_fit_data_parallel_refuses_dask_options_on_mpi():
+def test_dask_options_are_refused_on_mpi():
     from nnkit.distributed import fit_data_parallel
 
     model = Routed("float64")
@@ -136,6 +149,12 @@ def test_fit_data_parallel_refuses_dask_options_on_mpi():
         fit_data_parallel(model, loss, opt, X, y, 2, 1, backend="gloo")
     with pytest.raises(ValueError, match="comm is for backend='mpi'"):
         fit_data_parallel(model, loss, opt, X, y, 2, 1, comm=object())
+    from nnkit.distributed import map_experiments
+
+    with pytest.raises(ValueError, match="client: options of the Dask backend"):
+        map_experiments(lambda a: a, {"a": [1]}, "tcp://host:1", backend="mpi")
+    with pytest.raises(ValueError, match="backend must be 'dask' or 'mpi'"):
+        map_experiments(lambda a: a, {"a": [1]}, backend="ray")
 
 
 @pytest.mark.parametrize("how", ["raise", "exit"])
