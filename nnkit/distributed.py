@@ -773,8 +773,9 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
     X, y = _check_data(X, y)
     batch_size, epochs = _check_schedule(batch_size, epochs)
     total_steps = epochs * math.ceil(len(X) / batch_size)
-    backend = _check_backend(backend, client, comm, n_workers, max_retries, timeout,
-                             step_timeout, worker_threads)
+    backend = _check_backend(backend, comm, client=client, n_workers=n_workers,
+                             max_retries=max_retries, timeout=timeout,
+                             step_timeout=step_timeout, worker_threads=worker_threads)
     writer = backend == "dask" or _mpi.rank_of(comm) == 0
     ckpt = _Checkpoint(checkpoint, checkpoint_every, [len(X), batch_size, epochs,
                                                       bool(shuffle)], writer)
@@ -806,19 +807,16 @@ _DASK_DEFAULTS = {"client": None, "n_workers": None, "max_retries": 3, "timeout"
                   "step_timeout": None, "worker_threads": None}
 
 
-def _check_backend(backend, client, comm, n_workers, max_retries, timeout, step_timeout,
-                   worker_threads) -> str:
-    """``backend``, checked: "dask" takes no ``comm``, "mpi" none of Dask's options."""
+def _check_backend(backend, comm, **dask_options) -> str:
+    """``backend``, checked: "dask" takes no ``comm``, "mpi" none of the Dask options given
+    (each must keep its default, ``_DASK_DEFAULTS``)."""
     if backend not in ("dask", "mpi"):
         raise ValueError(f"backend must be 'dask' or 'mpi', got {backend!r}")
     if backend == "dask":
         if comm is not None:
             raise ValueError("comm is for backend='mpi'; the Dask backend takes a client")
         return backend
-    given = {"client": client, "n_workers": n_workers, "max_retries": max_retries,
-             "timeout": timeout, "step_timeout": step_timeout,
-             "worker_threads": worker_threads}
-    changed = sorted(k for k, v in given.items() if v != _DASK_DEFAULTS[k])
+    changed = sorted(k for k, v in dask_options.items() if v != _DASK_DEFAULTS[k])
     if changed:
         raise ValueError(f"{', '.join(changed)}: options of the Dask backend, not of "
                          "backend='mpi'")
@@ -1098,14 +1096,13 @@ def map_experiments(fn, grid, client=None, *, progress=True, n_workers=None, tim
     if not callable(fn):
         raise TypeError(f"fn must be callable(**params), got {type(fn).__name__} ({fn!r})")
     points = _grid_points(grid)
-    if backend == "mpi" or comm is not None:
-        _check_backend(backend, client, comm, n_workers, 3, timeout, None, None)
+    if _check_backend(backend, comm, client=client, n_workers=n_workers,
+                      timeout=timeout) == "mpi":
         outcomes = _mpi.map_points(
             _run_point, fn, points, comm=comm, progress=progress,
             progress_bar=lambda total, enabled: tqdm(total=total, desc="experiments",
                                                      unit="point", disable=not enabled))
         return _table(points, outcomes)
-    _check_backend(backend, client, comm, n_workers, 3, timeout, None, None)
     distributed = _require_dask()
     import cloudpickle
 

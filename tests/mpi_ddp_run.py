@@ -188,29 +188,24 @@ def grid(out_path):
                        "failures": [[x.params, x.error] for x in table.failures]}, f)
 
 
+MODES = {"diverge": diverge, "fit": fit, "unseeded": unseeded, "dropout": dropout,
+         "grid": grid}
+
+
 def main():
-    out_path = sys.argv[1]
-    if sys.argv[2:] == ["grid"]:
-        grid(out_path)
-        return
-    if sys.argv[2:] == ["dropout"]:
-        dropout(out_path)
-        return
-    if sys.argv[2:] == ["unseeded"]:
-        unseeded(out_path)
-        return
-    if sys.argv[2:3] == ["fail"]:
-        fail(sys.argv[3])
-        return
-    if sys.argv[2:] == ["diverge"]:
-        diverge(out_path)
-        return
-    if sys.argv[2:] == ["fit"]:
-        fit(out_path)
-        return
-    if sys.argv[2:3] == ["resume"]:  # resume CHECKPOINT [STOP_AT]
-        fit(out_path, sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else None)
-        return
+    out_path, args = sys.argv[1], sys.argv[2:]
+    if not args:
+        train_all(out_path)
+    elif args[0] == "fail":
+        fail(args[1])
+    elif args[0] == "resume":  # resume CHECKPOINT [STOP_AT]
+        fit(out_path, args[1], int(args[2]) if len(args) > 2 else None)
+    else:
+        MODES[args[0]](out_path)
+
+
+def train_all(out_path):
+    """Every (dtype, optimizer) case; rank 0 writes the final parameters."""
     X, y = data()
     results = {}
     for case in CASES:
