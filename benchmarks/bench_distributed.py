@@ -1,14 +1,15 @@
 """Data-parallel training of an MLP 784-256-256-10 (float32, Adam) with
-``nk.distributed.fit_data_parallel`` on 2 local Dask workers (one thread each) against the
-same training in one process (all cores), on the same global batches.
+``nk.distributed.fit_data_parallel`` on W local Dask workers (one thread each; W = 2, or
+``--workers W``) against the same training in one process (all cores), on the same global
+batches.
 
 Reported per global batch size B: samples/s of both and their ratio, the median step time on
-the workers' side (forward + backward + parameter load, the longest of the two) and the
-communication share of a step (1 - compute / step: submit, serialisation, transfer of the
-parameters out and the gradients back, scheduling, the driver's sum and update), the bytes
-one worker sends and receives per step, the cluster start and the first task's warm-up.
+the workers' side (the replica's update, forward, backward: the longest of the shards) and
+the communication share of a step (1 - compute / step: submit, scheduling, the reduction
+tree's transfers and sums, the sum to the driver and its update), the bytes one worker
+sends and receives per step, the cluster start and the first task's warm-up.
 
-    python benchmarks/bench_distributed.py [--quick]
+    python benchmarks/bench_distributed.py [--quick] [--workers W]
 """
 
 from __future__ import annotations
@@ -67,17 +68,17 @@ def _parallel_steps(client, X, y, batch, steps):
     return infos[3:]
 
 
-def run(quick: bool = False) -> list[dict]:
+def run(quick: bool = False, workers: int = 2) -> list[dict]:
     from distributed import Client, LocalCluster
 
     batches = (256, 1024) if quick else (128, 512, 2048)
     steps = 10 if quick else 40
     X, y = _data(8192)
     start = time.perf_counter()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, \
             Client(cluster) as client:
-        client.wait_for_workers(2)
+        client.wait_for_workers(workers)
         cluster_s = time.perf_counter() - start
         rows = []
         for batch in batches:
@@ -90,8 +91,8 @@ def run(quick: bool = False) -> list[dict]:
             rows.append({
                 "work": f"MLP 784-256-256-10 f32 Adam, B={batch}",
                 "1 process samples/s": f"{batch / single:.0f}",
-                "2 workers samples/s": f"{batch / step:.0f}",
-                "ratio 2w/1p": f"{single / step:.2f}",
+                f"{workers} workers samples/s": f"{batch / step:.0f}",
+                "ratio workers/1p": f"{single / step:.2f}",
                 "step ms": f"{step * 1e3:.1f}",
                 "worker compute ms": f"{compute * 1e3:.1f}",
                 "comm share": f"{100 * (1 - compute / step):.0f}%",
@@ -104,4 +105,6 @@ def run(quick: bool = False) -> list[dict]:
 
 
 if __name__ == "__main__":
-    report(run, sys.argv[1:])
+    argv = sys.argv[1:]
+    W = int(argv[argv.index("--workers") + 1]) if "--workers" in argv else 2
+    report(lambda quick: run(quick, W), argv)

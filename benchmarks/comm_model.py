@@ -1,7 +1,9 @@
 """A communication model of synchronous data parallelism on a cluster, from figures measured
 on this machine: step time and efficiency at 8, 64 and 256 ranks on 10 and 100 Gb/s networks
 for the MLP 784-256-256-10 (Adam, float32) and for a BERT-base fine-tuning step, on MPI (ring
-all-reduce) and on the Dask path (parameters out and gradients back through the driver).
+all-reduce) and on the two Dask designs: the driver in the middle (parameters out and
+gradients back through the driver, nnkit before 2026-11-29) and the reduction tree (replicas
+on the workers, gradients summed by a tree of tasks, the sum sent back down a tree).
 
 Measured here: the per-message cost alpha of an MPI all-reduce (2 ranks, ``mpiexec -n 2``,
 small messages) and one core's compute per sample of the MLP step (a + b x samples, fitted
@@ -13,8 +15,12 @@ usual forward + backward estimate, not a measured training step.
 The model, for P ranks, n gradient bytes, a link of B bytes/s, global batch G:
 
     MPI (ring):  t_comm = 2 (P - 1) alpha + 2 (P - 1) / P * n / B
-    Dask:        t_comm = t_fixed + 2 P n / B   (the driver's link carries every replica's
-                 parameters out and gradients back; t_fixed the measured ~24 ms a step)
+    Dask, driver:  t_comm = t_fixed + 2 P n / B   (the driver's link carries every replica's
+                   parameters out and gradients back; t_fixed the measured ~24 ms a step)
+    Dask, tree:    t_comm = t_fixed + (2 L - 1) t_task + (2 L + 1) n / B,  L = ceil(log2 P)
+                   (L levels of sums and L - 1 rounds of copies, each a dependent task of
+                   t_task ~10 ms measured here, each moving n bytes; the sum to the driver
+                   and the last fetch move n bytes more)
     step = compute(G / P) + t_comm,   efficiency = compute(G / P) / step
 
 and the global batch at which efficiency reaches 80% (compute = 4 t_comm).
@@ -43,6 +49,7 @@ MLP = (784, 256, 256, 10)
 MLP_BYTES = 4 * sum(a * b + b for a, b in zip(MLP[:-1], MLP[1:], strict=True))
 BERT_BASE_BYTES = 4 * 109_482_240  # bert-base-uncased's parameters, float32
 DASK_FIXED_S = 0.024  # the Dask path's fixed cost a step (RESULTS.md, "Scale-out")
+DASK_TASK_S = 0.010  # one dependent task's scheduling: the tree's 2-worker step over the driver's
 RANKS = (8, 64, 256)
 LINKS = {"10 Gb/s": 10e9 / 8, "100 Gb/s": 100e9 / 8}
 
@@ -103,13 +110,19 @@ def _comm_mpi(P, n, bandwidth, alpha):
     return 2 * (P - 1) * alpha + 2 * (P - 1) / P * n / bandwidth
 
 
-def _comm_dask(P, n, bandwidth, alpha):
+def _comm_dask_driver(P, n, bandwidth, alpha):
     return DASK_FIXED_S + 2 * P * n / bandwidth
+
+
+def _comm_dask_tree(P, n, bandwidth, alpha):
+    levels = int(np.ceil(np.log2(P)))
+    return DASK_FIXED_S + (2 * levels - 1) * DASK_TASK_S + (2 * levels + 1) * n / bandwidth
 
 
 def _rows(name, n, a, b, G, alpha):
     rows = []
-    for backend, comm_fn in (("MPI", _comm_mpi), ("Dask", _comm_dask)):
+    for backend, comm_fn in (("MPI", _comm_mpi), ("Dask, driver", _comm_dask_driver),
+                             ("Dask, tree", _comm_dask_tree)):
         for link, bandwidth in LINKS.items():
             for P in RANKS:
                 comm = comm_fn(P, n, bandwidth, alpha)

@@ -225,7 +225,7 @@ class DistributedDataParallel:
         """Raise ``ReplicaDivergenceError`` on every rank if any parameter's bytes differ
         between ranks (a CRC-32 per parameter, gathered), naming the first such parameter
         and the ranks that disagree with rank 0."""
-        local = [zlib.crc32(np.ascontiguousarray(p.data).view(np.uint8)) for _, p in self._named]
+        local = checksums(p for _, p in self._named)
         every = self.comm.allgather(local)
         for i, (name, _) in enumerate(self._named):
             differ = [r for r, sums in enumerate(every) if sums[i] != every[0][i]]
@@ -233,6 +233,11 @@ class DistributedDataParallel:
                 raise ReplicaDivergenceError(
                     f"parameter {name!r} differs from rank 0's on rank(s) {differ} (checked on "
                     f"rank {self.rank} after {self._steps} all-reduces)")
+
+
+def checksums(params) -> list[int]:
+    """A CRC-32 of each parameter's bytes: replicas agree when their lists are equal."""
+    return [zlib.crc32(np.ascontiguousarray(p.data).view(np.uint8)) for p in params]
 
 
 # ----- fit_data_parallel(..., backend="mpi") ----------------------------------------------------

@@ -8,12 +8,14 @@ all-reduced in flat buckets (``nnkit._mpi``), for scripts run with ``mpiexec -n 
 
 ``fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, client=None)``
     Synchronous data-parallel SGD. The rows of ``X`` are split into W contiguous shards, one
-    per worker, each worker holding its shard and a replica of the model. Every step, each
-    worker computes the gradient of its share of the global batch with nnkit's kernels, the
-    gradients are summed (weighted by the share's size, so the sum is the gradient of the
-    global batch's mean loss) and the optimizer steps once. A worker that gives no result
-    within ``step_timeout`` (frozen, swapping, partitioned) has its shard recomputed on
-    another worker, which keeps it.
+    per worker, each worker holding its shard and a replica of the model and optimizer for
+    the whole run. Every step, each worker computes the gradient of its share of the global
+    batch with nnkit's kernels, a tree of tasks on the workers sums the gradients (weighted
+    by the share's size, so the sum is the gradient of the global batch's mean loss), and
+    the driver and every replica step on that sum: the driver receives one gradient a step
+    and sends none, whatever W. A worker that gives no result within ``step_timeout``
+    (frozen, swapping, partitioned) has its shard recomputed on another worker, which
+    keeps it.
 
 ``map_experiments(fn, grid, client=None)``
     One task per point of a parameter grid, a progress bar, a table of the results; a point
@@ -148,16 +150,26 @@ def _client_context(client, n_workers, timeout):
 
 
 # ----- the worker side of data-parallel training ----------------------------------------------
-class _Shard:
-    """Rows ``X[start:stop]``, ``y[start:stop]`` and a model replica, kept on one worker.
+class _ReplicaOutOfStep(RuntimeError):
+    """A shard's replica is not at the optimizer step its task expects (a task recomputed
+    from lineage after the replica moved on, or bytes that differ from the driver's): the
+    step is retried on shards placed again from the driver's model."""
 
-    The replica's parameters are overwritten with the driver's before every gradient; the
-    lock serialises tasks on a worker that runs several threads.
+
+class _Shard:
+    """Rows ``X[start:stop]``, ``y[start:stop]`` and a replica of the model with its own
+    copy of the optimizer, kept on one worker for the whole run.
+
+    ``version`` counts the optimizer steps applied to the replica. A step's task brings the
+    previous step's summed gradient (the root of the reduction tree, fetched from the
+    worker that holds it); the replica applies it with the driver's hyper-parameters, the
+    same update the driver applies, so the parameters never travel. The lock serialises
+    tasks on a worker that runs several threads.
     """
 
-    def __init__(self, X, y, replica, start, threads=None):
-        self.X, self.y, self.replica, self.start = X, y, replica, start
-        self.threads = threads
+    def __init__(self, X, y, replica, optimizer, version, start, threads=None):
+        self.X, self.y, self.start, self.threads = X, y, start, threads
+        self.replica, self.optimizer, self.version = replica, optimizer, version
         self.lock = threading.Lock()
 
     def __getstate__(self):
@@ -169,28 +181,61 @@ class _Shard:
         for p in self.replica.parameters():  # deserialised buffers may be read-only
             p.data = np.array(p.data, copy=True)
 
-    def gradient(self, params, local_idx, loss_fn, scale):
-        """(grads scaled by ``scale``, loss * scale, compute seconds) on rows ``local_idx``."""
+    def catch_up(self, version, hyper, total) -> None:
+        """Bring the replica to ``version`` steps: apply ``total`` (the summed gradients of
+        step ``version - 1``, None where no shard had one) with the hyper-parameters
+        ``hyper`` (one dict per parameter group) when it is one step behind."""
+        if self.version == version:
+            return
+        if total is None or self.version != version - 1:
+            raise _ReplicaOutOfStep(f"a replica {self.version} optimizer steps into the run "
+                                    f"got the task of step {version}")
+        for group, values in zip(self.optimizer.param_groups, hyper, strict=True):
+            group.update(values)
+        params = list(self.replica.parameters())
+        for p, g in zip(params, total, strict=True):
+            p.grad = g
+        self.optimizer.step()
+        for p in params:
+            p.grad = None
+        self.version = version
+
+    def gradient(self, version, hyper, total, local_idx, loss_fn, scale, check):
+        """(grads scaled by ``scale``, loss * scale, compute seconds, {start: checksums})
+        on rows ``local_idx`` after ``catch_up``; the checksums of the parameters (when
+        ``check``) let the driver see that the replica holds its bytes."""
         start = time.perf_counter()
         with self.lock:
             if self.threads:  # numba's thread count is per calling thread
                 import numba
 
                 numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+            self.catch_up(version, hyper, total)
             replica = self.replica
-            for p, value in zip(replica.parameters(), params, strict=True):
-                np.copyto(p.data, value)
+            sums = {self.start: _mpi.checksums(replica.parameters())} if check else {}
+            if len(local_idx) == 0:  # no rows of this batch: the update only
+                return ([None] * len(list(replica.parameters())), 0.0,
+                        time.perf_counter() - start, sums)
             replica.zero_grad()
             loss = loss_fn(replica(self.X[local_idx]), self.y[local_idx])
             loss.backward()
             grads = [None if p.grad is None else np.asarray(p.grad * scale, dtype=p.data.dtype)
                      for p in replica.parameters()]
             replica.zero_grad()
-        return grads, float(loss.item()) * scale, time.perf_counter() - start
+        return grads, float(loss.item()) * scale, time.perf_counter() - start, sums
 
 
-def _shard_gradient(shard, params, local_idx, loss_fn, scale):
-    return shard.gradient(params, local_idx, loss_fn, scale)
+def _shard_gradient(shard, version, hyper, total, local_idx, loss_fn, scale, check):
+    total = None if total is None else total[0]
+    return shard.gradient(version, hyper, total, local_idx, loss_fn, scale, check)
+
+
+def _add_results(a, b):
+    """Two shard results (or sums of them) added: gradients (None where neither has one),
+    losses, the longest compute seconds, the checksums of both."""
+    grads = [g if h is None else h if g is None else g + h for g, h in zip(a[0], b[0],
+                                                                          strict=True)]
+    return grads, a[1] + b[1], max(a[2], b[2]), {**a[3], **b[3]}
 
 
 def _private_wait():
@@ -216,18 +261,17 @@ async def _scatter_async(client, shard, worker):
     return await client.scatter(shard, workers=[worker], hash=False, asynchronous=True)
 
 
-def _keep(shard):
-    """Return ``shard``: the task that rebuilds a shard on the worker that runs it."""
-    return shard
+def _keep(value):
+    """Return ``value``: the task that copies a shard or a sum to the worker that runs it."""
+    return value
 
 
 def _warm_up(shard, loss_fn):
     """Run one forward/backward on two rows so the first real step compiles nothing
     (numba kernels load from their on-disk cache here); return the seconds it took."""
     start = time.perf_counter()
-    idx = np.arange(min(2, len(shard.X)))
-    params = [p.data.copy() for p in shard.replica.parameters()]
-    shard.gradient(params, idx, loss_fn, 1.0)
+    shard.gradient(shard.version, None, None, np.arange(min(2, len(shard.X))), loss_fn, 1.0,
+                   check=False)
     return time.perf_counter() - start
 
 
@@ -236,10 +280,12 @@ def _warm_up(shard, loss_fn):
 class StepInfo:
     """What ``fit_data_parallel`` hands its ``callback`` after each optimizer step.
 
-    ``seconds`` is the driver's wall time of the step (submit, compute, gather, sum, update);
-    ``compute_seconds`` the longest worker compute time in it (forward, backward, parameter
-    load); the difference is communication, serialisation and scheduling. ``message_bytes``
-    counts the parameters sent to and the gradients received from one worker.
+    ``seconds`` is the driver's wall time of the step (submit, compute, sum, update);
+    ``compute_seconds`` the longest worker compute time in it (the replica's update from the
+    previous step's sum, forward, backward); the difference is communication, serialisation
+    and scheduling. ``message_bytes`` counts what one worker sends and receives: its
+    gradient into the reduction tree and the summed gradient back (the driver receives the
+    sum once).
     ``step_timeout`` is the deadline the step ran under (seconds) and ``recomputed`` the
     number of shards recomputed on another worker because it passed.
     """
@@ -260,6 +306,7 @@ _STEP_TIMEOUT_FLOOR = 30.0  # seconds: the least an adaptive deadline waits
 _STEP_TIMEOUT_FACTOR = 10.0  # the adaptive deadline, in median step times
 _STEP_HISTORY = 20  # the steps that median is taken over
 _SLOW_LINK = 10e6  # bytes/s: moving a shard adds its bytes / this to a deadline
+_CHECK_EVERY = 50  # steps between comparisons of the replicas' checksums with the driver's
 # Frames between the driver's entry points (place_shards, step) and the user's call to
 # fit_data_parallel (``_start_run`` or ``_optimizer_step``, then fit_data_parallel itself):
 # the driver's warnings point at the user's line.
@@ -292,13 +339,13 @@ class _Attempt:
 class _DataParallel:
     """The driver's state: shard placement, the step loop, its retries and its deadlines."""
 
-    def __init__(self, client, model, loss_fn, X, y, n_shards, max_retries, timeout,
+    def __init__(self, client, model, optimizer, loss_fn, X, y, n_shards, max_retries, timeout,
                  threads=None, step_timeout=None):
         self.distributed = _require_dask()
-        self.failures = _worker_failures(self.distributed)
+        self.failures = (*_worker_failures(self.distributed), _ReplicaOutOfStep)
         self.cancellations = _cancellations(self.distributed)
         self.deadline_passed = (TimeoutError, self.distributed.TimeoutError)
-        self.client, self.model, self.loss_fn = client, model, loss_fn
+        self.client, self.model, self.optimizer, self.loss_fn = client, model, optimizer, loss_fn
         self.X, self.y = X, y
         self.params = list(model.parameters())
         self.bounds = np.linspace(0, len(X), n_shards + 1).round().astype(np.int64)
@@ -307,7 +354,9 @@ class _DataParallel:
         self.expected_workers = 0
         self.shards: list = []
         self.homes: list = []
-        self.replica = None
+        self.version = 0  # optimizer steps the driver has taken in this run
+        self.pending = None  # (the summed gradients' future, hyper-parameters) of the last step
+        self.root = None  # the future of this step's summed gradients
         self.warm_up_seconds: list = []
         self.suspects: set = set()  # workers that missed a deadline another worker met
         self.recent = deque(maxlen=_STEP_HISTORY)  # seconds of the last steps
@@ -316,17 +365,25 @@ class _DataParallel:
         self.last_deadline = math.inf
 
     def _host_shard(self, k):
+        """Shard ``k`` with a replica of the driver's model and optimizer as they are now.
+
+        A replica of its own: workers in this process (threads) keep the shard unpickled,
+        and shards sharing one replica would compute on it at the same time.
+        """
         a, b = self.bounds[k], self.bounds[k + 1]
-        # A replica of its own: workers in this process (threads) keep the shard unpickled,
-        # and shards sharing one replica would compute on it at the same time.
-        return _Shard(self.X[a:b], self.y[a:b], copy.deepcopy(self.replica), int(a),
+        replica, optimizer = copy.deepcopy((self.model, self.optimizer))  # one memo: shared
+        replica.zero_grad()
+        optimizer._scratch = {}  # work arrays: rebuilt where they are needed
+        return _Shard(self.X[a:b], self.y[a:b], replica, optimizer, self.version, int(a),
                       self.threads)
 
     def _move_seconds(self, k):
         """What moving shard ``k`` adds to a deadline: its bytes over a slow link."""
         a, b = self.bounds[k], self.bounds[k + 1]
-        nbytes = self.X[a:b].nbytes + self.y[a:b].nbytes + sum(p.data.nbytes
-                                                               for p in self.params)
+        state = sum(v.nbytes for s in self.optimizer.state.values() for v in s.values()
+                    if isinstance(v, np.ndarray))
+        nbytes = (self.X[a:b].nbytes + self.y[a:b].nbytes + state
+                  + sum(p.data.nbytes for p in self.params))
         return nbytes / _SLOW_LINK
 
     def place_shards(self, stacklevel=_CALLERS + 2):
@@ -347,9 +404,7 @@ class _DataParallel:
             workers = _worker_addresses(client)
         self.expected_workers = max(self.expected_workers, len(workers))
         limit = _step_deadline(self.step_timeout, self.recent, [])
-        self.replica = copy.deepcopy(self.model)
-        self.replica.zero_grad()
-        self.shards, self.homes = [], []
+        self.shards, self.homes, self.pending = [], [], None  # new replicas: up to date
         for k in range(len(self.bounds) - 1):
             healthy = [w for w in workers if w not in self.suspects] or workers
             first = k % len(healthy)
@@ -401,67 +456,121 @@ class _DataParallel:
                 self.recent.append(time.perf_counter() - start)
                 return out
             except self.failures as exc:
+                drift = isinstance(exc, _ReplicaOutOfStep)
                 if attempt == self.max_retries:
+                    cause = ("replicas were out of step with the driver" if drift else
+                             "workers or their data were lost")
                     raise RuntimeError(
-                        f"a data-parallel step failed {attempt + 1} time(s) because workers "
-                        f"or their data were lost (last error: {type(exc).__name__}: {exc}); "
+                        f"a data-parallel step failed {attempt + 1} time(s) because {cause} "
+                        f"(last error: {type(exc).__name__}: {exc}); "
                         f"max_retries={self.max_retries}"
                     ) from exc
-                warnings.warn(f"data-parallel step lost a worker ({type(exc).__name__}); "
-                              "re-placing the shards and retrying the step", RuntimeWarning,
+                what = f"found that {exc}" if drift else f"lost a worker ({type(exc).__name__})"
+                warnings.warn(f"data-parallel step {what}; re-placing the shards from the "
+                              "driver's model and retrying the step", RuntimeWarning,
                               stacklevel=_CALLERS + 2)
                 replace = True
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _try_step(self, idx):
-        """One attempt at the step on global rows ``idx``: every shard holding some of them
-        computes its share, the gradients are summed into the parameters' ``grad``;
-        (loss, worker compute s, bytes)."""
-        params = [p.data for p in self.params]
+        """One attempt at the step on global rows ``idx``: every shard brings its replica up
+        to date and computes the gradient of its share, a tree of tasks on the workers sums
+        them, the driver fetches the sum alone into the parameters' ``grad`` and steps the
+        optimizer; (loss, worker compute s, bytes one worker sends and receives)."""
         rows = self._rows_by_shard(idx)
-        tries = {k: [self._attempt(self.shards[k], self.homes[k], params, local, len(idx),
+        check = self.version % _CHECK_EVERY == 0
+        update = (self.version, *(self.pending or (None, None)), check)  # copies, hyper
+        tries = {k: [self._attempt(self.shards[k], self.homes[k], update, local, len(idx),
                                    pinned=False)]
                  for k, local in rows.items()}
-        results = self._shard_results(tries, rows, params, len(idx))
-        self._sum_gradients(results)
-        return _step_totals(params, results)
+        grads, loss, compute, sums = self._step_sum(tries, rows, update, len(idx))
+        if check:
+            self._check_replicas(sums)
+        for p, g in zip(self.params, grads, strict=True):
+            p.grad = None if g is None else np.require(g, requirements="W")
+        hyper = [{k: v for k, v in g.items() if k != "params"}
+                 for g in self.optimizer.param_groups]
+        self.optimizer.step()
+        self.version += 1
+        self.pending = (self._broadcast(*self.root), hyper)
+        nbytes = 2 * sum(p.grad.nbytes for p in self.params if p.grad is not None)
+        return loss, compute, nbytes
 
     def _rows_by_shard(self, idx) -> dict:
-        """{shard: its rows of the batch ``idx``, as indices into the shard}, for the shards
-        that hold some."""
+        """{shard: its rows of the batch ``idx``, as indices into the shard}, for every
+        shard: one without rows still applies the last step's update."""
         owner = np.searchsorted(self.bounds, idx, side="right") - 1  # shard of each row
-        rows = {}
-        for k in range(len(self.shards)):
-            local = idx[owner == k] - self.bounds[k]
-            if len(local):
-                rows[k] = local
-        return rows
+        return {k: idx[owner == k] - self.bounds[k] for k in range(len(self.shards))}
 
-    def _shard_results(self, tries, rows, params, batch) -> list:
-        """The (grads, loss, seconds) of every shard in ``tries``, in shard order: its first
-        attempt's, or once the deadline has passed, the first of its recomputations."""
-        results = self._results([tries[k][0].future for k in sorted(tries)],
-                                self.last_deadline)
-        if results is None:  # the deadline passed: recompute the missing shards elsewhere
-            won = self._first_results(tries, rows, params, batch)
-            results = self.client.gather([won[k].future for k in sorted(won)])
-        return results
+    def _step_sum(self, tries, rows, update, batch) -> tuple:
+        """The sum of every shard's result (grads, loss, seconds, checksums) over a tree of
+        tasks on the workers: the first attempts', or once the deadline has passed, the first
+        of each shard's recomputations. Its future is kept in ``self.root``: the next step's
+        tasks fetch it from the worker that holds it."""
+        self.root = self._reduce([tries[k][0] for k in sorted(tries)])
+        total = self._results([self.root[0]], self.last_deadline)
+        if total is None:  # the deadline passed: recompute the missing shards elsewhere
+            self.root[0].release()
+            won = self._first_results(tries, rows, update, batch)
+            self.root = self._reduce([won[k] for k in sorted(won)])
+            total = self.client.gather([self.root[0]])
+        return total[0]
 
-    def _sum_gradients(self, results) -> None:
-        """Each parameter's ``grad``: the sum of the shards' gradients in shard order (a fixed
-        summation order, whichever worker computed a shard); None where no shard has one."""
-        for i, p in enumerate(self.params):
-            parts = [r[0][i] for r in results if r[0][i] is not None]
-            p.grad = None if not parts else _ordered_sum(parts)
+    def _reduce(self, attempts) -> tuple:
+        """(future, worker) of the shard results summed pairwise in shard order, each sum on
+        the worker of its left operand (a fixed order and placement, whichever worker
+        computed a shard): the gradients travel between workers, not through the driver."""
+        level = [(a.future, a.worker) for a in attempts]
+        while len(level) > 1:
+            pairs = [level[i:i + 2] for i in range(0, len(level), 2)]
+            level = [pair[0] if len(pair) == 1 else
+                     (self.client.submit(_add_results, pair[0][0], pair[1][0], pure=False,
+                                         workers=[pair[0][1]], allow_other_workers=True),
+                      pair[0][1]) for pair in pairs]
+        return level[0]
 
-    def _attempt(self, shard, worker, params, local, batch, pinned):
+    def _broadcast(self, root, holder) -> dict:
+        """{worker: the future its next tasks fetch the sum from}, None for any other worker.
+
+        A binary tree: each round, every worker holding a copy passes one to a worker
+        without, until the holders are at least half of the shards' workers; the rest fetch
+        from a holder as their task starts. Every link carries the sum at most once a
+        round, ~log2(W) rounds, instead of W - 1 fetches from the root's worker.
+        """
+        holders, copies = [holder], {None: root, holder: root}
+        waiting = [w for w in dict.fromkeys(self.homes) if w != holder]
+        while len(waiting) > len(holders):
+            targets, waiting = waiting[:len(holders)], waiting[len(holders):]
+            for source, target in zip(list(holders), targets, strict=True):
+                copies[target] = self.client.submit(_keep, copies[source], workers=[target],
+                                                    allow_other_workers=True, pure=False)
+                holders.append(target)
+        for i, worker in enumerate(waiting):
+            copies[worker] = copies[holders[i % len(holders)]]
+        return copies
+
+    def _check_replicas(self, sums) -> None:
+        """Raise _ReplicaOutOfStep if a replica's parameter bytes differ from the driver's
+        (an optimizer step that rounds differently on another machine): the step is retried
+        on replicas copied from the driver."""
+        want = _mpi.checksums(self.params)
+        for k, start in enumerate(self.bounds[:-1]):
+            if sums[int(start)] != want:
+                raise _ReplicaOutOfStep(
+                    f"the replica of shard {k} on {self.homes[k]} differs from the driver's "
+                    f"parameters after {self.version} steps")
+
+    def _attempt(self, shard, worker, update, local, batch, pinned):
         # unpinned: on the shard's worker while it lives, elsewhere if the data moves
+        version, copies, hyper, check = update
+        total = None if copies is None else copies.get(worker, copies[None])
         future = self.client.submit(
-            _shard_gradient, shard, params, local, self.loss_fn, len(local) / batch,
-            pure=False, workers=[worker], allow_other_workers=not pinned)
+            _shard_gradient, shard, version, hyper, total, local, self.loss_fn,
+            len(local) / batch, check, pure=False, workers=[worker],
+            allow_other_workers=not pinned)
         return _Attempt(future, worker, shard)
 
-    def _first_results(self, tries, rows, params, batch):
+    def _first_results(self, tries, rows, update, batch):
         """The first finished attempt of every shard in ``tries`` (shard -> attempts), once
         the step's first deadline has passed.
 
@@ -498,7 +607,7 @@ class _DataParallel:
                     continue  # nowhere else to go: wait another deadline
                 extra = max(extra, self._move_seconds(k))
                 tried[k].add(worker)
-                tries[k].append(self._attempt(self._relocated(k, worker), worker, params,
+                tries[k].append(self._attempt(self._relocated(k, worker), worker, update,
                                               rows[k], batch, pinned=True))
                 recomputed.add(k)
                 warnings.warn(f"data-parallel step: no result for shard {k} within "
@@ -614,22 +723,6 @@ class _DataParallel:
                 self.shards[j], self.homes[j] = self._relocated(j, worker), worker
 
 
-def _ordered_sum(parts):
-    total = parts[0].copy()
-    for part in parts[1:]:
-        total += part
-    return total
-
-
-def _step_totals(params, results) -> tuple:
-    """(the batch's loss, the longest worker compute seconds, the bytes sent to and received
-    from one worker) of a step's shard ``results``."""
-    loss = sum(r[1] for r in results)
-    nbytes = sum(a.nbytes for a in params) + sum(
-        g.nbytes for g in results[0][0] if g is not None)
-    return loss, max(r[2] for r in results), nbytes
-
-
 def _check_data(X, y):
     X, y = np.asarray(X), np.asarray(y)
     if X.ndim < 1 or len(X) == 0:
@@ -669,34 +762,41 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
     The global batch schedule is a single process's: ``rng = np.random.default_rng(
     random_state)``, then for each epoch ``for idx in minibatches(N, batch_size, shuffle,
     rng)``. The N rows are split into W contiguous shards (one per worker of the cluster,
-    or ``n_workers``), each scattered once to a worker together with a replica of the model.
-    A step sends the current parameters to every worker whose shard holds rows of the batch;
-    the worker with n_k of the B rows returns (n_k / B) times the gradient of its rows' mean
-    loss, so the sum over workers is the gradient of the batch's mean loss
+    or ``n_workers``), each scattered once to a worker together with a replica of the model
+    and of the optimizer (its state included). Each step, the worker with n_k of the B rows
+    returns (n_k / B) times the gradient of its rows' mean loss, so the sum over workers is
+    the gradient of the batch's mean loss
 
         g = sum_k (n_k / B) grad L_k = grad (1/B) sum_{i in batch} loss_i .
 
-    The driver sums the shards' gradients in a fixed order and calls ``optimizer.step()``
-    once: the same update as every replica applying the same step to the same gradient
-    (the replicas stay identical because they reload the driver's parameters each step),
-    with the optimizer's state kept once. Up to float rounding of the split sum, the result
-    equals single-process training on the same batches.
+    The shards' results are summed pairwise in shard order by tasks on the workers (a
+    fixed order, whichever worker computed a shard); the driver fetches the sum and calls
+    ``optimizer.step()``, and every replica applies the same step to the same sum with the
+    driver's hyper-parameters (a learning rate changed in ``callback`` reaches them) at the
+    start of its next task. The parameters never travel after placement: the driver's
+    traffic per step is one gradient in, whatever the number of workers. Every 50 steps
+    the replicas' checksums are compared with the driver's parameters; a replica that
+    differs (an update rounded differently on another machine) is replaced by a copy of
+    the driver's and the step recomputed. Up to float rounding of the split sum, the
+    result equals single-process training on the same batches.
 
     A step whose workers or data are lost (a killed worker, a closed connection) is
-    retried: the shards are scattered again to the live workers and the same step is
-    recomputed from unchanged parameters, so the result is the same as without the failure.
+    retried: the shards, with replicas of the driver's model and optimizer, are scattered
+    again to the live workers and the same step is recomputed from unchanged parameters, so
+    the result is the same as without the failure.
 
     A worker that stops answering without dying (stopped by SIGSTOP, swapping, behind a
     broken network) would stall the step until Dask's ``worker-ttl`` (5 minutes by default)
     removes it. Instead, a shard with no result ``step_timeout`` seconds after the step's
     submission is recomputed on another worker (the one holding the fewest shards) from the
-    driver's copy of its rows: the same rows, parameters and scale, so the same gradient,
-    summed in the same order. The first result of each shard counts and the others are
-    released unread, so the frozen worker's result, if it resumes, is ignored. When the copy
-    wins, the shard stays there, the slow worker gets no shards for the rest of the call
-    (while other workers are live) and its other shards move too: one frozen worker costs
-    one deadline, not one per step. After ``max_retries + 1`` deadlines with no result for a
-    shard (every worker frozen), a RuntimeError. Placing the shards (at the start, and after
+    driver's copy of its rows and a replica of the driver's model: the same rows,
+    parameters and scale, so the same gradient, summed in the same order. The first result
+    of each shard counts and the others are released unread, so the frozen worker's
+    result, if it resumes, is ignored. When the copy wins, the shard stays there, the slow
+    worker gets no shards for the rest of the call (while other workers are live) and its
+    other shards move too: one frozen worker costs one deadline, not one per step. After
+    ``max_retries + 1`` deadlines with no result for a shard (every worker frozen), a
+    RuntimeError. Placing the shards (at the start, and after
     a lost worker) has the same deadline: a worker that does not take its shard or warm up
     in time gets none. A deadline that includes moving a shard (a scatter, a recomputation
     elsewhere) grows by one second per 10 MB of it.
@@ -709,7 +809,8 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
     loss_fn : callable (pred Tensor (B_k, ...), target array (B_k, ...)) -> scalar Tensor
         With mean reduction over the rows (e.g. ``nk.functional.cross_entropy``).
     optimizer : nk.optim.Optimizer
-        Built on ``model.parameters()``; it runs on the driver.
+        Built on ``model.parameters()``; it steps on the driver and a copy of it on each
+        worker (picklable, as the model).
     X : array (N, ...) ; y : array (N, ...)
     batch_size : int >= 1
     epochs : int >= 1
@@ -793,8 +894,8 @@ def fit_data_parallel(model, loss_fn, optimizer, X, y, batch_size, epochs, clien
                         progress_bar=_progress_bar, report=_report, after_step=after_step)
     _check_cluster_options(n_workers, max_retries, timeout, step_timeout, worker_threads)
     with _client_context(client, n_workers, timeout) as (cl, threads):
-        run = _start_run(cl, model, loss_fn, X, y, n_workers, max_retries, timeout,
-                         worker_threads or threads, step_timeout)
+        run = _start_run(cl, model, optimizer, loss_fn, X, y, n_workers, max_retries,
+                         timeout, worker_threads or threads, step_timeout)
         with _progress_bar(total_steps, progress, done) as bar:
             for step, (epoch, idx) in steps:
                 info = _optimizer_step(run, optimizer, idx, step, epoch)
@@ -841,13 +942,13 @@ def _check_cluster_options(n_workers, max_retries, timeout, step_timeout, worker
         check_scalar(worker_threads, name="worker_threads", kind=numbers.Integral, low=1)
 
 
-def _start_run(client, model, loss_fn, X, y, n_workers, max_retries, timeout, threads,
-               step_timeout) -> _DataParallel:
+def _start_run(client, model, optimizer, loss_fn, X, y, n_workers, max_retries, timeout,
+               threads, step_timeout) -> _DataParallel:
     """The driver, its shards placed and warmed up: one shard per worker of ``client`` (or
     ``n_workers``), at most one per row."""
     shards = n_workers or len(_worker_addresses(client)) or 1
-    run = _DataParallel(client, model, loss_fn, X, y, min(shards, len(X)), max_retries,
-                        timeout, threads, step_timeout)
+    run = _DataParallel(client, model, optimizer, loss_fn, X, y, min(shards, len(X)),
+                        max_retries, timeout, threads, step_timeout)
     run.place_shards()
     return run
 
@@ -928,7 +1029,6 @@ def _optimizer_step(run, optimizer, idx, step, epoch) -> StepInfo:
     start = time.perf_counter()
     optimizer.zero_grad()
     loss, compute, nbytes = run.step(idx)
-    optimizer.step()
     return StepInfo(step, epoch, loss, time.perf_counter() - start, compute, nbytes,
                     run.last_retries, list(run.warm_up_seconds), run.last_recomputed,
                     run.last_deadline)

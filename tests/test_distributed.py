@@ -111,7 +111,7 @@ def test_data_parallel_equals_single_process(client, data, make_opt, dtype, tol)
 
 def test_batches_with_an_empty_shard_and_more_shards_than_workers(client, data):
     # Unshuffled batches of 25 over 3 shards [0, 40), [40, 80), [80, 120): the first batch
-    # lies in shard 0 only, so shards 1 and 2 submit nothing for it.
+    # lies in shard 0 only, so shards 1 and 2 only apply the update in its step.
     X, y = data
     want = _single_process(X, y, np.float64, _sgd, batch_size=25, epochs=2, shuffle=False)
     got = _parallel(X, y, np.float64, _sgd, 25, 2, client, shuffle=False, n_workers=3)
@@ -139,6 +139,88 @@ def test_shards_on_a_worker_of_threads_each_have_their_own_replica(data, monkeyp
         got = _parallel(X, y, np.float64, _adam, 48, 3, threaded, n_workers=4)
     _assert_same(got, want, 1e-9)
     assert len(replicas) == 4 and len({id(r) for r in replicas.values()}) == 4
+
+
+def test_parameters_stay_on_the_workers_and_the_driver_fetches_one_sum(client, data,
+                                                                        monkeypatch):
+    # After the shards are placed, the driver submits only row indices and small values (no
+    # parameter or gradient array goes out) and gathers one result a step, the root of the
+    # reduction tree, whatever the number of shards.
+    from nnkit import distributed as nk_distributed
+
+    submitted, gathered = [], []
+    submit, results = client.submit, nk_distributed._DataParallel._results
+
+    def spy_submit(fn, *args, **kwargs):
+        submitted.append((fn.__name__, [a for a in args if isinstance(a, np.ndarray)]))
+        return submit(fn, *args, **kwargs)
+
+    def spy_results(run, futures, seconds):
+        gathered.append(len(futures))
+        return results(run, futures, seconds)
+
+    monkeypatch.setattr(client, "submit", spy_submit)
+    monkeypatch.setattr(nk_distributed._DataParallel, "_results", spy_results)
+    X, y = data
+    want = _single_process(X, y, np.float64, _adam, batch_size=30, epochs=2)
+    got = _parallel(X, y, np.float64, _adam, 30, 2, client, n_workers=3)
+    _assert_same(got, want, 1e-9)
+    steps = [s for s in submitted if s[0] == "_shard_gradient"]
+    assert len(steps) == 3 * 8  # every shard every step, rows or not
+    assert all(a.dtype == np.int64 and a.size <= 30 for _, arrays in steps for a in arrays)
+    assert [s[0] for s in submitted].count("_add_results") == 2 * 8  # a tree over 3 shards
+    assert gathered[1:] == [1] * 8  # after the warm-ups' gather: the root alone
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 5, 8, 9, 256])
+def test_the_sum_reaches_every_worker_in_log2_rounds(workers):
+    # The broadcast plan alone (a stand-in client records the copies): every worker gets a
+    # source, each copy is made from a holder, and a fetch is at most ceil(log2 W) hops
+    # from the root, with at most one copy made from each holder a round.
+    class Recorder:
+        def submit(self, fn, source, workers, **kwargs):
+            return ("copy", source, workers[0])
+
+    run = nnkit.distributed._DataParallel.__new__(nnkit.distributed._DataParallel)
+    run.client, run.homes = Recorder(), [f"w{i}" for i in range(workers)] * 2
+
+    copies = run._broadcast("root", "w0")
+
+    def hops(future):
+        return 0 if future == "root" else 1 + hops(future[1])
+
+    assert set(copies) == {None, *run.homes}
+    assert max(hops(f) for f in copies.values()) <= math.ceil(math.log2(workers))
+    made = [f for f in copies.values() if f != "root"]
+    assert all(copies[f[2]] is f for f in made)  # a copy is its target worker's source
+    assert len({id(f) for f in made}) == max(0, 2 ** math.ceil(math.log2(workers) - 1) - 1)
+
+
+def test_a_replica_that_drifts_is_replaced_from_the_driver(data, monkeypatch):
+    # A replica whose parameters differ from the driver's when the checksums are compared
+    # (every 2 steps here) is replaced, and the step is recomputed on the new replicas. On 3
+    # workers, the sum reaches the third through a copy on the second (the broadcast tree).
+    from nnkit import distributed as nk_distributed
+
+    catch_up, drifted = nk_distributed._Shard.catch_up, []
+
+    def drift(shard, version, hyper, total):
+        catch_up(shard, version, hyper, total)
+        if shard.start == 0 and version == 4 and not drifted:
+            drifted.append(shard)
+            next(shard.replica.parameters()).data[0, 0] += 1e-3
+
+    monkeypatch.setattr(nk_distributed, "_CHECK_EVERY", 2)
+    monkeypatch.setattr(nk_distributed._Shard, "catch_up", drift)
+    X, y = data
+    want = _single_process(X, y, np.float64, _adam, batch_size=24, epochs=2)
+    with distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as in_process, \
+            pytest.warns(RuntimeWarning, match="replica of shard 0 .* differs from the "
+                                               "driver's parameters after 4 steps"):
+        got = _parallel(X, y, np.float64, _adam, 24, 2, in_process)
+    _assert_same(got, want, 1e-9)
 
 
 def test_a_stopped_run_resumes_from_its_checkpoint(client, data, tmp_path):
@@ -182,7 +264,7 @@ def test_callback_receives_step_information(client, data):
     assert isinstance(first, StepInfo) and first.retries == 0
     assert 0 < first.compute_seconds <= first.seconds
     n_params = sum(p.data.size for p in _model(np.float64).parameters())
-    assert first.message_bytes == 2 * 8 * n_params  # parameters out, gradients back
+    assert first.message_bytes == 2 * 8 * n_params  # a worker's gradient out, the sum in
     assert len(first.warm_up_seconds) == 2
     assert np.isfinite(first.loss) and infos[-1].loss < first.loss
     # the adaptive deadline: max(30 s, 10 x the median of the warm-ups, then of the steps)
