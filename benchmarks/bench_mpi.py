@@ -3,11 +3,16 @@
 against the same training in one process on 2 threads, on the same global batches.
 
 Reported per global batch size B: samples/s of both and their ratio (targets: >= 0.9 at
-B = 512, >= 0.7 at B = 128), and the all-reduce's share of a rank's step (the gradient
-buckets and the used-parameter flags, waits for the slower rank included). Each contender
-runs in its own processes; every process has glibc malloc tuned alike.
+B = 512, >= 0.7 at B = 128), and the time a rank spends in ``allreduce_gradients`` and its
+share of the step (waits for the slower rank included), with the all-reduces started in
+the backward pass (``overlap=True``) and without. ``--bucket-kib K`` caps the buckets at K
+KiB (default 25 MiB: the MLP's 1.08 MB of gradients is one bucket, which cannot start
+before the backward ends; 256 sends the last two layers while the first one's backward
+runs). Each contender runs in its own processes; every process has glibc malloc tuned
+alike.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_mpi.py [--quick]
+        [--bucket-kib K]
 """
 
 from __future__ import annotations
@@ -35,14 +40,15 @@ def _data(n):
     return rng.standard_normal((n, SIZES[0])).astype(np.float32), rng.integers(0, 10, n)
 
 
-def _train(batch, steps, ddp_on):
+def _train(batch, steps, ddp_on, overlap=True, bucket_bytes=25 * 2**20):
     """Seconds per step (median) and the median all-reduce seconds (0 in one process)."""
     import nnkit as nk
     import nnkit.functional as F
 
     X, y = _data(batch * 8)
     model = nnkit_mlp(SIZES)
-    ddp = nk.distributed.DistributedDataParallel(model) if ddp_on else None
+    ddp = nk.distributed.DistributedDataParallel(model, overlap=overlap,
+                                                 bucket_bytes=bucket_bytes) if ddp_on else None
     opt = nk.optim.Adam(model.parameters(), lr=1e-3)
     order = np.arange(len(X))
     step_s, reduce_s = [], []
@@ -63,9 +69,9 @@ def _train(batch, steps, ddp_on):
     return float(np.median(step_s[warm:])), float(np.median(reduce_s[warm:]))
 
 
-def _worker(batch, steps, ddp_on):
+def _worker(batch, steps, ddp_on, overlap, bucket_bytes):
     same_allocator()
-    step, reduce = _train(batch, steps, ddp_on)
+    step, reduce = _train(batch, steps, ddp_on, overlap, bucket_bytes)
     if ddp_on:
         from mpi4py import MPI
 
@@ -77,12 +83,13 @@ def _worker(batch, steps, ddp_on):
     print(json.dumps([step, reduce]))
 
 
-def _run_contender(batch, steps, ranks):
+def _run_contender(batch, steps, ranks, overlap=True, bucket_bytes=25 * 2**20):
     env = dict(os.environ)
     threads = "1" if ranks > 1 else "2"
     env.update(NUMBA_NUM_THREADS=threads, OMP_NUM_THREADS=threads,
                OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
-    cmd = [sys.executable, str(HERE), "--worker", str(batch), str(steps), str(int(ranks > 1))]
+    cmd = [sys.executable, str(HERE), "--worker", str(batch), str(steps), str(int(ranks > 1)),
+           str(int(overlap)), str(bucket_bytes)]
     if ranks > 1:
         mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or "mpiexec"
         cmd = [mpiexec, "-n", str(ranks), *cmd]
@@ -90,28 +97,32 @@ def _run_contender(batch, steps, ranks):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run(quick: bool = False) -> list[dict]:
+def run(quick: bool = False, bucket_bytes: int = 25 * 2**20) -> list[dict]:
     steps = 40 if quick else 150
     rows = []
     for batch in BATCHES:
         one_step, _ = _run_contender(batch, steps, 1)
-        mpi_step, reduce = _run_contender(batch, steps, 2)
-        rows.append({"global batch": batch,
-                     "one process, 2 threads: samples/s": f"{batch / one_step:.0f}",
-                     "2 ranks x 1 thread: samples/s": f"{batch / mpi_step:.0f}",
-                     "ranks / one": f"{one_step / mpi_step:.2f}",
-                     "all-reduce ms": f"{reduce * 1e3:.2f}",
-                     "all-reduce share": f"{reduce / mpi_step:.0%}"})
+        row = {"global batch": batch,
+               "one process, 2 threads: samples/s": f"{batch / one_step:.0f}"}
+        for overlap in (True, False):
+            mpi_step, reduce = _run_contender(batch, steps, 2, overlap, bucket_bytes)
+            how = "overlap" if overlap else "after backward"
+            row.update({f"2 ranks, {how}: samples/s": f"{batch / mpi_step:.0f}",
+                        f"ranks / one ({how})": f"{one_step / mpi_step:.2f}",
+                        f"all-reduce ms ({how})": f"{reduce * 1e3:.2f}",
+                        f"share ({how})": f"{reduce / mpi_step:.0%}"})
+        rows.append(row)
     return rows
 
 
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--worker":
-        _worker(int(argv[1]), int(argv[2]), argv[3] == "1")
+        _worker(int(argv[1]), int(argv[2]), argv[3] == "1", argv[4] == "1", int(argv[5]))
         return
     same_allocator()
-    report(run, argv)
+    kib = int(argv[argv.index("--bucket-kib") + 1]) if "--bucket-kib" in argv else 25 * 1024
+    report(lambda quick: run(quick, kib * 1024), argv)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 on this machine: step time and efficiency at 8, 64 and 256 ranks on 10 and 100 Gb/s networks
 for the MLP 784-256-256-10 (Adam, float32) and for a BERT-base fine-tuning step, on MPI (ring
 all-reduce) and on the two Dask designs: the driver in the middle (parameters out and
-gradients back through the driver, nnkit before 2026-11-29) and the reduction tree (replicas
+gradients back through the driver, nnkit's first design) and the reduction tree (replicas
 on the workers, gradients summed by a tree of tasks, the sum sent back down a tree).
 
 Measured here: the per-message cost alpha of an MPI all-reduce (2 ranks, ``mpiexec -n 2``,

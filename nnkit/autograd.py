@@ -235,6 +235,28 @@ class Tensor:
     __hash__ = object.__hash__
 
     # ----- backward ---------------------------------------------------------------------
+    def register_post_accumulate_grad_hook(self, hook) -> _HookHandle:
+        """Call ``hook(self)`` in every ``backward`` once this leaf's ``.grad`` holds all of
+        that backward's contributions (torch's hook of the same name). The walk reaches a
+        leaf once the last op that uses it is done, before the ops that made that op's other
+        inputs: a data-parallel wrapper can send a layer's gradients while the earlier
+        layers' backward still runs.
+
+        Returns a handle whose ``remove()`` unregisters the hook. The hooks are not part of
+        the tensor's state: copies and pickles of it have none.
+        """
+        if not self.is_leaf:
+            raise RuntimeError("post-accumulate-grad hooks can only be registered on leaf "
+                               "tensors (parameters), not on results of ops")
+        if not callable(hook):
+            raise TypeError(f"hook must be callable, got {type(hook).__name__}")
+        key = id(self)
+        if key not in _GRAD_HOOKS or _GRAD_HOOKS[key][0]() is not self:
+            _GRAD_HOOKS[key] = (weakref.ref(self, lambda _, k=key: _GRAD_HOOKS.pop(k, None)),
+                                [])
+        _GRAD_HOOKS[key][1].append(hook)
+        return _HookHandle(key, hook)
+
     def backward(self, gradient=None, retain_graph: bool = False) -> None:
         """Accumulate d(self)/d(leaf) * gradient into every leaf's ``.grad``.
 
@@ -611,7 +633,12 @@ def _transpose_backward(g, inverse, needs):
 
 # ----- graph walking ------------------------------------------------------------------------
 def _topological_order(root):
-    """Tensors reachable from ``root`` that need grad, parents before children (iterative)."""
+    """Tensors reachable from ``root`` that need grad, parents before children (iterative).
+
+    A node's leaf parents are visited after its other parents, so that in the reversed order
+    each leaf comes right after the last op that uses it, before the subgraph that made that
+    op's other inputs (a layer's weights before the earlier layers' backward).
+    """
     order, visited = [], set()
     stack = [(root, False)]
     while stack:
@@ -625,9 +652,10 @@ def _topological_order(root):
         stack.append((t, True))
         ctx = t._ctx
         if ctx is not None:
-            for p in ctx.parents:
-                if p.requires_grad and id(p) not in visited:
-                    stack.append((p, False))
+            for leaves in (True, False):  # the last pushed is visited first
+                for p in ctx.parents:
+                    if p.requires_grad and id(p) not in visited and p.is_leaf is leaves:
+                        stack.append((p, False))
     return order
 
 
@@ -708,6 +736,27 @@ def _accumulate_leaf(t, g, own=False):
             t.grad = g if own and g.base is None and _writeable(g) else g.copy()
         else:
             t.grad = t.grad + g
+    hooks = _GRAD_HOOKS.get(id(t))
+    if hooks is not None and hooks[0]() is t:
+        for hook in list(hooks[1]):
+            hook(t)
+
+
+# id(leaf) -> (a weak reference to it, its post-accumulate-grad hooks); an entry goes with
+# its tensor. Kept outside the tensor so that copies and pickles carry no hooks.
+_GRAD_HOOKS: dict = {}
+
+
+class _HookHandle:
+    """What ``register_post_accumulate_grad_hook`` returns: ``remove()`` unregisters."""
+
+    def __init__(self, key, hook):
+        self._key, self._hook = key, hook
+
+    def remove(self) -> None:
+        entry = _GRAD_HOOKS.get(self._key)
+        if entry is not None and self._hook in entry[1]:
+            entry[1].remove(self._hook)
 
 
 # ----- op plumbing ------------------------------------------------------------------------

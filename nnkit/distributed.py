@@ -355,8 +355,8 @@ class _DataParallel:
         self.shards: list = []
         self.homes: list = []
         self.version = 0  # optimizer steps the driver has taken in this run
-        self.pending = None  # (the summed gradients' future, hyper-parameters) of the last step
-        self.root = None  # the future of this step's summed gradients
+        self.pending = None  # the last step's ({worker: its copy of the sum}, hyper-parameters)
+        self.root = None  # (future, worker) of this step's summed results
         self.warm_up_seconds: list = []
         self.suspects: set = set()  # workers that missed a deadline another worker met
         self.recent = deque(maxlen=_STEP_HISTORY)  # seconds of the last steps

@@ -885,3 +885,62 @@ def test_as_tensor_names_the_argument(bad):
 
     with pytest.raises(TypeError, match="^weight must be an array or Tensor of numbers"):
         as_tensor(bad, name="weight")
+
+
+# ----- post-accumulate-grad hooks ----------------------------------------------------------------
+def _mlp3():
+    nk.manual_seed(0)
+    return nk.nn.Sequential(nk.nn.Linear(4, 8), nk.nn.Tanh(), nk.nn.Linear(8, 8), nk.nn.Tanh(),
+                            nk.nn.Linear(8, 2))
+
+
+def test_a_leaf_hook_runs_once_its_gradient_is_complete_last_layer_first():
+    model = _mlp3()
+    names = {id(p): n for n, p in model.named_parameters()}
+    seen = []
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(lambda t: seen.append((names[id(t)],
+                                                                    t.grad.copy())))
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    model(x).sum().backward()
+    assert [n for n, _ in seen] == ["4.weight", "4.bias", "2.weight", "2.bias", "0.weight",
+                                    "0.bias"]
+    params = dict(model.named_parameters())
+    for name, grad in seen:  # nothing was added after the hook ran
+        np.testing.assert_array_equal(grad, params[name].grad)
+
+
+def test_a_leaf_used_twice_is_reported_once_with_both_contributions():
+    w = nk.tensor(np.array([2.0, 3.0]), requires_grad=True)
+    calls = []
+    w.register_post_accumulate_grad_hook(lambda t: calls.append(t.grad.copy()))
+    ((w * w).sum() + (3 * w).sum()).backward()
+    assert len(calls) == 1
+    np.testing.assert_array_equal(calls[0], 2 * w.data + 3)
+    (w * w).sum().backward()  # a second backward: the hook again, after accumulating
+    assert len(calls) == 2
+    np.testing.assert_array_equal(calls[1], 4 * w.data + 3)
+
+
+def test_a_removed_hook_stops_and_copies_carry_none():
+    import copy
+    import pickle
+
+    w = nk.tensor(np.ones(3), requires_grad=True)
+    calls = []
+    handle = w.register_post_accumulate_grad_hook(lambda t: calls.append(1))
+    for clone in (copy.deepcopy(w), pickle.loads(pickle.dumps(w))):
+        clone.sum().backward()
+    assert calls == []
+    w.sum().backward()
+    handle.remove()
+    w.sum().backward()
+    assert calls == [1]
+
+
+def test_hooks_only_on_leaves_and_only_callables():
+    w = nk.tensor(np.ones(3), requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf"):
+        (w * 2).register_post_accumulate_grad_hook(print)
+    with pytest.raises(TypeError, match="hook must be callable"):
+        w.register_post_accumulate_grad_hook(3)

@@ -205,6 +205,75 @@ def test_unused_parameters_keep_no_gradient_and_used_ones_are_unchanged_on_one_r
     assert model.never.weight.grad is None and model.head_a.weight.grad is None
 
 
+def _mlp3(dtype="float64"):
+    nk.manual_seed(0)
+    return nk.nn.Sequential(nk.nn.Linear(6, 16, dtype=dtype), nk.nn.Tanh(),
+                            nk.nn.Linear(16, 16, dtype=dtype), nk.nn.Tanh(),
+                            nk.nn.Linear(16, 3, dtype=dtype))
+
+
+def test_buckets_start_in_the_backward_and_follow_its_order_after_the_first_step():
+    model = _mlp3()
+    ddp = _ddp(model, bucket_bytes=200)
+    X = np.random.default_rng(0).standard_normal((8, 6))
+    started = []
+    for _ in range(3):
+        local = ddp.local_share(np.arange(8))
+        model.zero_grad()
+        ddp(X[local]).sum().backward()
+        started.append(ddp._step.started)  # buckets sent while the backward ran
+        ddp.allreduce_gradients()
+    assert started[0] > 0 and started[1] == started[2] == len(ddp._buckets)
+    first = [i for bucket in ddp._buckets for i in bucket]
+    assert first == [4, 5, 2, 3, 0, 1]  # weight then bias, last layer first
+
+
+def test_micro_batches_accumulate_inside_no_sync_and_a_second_backward_outside_is_refused():
+    model = _mlp3()
+    ddp = _ddp(model, bucket_bytes=200)
+    X = np.random.default_rng(0).standard_normal((8, 6))
+    ddp.local_share(np.arange(8))
+    model.zero_grad()
+    with ddp.no_sync():
+        ddp(X[:4]).sum().backward()
+    ddp(X[4:]).sum().backward()
+    ddp.allreduce_gradients()
+    got = [p.grad.copy() for p in model.parameters()]
+    model.zero_grad()
+    ddp(X).sum().backward()
+    for g, p in zip(got, model.parameters(), strict=True):
+        np.testing.assert_allclose(g, p.grad, rtol=1e-12, atol=1e-12)
+    ddp.allreduce_gradients()
+    ddp.local_share(np.arange(8))
+    ddp(X[:4]).sum().backward()
+    with pytest.raises(RuntimeError, match="second backward.*no_sync"):
+        ddp(X[4:]).sum().backward()
+
+
+def test_a_collected_wrapper_leaves_no_hooks_on_the_model():
+    import gc
+
+    from nnkit.autograd import _GRAD_HOOKS
+
+    model = _mlp3()
+    wrappers = [_ddp(model) for _ in range(3)]
+    assert sum(len(_GRAD_HOOKS[id(p)][1]) for p in model.parameters()) == 3 * 6
+    del wrappers
+    gc.collect()
+    assert all(not _GRAD_HOOKS[id(p)][1] for p in model.parameters())
+
+
+def test_announced_rows_are_checked():
+    ddp = _ddp(_mlp3())
+    with pytest.raises(ValueError, match="exceeds global_count"):
+        ddp.begin_step(5, 4)
+    with pytest.raises(ValueError, match="global_count is 0"):
+        ddp.begin_step(0, 0)
+    ddp.begin_step(3, 4)
+    with pytest.raises(ValueError, match=r"local_count \(2\) differs from the 3 rows"):
+        ddp.allreduce_gradients(2)
+
+
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
     ({"bucket_bytes": 0}, ValueError, "bucket_bytes"),
     ({"bucket_bytes": 1.5}, TypeError, "bucket_bytes"),

@@ -35,7 +35,8 @@ def test_linear_regression_is_lstsq(data, fit_intercept, outputs):
     np.testing.assert_array_equal(reg.coef_, (sol[:D] if fit_intercept else sol).T)
     np.testing.assert_array_equal(reg.intercept_, sol[D] if fit_intercept else
                                   np.zeros(np.shape(sol[0])))  # sol may hold inf
-    np.testing.assert_allclose(reg.predict(X), A @ sol, atol=1e-9)
+    if np.isfinite(sol).all():  # a subnormal column gives inf weights: inf * 0 has no value
+        np.testing.assert_allclose(reg.predict(X), A @ sol, atol=1e-9)
 
 
 def test_linear_regression_solves_the_normal_equations_and_matches_sklearn(rng):
