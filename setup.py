@@ -1,10 +1,22 @@
 """Build script for nnkit's compiled Cython kernels (everything else is in pyproject.toml)."""
 
+import os
 from pathlib import Path
 
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class ParallelBuildExt(build_ext):
+    """build_ext compiling the extensions in parallel, one per core, unless ``-j`` says how
+    many (pip passes no options: its builds were serial)."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        if self.parallel is None:
+            self.parallel = os.cpu_count() or 1
 
 # One Extension per .pyx in nnkit/_ext, named after the file; numpy's headers for the
 # typed memoryviews; the C headers of nnkit/_ext (gemm_packed.h) as dependencies.
@@ -22,6 +34,7 @@ EXTENSIONS = [
 ]
 
 setup(
+    cmdclass={"build_ext": ParallelBuildExt},
     ext_modules=cythonize(
         EXTENSIONS,
         language_level=3,

@@ -35,6 +35,12 @@ settings.register_profile("thorough", max_examples=1000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
+# Every kernel launched under the simulator, in this process's children too, must be in the
+# list of launch types that tests/test_cuda_compile.py compiles (nnkit._ext._launch_types).
+os.environ.setdefault("NNKIT_CUDA_LAUNCH_TYPES",
+                      os.path.join(os.path.dirname(__file__), "cuda_launch_types.json"))
+
+
 def _install_cupy_stand_in() -> bool:
     """With NNKIT_CUPY_STAND_IN=1 (and the simulator on): ``import cupy`` finds the NumPy-backed
     stand-in of tests/stand_in (which teaches the simulator to launch on its arrays), the

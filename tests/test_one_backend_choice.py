@@ -21,9 +21,9 @@ reported as ``path:line: what``. The rules:
      on its own device (``asarray``, ``array``, ``copy``, ``ascontiguousarray``,
      ``astype``, ``array_module``): "a GPU array stays as it is, the rest becomes NumPy".
 
-   The CUDA side of ``nnkit._ext`` (``*_cuda.py``, ``_launch.py``) is below the choice: it
-   tells CuPy arrays, Numba device arrays and the simulator's NumPy arrays apart to launch,
-   so rule 1 does not look there.
+   The CUDA side of ``nnkit._ext`` (``*_cuda.py``, ``_launch.py``, and ``_cuda_audit.py``,
+   which compiles the kernels) is below the choice: it tells CuPy arrays, Numba device arrays
+   and the simulator's NumPy arrays apart to launch, so rule 1 does not look there.
 2. ``cupy``, ``cupyx`` or ``numba.cuda`` is imported outside ``_backend`` and the CUDA side
    of ``nnkit._ext``.
 3. ``load_kernels(...)`` is called outside ``_backend`` (``kernels_for`` picks the module).
@@ -68,8 +68,8 @@ GPU_IMPORTS = ("cupy", "cupyx", "numba.cuda")
 
 
 def _is_cuda_side(path: str) -> bool:
-    return path.startswith("nnkit/_ext/") and (path.endswith("_cuda.py") or
-                                               path.endswith("/_launch.py"))
+    return path.startswith("nnkit/_ext/") and (path.endswith("_cuda.py") or path.endswith(
+        ("/_launch.py", "/_cuda_audit.py")))
 
 
 # ----- the walk ----------------------------------------------------------------------------------

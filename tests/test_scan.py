@@ -670,6 +670,15 @@ def _cuda_cases():
                         if not np.allclose(got, w, **tolerance(dtype, _factor(T))):
                             failures.append(f"{name} {np.dtype(dtype)} rev={reverse} "
                                             f"{(B, T, D)} {mode}")
+    # Numba device arrays: the look-back status is zeroed by a kernel (_fill_zero)
+    from numba import cuda
+
+    C.rows_min, C.block, C.publish_states = 10**9, 4, True
+    a, b, h0, _ = _problem(11, 2, 7, 2, np.float64)
+    out = cuda.device_array(a.shape, a.dtype)
+    C.linear_scan(*map(cuda.to_device, (a, b, h0)), out, False)
+    if not np.allclose(out.copy_to_host(), R.linear_scan(a, b, h0, False), **tolerance(a.dtype)):
+        failures.append("h on Numba device arrays")
     return failures
 
 

@@ -5,7 +5,8 @@ how arguments reach the device. It picks a path once per (kernel, argument signa
 keeps it:
 
 - ``"simulator"`` (``NUMBA_ENABLE_CUDASIM=1``): ``kernel[grid, block, stream, shared](*args)``
-  on NumPy arrays or the tests' CuPy stand-in, as Numba launches it.
+  on NumPy arrays or the tests' CuPy stand-in, as Numba launches it; each signature of
+  one of nnkit's kernels is held to the compile audit's list (``_launch_types.seen``).
 - ``"raw"`` (a real GPU, CuPy arrays): Numba compiles the kernel for the signature (its own
   dispatcher, so both paths share one compilation), CuPy loads the PTX once, and each launch
   packs the arguments in Numba's kernel ABI (``pack_args``) and launches through CuPy, on
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import os
 import re
 import tempfile
@@ -49,9 +51,11 @@ from itertools import chain
 import numpy as np
 from numba import config
 
-__all__ = ["launch", "launch_counts", "path_counts", "launches", "count_launches", "fallbacks",
-           "device_empty", "packed_sizes",
-           "pack_args", "param_sizes", "ptx_params", "set_path"]
+from . import _launch_types
+
+__all__ = ["launch", "kernel_factory", "factories", "launch_counts", "path_counts", "launches",
+           "count_launches", "fallbacks", "device_empty", "packed_sizes", "pack_args",
+           "param_sizes", "ptx_params", "set_path"]
 
 _SIMULATOR = bool(config.ENABLE_CUDASIM)
 _PATHS = ("auto", "raw", "numba")
@@ -67,6 +71,8 @@ fallbacks: dict = {}  # (kernel name, signature key) -> why it took the Numba pa
 _recorders: tuple = ()  # the Counters of the open ``count_launches`` blocks
 _entries: dict = {}  # (kernel, signature key) -> _Entry
 _names: dict = {}  # kernel -> name
+_variants: dict = {}  # kernel -> "module.factory(args)", for a kernel made by a factory
+factories: dict = {}  # "module.factory" -> the cached factory (``kernel_factory``)
 
 
 def _path_from_env() -> str:
@@ -117,6 +123,36 @@ def _name(kernel) -> str:
     return name
 
 
+def kernel_factory(factory=None, *, on_gpu=None):
+    """Decorator of a function that makes a kernel from literal arguments (str, int, bool):
+    caches it and names each kernel it makes ``module.factory(args)`` in the list of launch
+    types (``_launch_types``), so that the compile audit can make the same kernel again.
+    ``on_gpu(args) -> args``, where the tests launch a variant a GPU would not (smaller
+    tiles), gives the variant a GPU makes for the same inputs: the audit compiles that one.
+    """
+    if factory is None:
+        return functools.partial(kernel_factory, on_gpu=on_gpu)
+    module = factory.__module__.rsplit(".", 1)[-1]
+    qualified = f"{module}.{factory.__name__}"
+
+    @functools.cache
+    def make(*args):
+        kernel = factory(*args)
+        _variants[kernel] = f"{qualified}({', '.join(map(repr, args))})"
+        return kernel
+
+    make.on_gpu = on_gpu
+    factories[qualified] = functools.update_wrapper(make, factory)
+    return make
+
+
+def _is_nnkit(kernel) -> bool:
+    """Whether ``kernel`` is one of nnkit's (its launches are held to the compile audit's
+    list); a script's own kernels are not."""
+    fn = getattr(kernel, "py_func", kernel)
+    return (getattr(fn, "__module__", "") or "").startswith("nnkit.")
+
+
 def _count(name: str, path: str) -> None:
     launch_counts[name] += 1
     path_counts[path] += 1
@@ -143,7 +179,10 @@ def launch(kernel, grid, block, *args, stream=None, shared=0) -> None:
     if _empty(grid):
         return
     if _SIMULATOR:
-        _count(_name(kernel), "simulator")
+        name = _name(kernel)
+        _count(name, "simulator")
+        if _is_nnkit(kernel):
+            _launch_types.seen(_variants.get(kernel, name), args)
         kernel[grid, block, 0 if stream is None else stream, shared](*args)
         return
     if stream is not None or _path == "numba":

@@ -27,12 +27,11 @@ picks one of them).
 
 from __future__ import annotations
 
-import functools
 import math
 
 from numba import cuda
 
-from ._launch import launch
+from ._launch import kernel_factory, launch
 from .launchers import launchers
 
 __all__ = [*launchers("optim_cpu", "optim_cuda"), "sgd_step", "per_launch"]
@@ -50,7 +49,7 @@ def per_launch(arrays_per_tensor: int) -> int:
     return PARAM_BYTES // (_ARRAY_BYTES * arrays_per_tensor)
 
 
-@functools.cache
+@kernel_factory
 def _adam_kernel(amsgrad: bool):
     """The Adam/AdamW step over tuples of flat arrays (AMSGrad: with the running maxima)."""
 

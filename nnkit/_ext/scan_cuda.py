@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 from numba import complex128, cuda, float64, int32
 
-from ._launch import launch
+from ._launch import kernel_factory, launch
 from .launchers import launchers
 
 __all__ = [*launchers("scan_cpu", "scan_cuda"), "MAX_BLOCK"]
@@ -290,8 +290,11 @@ def _backward_body(dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P, p
                 dh0[i, d] = a[i, t, d].conjugate() * gk
 
 
-def _forward_kernel(scalar):
-    """The forward kernel with its shared-memory scan in ``scalar`` (float64/complex128)."""
+@kernel_factory
+def _forward_kernel(scalar_name):
+    """The forward kernel with its shared-memory scan in "float64" or "complex128"."""
+    scalar = _SCALARS[scalar_name]
+
     @cuda.jit
     def kernel(a, b, h0, out, desc, status, reverse, L, Sg, P, publish):
         bufA = cuda.shared.array(MAX_BLOCK, scalar)
@@ -302,8 +305,11 @@ def _forward_kernel(scalar):
     return kernel
 
 
-def _backward_kernel(scalar):
-    """The backward kernel with its shared-memory scan in ``scalar``."""
+@kernel_factory
+def _backward_kernel(scalar_name):
+    """The backward kernel with its shared-memory scan in "float64" or "complex128"."""
+    scalar = _SCALARS[scalar_name]
+
     @cuda.jit
     def kernel(dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P, publish):
         bufA = cuda.shared.array(MAX_BLOCK, scalar)
@@ -314,8 +320,9 @@ def _backward_kernel(scalar):
     return kernel
 
 
-_forward_real, _forward_complex = _forward_kernel(float64), _forward_kernel(complex128)
-_backward_real, _backward_complex = _backward_kernel(float64), _backward_kernel(complex128)
+_SCALARS = {"float64": float64, "complex128": complex128}
+_forward_real, _forward_complex = _forward_kernel("float64"), _forward_kernel("complex128")
+_backward_real, _backward_complex = _backward_kernel("float64"), _backward_kernel("complex128")
 
 
 # ---- host side --------------------------------------------------------------------------------

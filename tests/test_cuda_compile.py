@@ -1,0 +1,194 @@
+"""Every Numba CUDA kernel of nnkit compiled for real, no GPU needed: NVVM to PTX and ptxas to
+machine code for sm_80, sm_89 and sm_90, on exactly the argument types the simulator and
+CuPy stand-in tests launch it with.
+
+tests/cuda_launch_types.json lists them (kernel -> signatures). tests/conftest.py points
+NNKIT_CUDA_LAUNCH_TYPES at it, so a simulator launch whose types it lacks fails the test
+that made it (``nnkit._ext._launch_types``). After a change that launches new types, record
+them into the list:
+
+    rm tests/cuda_launch_types.json
+    NNKIT_CUDA_LAUNCH_TYPES_RECORD=1 python -m pytest -m "slow or not slow"
+
+Here ``benchmarks/gpu_resources.py`` compiles the list (numba-cuda[cu12], in the test extra)
+and the tests hold its rows: no compile error, no local memory (stack) or spills, every
+kernel within its register budget, and every kernel of nnkit launched by some test.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LIST = ROOT / "tests" / "cuda_launch_types.json"
+
+
+def _compilers_missing() -> str | None:
+    """Why the real compilers cannot run here, or None."""
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility
+    except ImportError:
+        return "numba-cuda[cu12] is not installed (it is in the test extra)"
+    return None if find_nvidia_binary_utility("ptxas") else "ptxas is not installed"
+
+
+# Registers per thread, at most. Elementwise and row kernels: 48 and 64 keep 1280 and 1024
+# threads of 256-thread blocks resident per SM (of sm_80/sm_90's 2048), enough to hide memory
+# latency; the pooling kernels' 4-D index arithmetic, the persistent recurrent and scan
+# kernels (one block per batch tile or chunk) and the attention tiles (a tile of accumulators
+# per thread) hold more by design. Measured maxima are in benchmarks/RESULTS.md.
+REGISTER_BUDGETS = {
+    "activation_cuda.": 48,
+    "optim_cuda.": 48,
+    "hopfield_cuda.": 48,
+    "attention_cuda._row_dot": 48,
+    "attention_cuda._dropout": 48,
+    "layer_norm_cuda.": 64,
+    "softmax_cuda.": 64,
+    "conv_cuda._im2col": 64,
+    "conv_cuda._col2im": 64,
+    "conv_cuda.": 128,
+    "scan_cuda._rows": 64,
+    "scan_cuda.": 96,
+    "recurrent_cuda.": 96,
+    "attention_cuda.": 250,  # measured up to 244; at 255 ptxas starts spilling
+}
+
+
+def _budget(kernel: str) -> int:
+    return next(b for prefix, b in REGISTER_BUDGETS.items() if kernel.startswith(prefix))
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory):
+    missing = _compilers_missing()
+    if missing:
+        pytest.skip(missing)
+    out = tmp_path_factory.mktemp("audit") / "rows.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_resources.py"),
+                           "--json", str(out), "--jobs", "2"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=1200)
+    if not out.exists():
+        pytest.fail(f"gpu_resources.py wrote no rows (exit {proc.returncode}):\n"
+                    f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def test_every_listed_launch_compiles_for_every_architecture(rows):
+    """(The attention kernels' test-sized tiles are compiled as the GPU's tiles.)"""
+    from nnkit._ext._cuda_audit import work_items
+    from nnkit._ext._launch_types import read_list
+
+    errors = [f"{r['kernel']} ({', '.join(r['signature'])}) {r['cc']}: {r['error']}"
+              for r in rows if "error" in r]
+    assert not errors, "\n".join(errors)
+    compiled = {(r["kernel"], tuple(r["signature"])) for r in rows}
+    assert set(work_items(read_list(LIST))) == compiled
+    assert {r["cc"] for r in rows} == {"sm_80", "sm_89", "sm_90"}
+
+
+def test_no_kernel_uses_local_memory_or_spills(rows):
+    bad = [f"{r['kernel']} ({', '.join(r['signature'])}) {r['cc']}: stack {r['stack']} B, "
+           f"spills {r['spill_stores']}/{r['spill_loads']} B, .local in PTX {r['local_in_ptx']}"
+           for r in rows if r["stack"] or r["spill_stores"] or r["spill_loads"]
+           or r["local_in_ptx"]]
+    assert not bad, "\n".join(bad)
+
+
+def test_kernels_stay_within_their_register_budgets(rows):
+    over = [f"{r['kernel']} ({', '.join(r['signature'])}) {r['cc']}: {r['registers']} "
+            f"registers > {_budget(r['kernel'])}" for r in rows
+            if r["registers"] > _budget(r["kernel"])]
+    assert not over, "\n".join(over)
+
+
+def test_every_kernel_of_nnkit_is_launched_by_some_test():
+    """A kernel that no simulator test launches would never be compiled here."""
+    missing = _compilers_missing()
+    if missing:
+        pytest.skip(missing)
+    code = """
+import json, sys
+from nnkit._ext import _cuda_audit, _launch
+from nnkit._ext._launch_types import read_list
+listed = read_list(sys.argv[1])
+names = set(_cuda_audit.catalogue())
+plain = {n for n in listed if "(" not in n}
+made = {n.split("(")[0] for n in listed if "(" in n}
+print(json.dumps({"unlaunched": sorted(names - plain),
+                  "factories": sorted(set(_launch.factories) - made),
+                  "unknown": sorted(plain - names)}))
+"""
+    proc = subprocess.run([sys.executable, "-c", code, str(LIST)], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, env=dict(os.environ,
+                                                                     PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found == {"unlaunched": [], "factories": [], "unknown": []}
+
+
+# ---- the list and its check (no compiler needed) ---------------------------------------------
+
+def test_type_texts_round_trip_and_refuse_anything_else():
+    import numpy as np
+
+    from nnkit._ext._launch_types import parse_type, type_text
+
+    values = [np.zeros((2, 3), np.float32), np.zeros((2, 3)).T, np.zeros((4, 4))[:, ::2], 3,
+              2.5, True, np.float32(1), np.uint64(7), np.complex64(1j),
+              (np.zeros(3, np.float32),) * 3, (np.zeros(3), 4)]
+    texts = [type_text(v) for v in values]
+    assert texts[:3] == ["array(float32, 2d, C)", "array(float64, 2d, F)",
+                         "array(float64, 2d, A)"]
+    assert texts[3:6] == ["int64", "float64", "bool"]
+    assert texts[9] == "UniTuple(array(float32, 1d, C) x 3)"
+    assert [str(parse_type(t)) for t in texts] == texts
+    for bad in ["array(float32, 2d, Q)", "__import__('os')", "pyobject", "array(float32, 2d",
+                "int64 int64", "UniTuple(int64, 3)"]:
+        with pytest.raises((ValueError, KeyError)):
+            parse_type(bad)
+
+
+def test_a_launch_of_an_unlisted_type_fails_and_record_mode_adds_it(tmp_path, monkeypatch):
+    import numpy as np
+
+    from nnkit._ext import _launch_types as lt
+
+    path = tmp_path / "types.json"
+    lt.write_list(path, {"softmax_cuda._softmax_kernel": {("array(float32, 2d, C)",) * 2}})
+    monkeypatch.setenv(lt.ENV_LIST, str(path))
+    monkeypatch.delenv(lt.ENV_RECORD, raising=False)
+    for name, value in (("_known", None), ("_checked", set()), ("_new", {})):
+        monkeypatch.setattr(lt, name, value)
+    x32, x64 = np.zeros((2, 3), np.float32), np.zeros((2, 3))
+    lt.seen("softmax_cuda._softmax_kernel", (x32, x32))
+    with pytest.raises(lt.UncompiledLaunch, match=r"array\(float64, 2d, C\)"):
+        lt.seen("softmax_cuda._softmax_kernel", (x64, x64))
+    monkeypatch.setenv(lt.ENV_RECORD, "1")
+    monkeypatch.setattr(lt, "_checked", set())
+    monkeypatch.setattr(lt.atexit, "register", lambda *a: None)
+    lt.seen("softmax_cuda._softmax_kernel", (x64, x64))
+    lt._add_new(path)
+    assert lt.read_list(path) == {"softmax_cuda._softmax_kernel": {
+        ("array(float32, 2d, C)",) * 2, ("array(float64, 2d, C)",) * 2}}
+
+
+@pytest.mark.parametrize("cc, threads, registers, shared, expected", [
+    ((8, 0), 256, 32, 0, 1.0),  # 64 warps resident: the thread limit
+    ((8, 0), 256, 64, 0, 0.5),  # 2048 registers a warp: 32 warps
+    ((8, 0), 256, 38, 0, 0.75),  # 38 rounds to 40 a thread (1280 a warp): 6 blocks of 8 warps
+    ((9, 0), 256, 61, 2048, 0.5),  # 64 a thread: 4 blocks
+    ((8, 9), 256, 32, 0, 1.0),  # sm_89: 48 warps at most
+    ((8, 0), 256, 255, 0, 0.125),  # one block
+    ((9, 0), 128, 32, 100_000, 2 * 4 / 64),  # shared memory: 2 blocks of 4 warps
+    ((8, 0), 32, 16, 0, 0.5),  # the block limit: 32 blocks of one warp
+])
+def test_occupancy_is_the_cuda_formula(cc, threads, registers, shared, expected):
+    from nnkit._ext._cuda_audit import occupancy
+
+    assert occupancy(cc, threads, registers, shared) == pytest.approx(expected)
