@@ -23,7 +23,8 @@ import re
 
 import numpy as np
 
-__all__ = ["type_text", "signature_text", "parse_type", "read_list", "seen", "UncompiledLaunch"]
+__all__ = ["type_text", "signature_text", "parse_type", "read_list", "write_list", "seen",
+           "UncompiledLaunch"]
 
 ENV_LIST = "NNKIT_CUDA_LAUNCH_TYPES"
 ENV_RECORD = "NNKIT_CUDA_LAUNCH_TYPES_RECORD"
