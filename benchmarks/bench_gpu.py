@@ -17,10 +17,14 @@ read + written) and the float32 matrix-product rate (CuPy/cuBLAS). Sections:
   written), vs torch's cumsum-of-log form;
 - LSTM / GRU / RNN over the recurrent issue's shapes, forward and forward+backward, vs
   torch.nn.LSTM/GRU/RNN (cuDNN);
+- attention: the fused attention kernels, forward and forward+backward, causal and not, vs
+  torch's F.scaled_dot_product_attention;
 - launch: host time per launch of an empty kernel by each launch path (nnkit's ``launch()``,
   Numba's dispatcher, its compiled kernel, Numba's PTX through CuPy, CuPy's own);
 - steps: one training step of an MLP, a CNN, an encoder layer and the digits ViT (batch
-  128): time, Numba launches and GPU kernels per step; the ViT against its torch twin.
+  128): time, Numba launches and GPU kernels per step; the ViT against its torch twin;
+- hopfield: recall of stored patterns on CuPy states (synchronous and asynchronous) vs the
+  CPU.
 
 A section that fails prints its error and the rest go on. ``--smoke`` runs every section
 once at tiny shapes: a check that the script works (tests/test_gpu_stand_in.py runs it
@@ -295,6 +299,53 @@ def recurrent(roof, size):
     return rows
 
 
+def attention(roof, size):
+    """Fused attention (float32, forward and forward+backward, causal and not) against
+    torch's F.scaled_dot_product_attention on the same inputs (bench_attention_gpu.py's
+    functions and shapes; TFLOP/s counts the flash-attention work, 4 B H T^2 d forward,
+    halved when causal, 3.5 times that forward+backward)."""
+    import cupy
+    from bench_attention_gpu import SHAPES, _nnkit_fns, _torch_fns
+
+    torch = _torch()
+    if size == "smoke" and _simulated():
+        from nnkit._ext import attention_cuda  # the simulator: the tests' small tiles
+
+        attention_cuda.block_m, attention_cuda.block_n = 8, 8
+        attention_cuda.threads_y, attention_cuda.threads_x = 2, 4
+    shapes = {"full": SHAPES, "quick": SHAPES[:2], "smoke": [(1, 2, 12, 8)]}[size]
+    rows = []
+    for shape, causal in itertools.product(shapes, (False, True)):
+        B, H, T, d = shape
+        ours = _nnkit_fns(cupy, shape, causal)
+        theirs = _torch_fns(torch, shape, causal) if torch else (None, None)
+        for what, fn, torch_fn, work in zip(("fwd", "fwd+bwd"), ours, theirs, (1.0, 3.5),
+                                            strict=True):
+            flops = 4 * B * H * T * T * d * (0.5 if causal else 1.0) * work
+            row = {"section": "attention", "case": f"{shape} causal={causal} {what}",
+                   "nnkit_ms": gpu_time(fn) * 1e3}
+            row["nnkit_TFLOPs"] = flops / row["nnkit_ms"] / 1e9
+            if torch_fn is not None:
+                row["torch_ms"] = gpu_time(torch_fn) * 1e3
+                row["torch/nnkit"] = row["torch_ms"] / row["nnkit_ms"]
+            rows.append(row)
+    return rows
+
+
+def _simulated() -> bool:
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def hopfield(roof, size):
+    """Hopfield recall on CuPy states, synchronous and asynchronous, against the CPU
+    (bench_hopfield_gpu.py)."""
+    from bench_hopfield_gpu import run as run_hopfield
+
+    return [{"section": "hopfield", **row} for row in run_hopfield(size)]
+
+
 def launch_overhead(roof, size):
     """Host time per launch of one empty 5-array kernel, by each way of launching it:
 
@@ -496,7 +547,8 @@ def _torch_vit_step(images, labels, step_ms):
 
 
 SECTIONS = {"launch": launch_overhead, "rows": softmax_rows, "conv": conv, "scan": scan,
-            "recurrent": recurrent, "steps": training_steps}
+            "recurrent": recurrent, "attention": attention, "steps": training_steps,
+            "hopfield": hopfield}
 
 
 def _fmt(v):
@@ -517,9 +569,10 @@ def _device_name():
             from None
 
 
-def run(quick=False, only=None, size=None):
+def run(quick=False, only=None, size=None, done=None):
     """Every section's rows (the roofs first); a failing section leaves an error row.
-    ``size``: "full", "quick" (what ``quick`` selects) or "smoke" (tiny shapes, one call)."""
+    ``size``: "full", "quick" (what ``quick`` selects) or "smoke" (tiny shapes, one call);
+    ``done(rows)`` is called with the rows so far after each section."""
     global _SMOKE
     size = size or ("quick" if quick else "full")
     _SMOKE = size == "smoke"
@@ -543,6 +596,8 @@ def run(quick=False, only=None, size=None):
             print(" | ".join(f"{k}={_fmt(v)}" for k, v in row.items()))
         rows.extend(got)
         sys.stdout.flush()
+        if done:
+            done(rows)
     return rows
 
 
@@ -558,14 +613,16 @@ def main(argv=None):
     parser.add_argument("--json", default=None, help="write every row to this JSON file")
     parser.add_argument("--only", nargs="*", default=None, help="sections to run")
     args = parser.parse_args(argv)
+    def write(rows):  # after every section: a run stopped midway keeps what it measured
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(rows, fh, indent=1)
+
     try:
-        rows = run(args.quick, args.only, "smoke" if args.smoke else None)
+        write(run(args.quick, args.only, "smoke" if args.smoke else None, done=write))
     except SystemExit as exc:
         print(exc)
         return 2
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=1)
     return 0
 
 

@@ -152,11 +152,12 @@ def _cases(cupy, smoke):
         couplings = (patterns.T @ patterns).astype(f32)
         np.fill_diagonal(couplings, 0)
         states = np.where(rng.random((B, n)) < 0.5, -1, 1).astype(np.int8)
-        arrays = [cupy.asarray(couplings), cupy.asarray(states), cupy.empty((B, n), np.int8),
-                  cupy.ones(B, np.int8), cupy.full(B, 20, np.int64), cupy.zeros(B, np.int8),
-                  cupy.zeros(1, np.int64)]
-        hopfield_cuda.sync_run(*arrays, 20)
-        return [arrays[1], arrays[4], arrays[5]]
+        arrays = [cupy.asarray(couplings), cupy.asarray(states), cupy.zeros(B, np.int64),
+                  cupy.zeros(B, np.uint8)]
+        fields = cupy.asarray(states.astype(f32) @ couplings)
+        hopfield_cuda.sync_run(fields, arrays[0], arrays[1], None, 20, arrays[2], arrays[3],
+                               cupy.zeros(n))
+        return arrays[1:]
 
     def activation():
         rng = np.random.default_rng(9)

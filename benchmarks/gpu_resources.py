@@ -53,7 +53,8 @@ def block_threads(name: str) -> int:
         return (softmax_cuda.block_max if rest in ("_layer_norm_kernel", "_layer_norm_dx_kernel")
                 else layer_norm_cuda.col_threads)
     if module == "hopfield_cuda":
-        return hopfield_cuda.block[0] * hopfield_cuda.block[1]
+        return (hopfield_cuda.async_threads if rest.startswith("_async") else
+                hopfield_cuda.block[0] * hopfield_cuda.block[1])
     threads = {"activation_cuda": activation_cuda.threads, "attention_cuda":
                attention_cuda.row_threads, "conv_cuda": conv_cuda.threads,
                "optim_cuda": optim_cuda.threads, "recurrent_cuda": recurrent_cuda.threads,
@@ -131,6 +132,8 @@ def main(argv=None) -> int:
     parser.add_argument("--from-json", help="print the table of rows written by --json")
     parser.add_argument("--per-signature", action="store_true",
                         help="a line per signature, not per kernel and dtype")
+    parser.add_argument("--kernels", default="",
+                        help="only kernels whose names start with this, e.g. softmax_cuda.")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from tqdm import tqdm
@@ -148,7 +151,9 @@ def main(argv=None) -> int:
         bar.total = total
         bar.update(done - bar.n)
 
-    rows = audit(read_list(args.list), ccs, jobs=args.jobs, progress=progress)
+    listed = {name: sigs for name, sigs in read_list(args.list).items()
+              if name.startswith(args.kernels)}
+    rows = audit(listed, ccs, jobs=args.jobs, progress=progress)
     bar.close()
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

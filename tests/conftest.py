@@ -107,6 +107,28 @@ def _skip_reason(report) -> str:
     return reason.removeprefix("Skipped: ")
 
 
+# Slow tests deselected, by process: this one's, or (with -n) each pytest-xdist worker's, sent
+# back in its workeroutput (every worker collects, and deselects, the whole suite).
+_SLOW_DESELECTED: dict[str, int] = {}
+
+
+def pytest_deselected(items):
+    slow = sum(item.get_closest_marker("slow") is not None for item in items)
+    _SLOW_DESELECTED["here"] = _SLOW_DESELECTED.get("here", 0) + slow
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker
+        session.config.workeroutput["slow_deselected"] = _SLOW_DESELECTED.get("here", 0)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """An xdist worker finished: its count of slow tests deselected."""
+    output = getattr(node, "workeroutput", {})
+    _SLOW_DESELECTED[output.get("workerid", str(id(node)))] = output.get("slow_deselected", 0)
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """Under pytest's own summary, just above its last line: the skipped tests by what they
@@ -116,10 +138,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     skipped = [report for report in terminalreporter.stats.get("skipped", [])
                if getattr(report, "count_towards_summary", True)]  # as pytest's own count
     lines = skip_summary([_skip_reason(report) for report in skipped])
-    slow = [item for item in terminalreporter.stats.get("deselected", [])
-            if isinstance(item, pytest.Item) and item.get_closest_marker("slow") is not None]
+    slow = max(_SLOW_DESELECTED.values(), default=0)
     if slow and config.option.markexpr == "not slow":
-        lines.append(f"{len(slow)} slow tests deselected (python -m pytest -m slow runs them)")
+        lines.append(f"{slow} slow tests deselected (python -m pytest -m slow runs them)")
     for line in lines:
         terminalreporter.write_line(line)
     return result

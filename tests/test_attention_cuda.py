@@ -195,7 +195,14 @@ def test_dropout_hash_is_the_cpu_kernels_stream():
     from nnkit._ext import attention_cuda, simd_math
 
     assert attention_cuda.splitmix64_dev is simd_math.splitmix64_dev
-    assert attention_cuda.uniform53_dev is simd_math.uniform53_dev
+    # the kernels test uniform53(z) < p as (z >> 11) < ceil(p 2**53): the same decisions,
+    # also at the draws next to the threshold
+    for p in (0.0, 0.1, 0.3, 0.5, 1 / 3, 0.9, 1 - 2.0**-53, 2.0**-60):
+        _, below, _, _ = attention_cuda._scalars(np.float32, 1.0, p, 0)
+        near = {int(below) - 1, int(below), int(below) + 1}
+        for n in ({0, 1, 2**53 - 1} | near) - {-1, 2**53}:
+            z = np.uint64(n) << np.uint64(11)
+            assert (simd_math.uniform53(z) < p) == (np.uint64(n) < below), (p, n)
     for seed, n in ((0, 0), (12345, 77), (-3, 10**9), (2**40, 5)):
         seed = attention_cuda._seed(seed)
         with np.errstate(over="ignore"):

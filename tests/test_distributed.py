@@ -384,17 +384,18 @@ def test_frozen_worker_costs_one_timeout_not_the_run(three_workers, data):
             os.kill(victim, signal.SIGCONT)
 
     try:
-        with pytest.warns(RuntimeWarning, match=r"no result for shard 1 within step_timeout=4 s"):
+        # 10 s: a worker's first steps (compiling) stay within it on a loaded machine
+        with pytest.warns(RuntimeWarning, match=r"no result for shard 1 within step_timeout=10 s"):
             got, _ = _within(
                 120, lambda: _parallel(X, y, np.float64, _adam, 20, 2, three_workers,
-                                       step_timeout=4, callback=callback),
+                                       step_timeout=10, callback=callback),
                 lambda: os.kill(victim, signal.SIGCONT))
     finally:
         os.kill(victim, signal.SIGCONT)
     _assert_same(got, want, 1e-9)
     assert [i.step for i in infos] == list(range(12))
     assert [i.step for i in infos if i.recomputed] == [3] and infos[3].recomputed == 1
-    assert infos[3].seconds >= 4 and all(i.step_timeout == 4 for i in infos)
+    assert infos[3].seconds >= 10 and all(i.step_timeout == 10 for i in infos)
 
 
 @posix_signals

@@ -1,8 +1,8 @@
 """nnkit's GPU code on a machine without a GPU: the GPU tests (marked ``cuda``) of tests/cuda
 and those of the public functions small enough for the simulator run in child pytests with
 Numba's CUDA simulator and the NumPy-backed CuPy stand-in (tests/stand_in/cupy;
-tests/conftest.py installs it when NNKIT_CUPY_STAND_IN=1), and ``benchmarks/bench_gpu.py
---smoke`` runs on the stand-in too.
+tests/conftest.py installs it when NNKIT_CUPY_STAND_IN=1), and the GPU checklist
+(``benchmarks/gpu_checklist.py --smoke``) runs end to end on the stand-in too.
 
 So every model of tests/cuda/test_end_to_end.py trains three steps on "CuPy" arrays through
 nnkit's Numba CUDA kernels and its CuPy compositions, against the CPU, with the checks that
@@ -39,12 +39,13 @@ GROUPS = {
         ([_E2E], f"(matches_the_cpu or waits) and {_LIGHT}"),
         ([_E2E, "tests/test_conv.py", "tests/test_optim.py", "tests/test_transformer.py",
           "tests/test_scan.py", "tests/test_launch.py", "tests/test_recurrent_persistent.py",
-          "tests/test_optim_cuda.py", "tests/test_fewer_launches.py"],
+          "tests/test_optim_cuda.py", "tests/test_fewer_launches.py",
+          "tests/test_hopfield_cuda.py"],
          f"(test_end_to_end and not (matches_the_cpu or waits or float32_step) and {_LIGHT}) "
          "or test_public_functions_on_gpu or test_cupy_parameters or test_mha_and_encoder or "
          "(test_public_scan_on_gpu and shape2) or test_launch_budgets_on_gpu or "
          "test_persistent_launches_do_not_grow_with_T or test_optimizers_on_gpu or "
-         "test_gelu_dropout_and_cross_entropy_on_gpu"),
+         "test_gelu_dropout_and_cross_entropy_on_gpu or test_hopfield_on_gpu"),
     ],
     "slow": [
         ([_E2E], "(matches_the_cpu or waits) and (transformer or vit)"),
@@ -84,41 +85,39 @@ def test_gpu_paths_under_the_simulator_with_the_cupy_stand_in(group):
     assert not failures, "\n".join(failures)
 
 
-def test_the_gpu_benchmark_runs_every_section(tmp_path):
-    """``benchmarks/bench_gpu.py --smoke`` on the stand-in: every section gives rows and none
-    an error, so time on a GPU machine is not lost to a broken script."""
-    env = _child_env()
-    env["PYTHONPATH"] = os.pathsep.join((str(STAND_IN), env["PYTHONPATH"]))
-    path = tmp_path / "rows.json"
-    proc = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--smoke", "--json",
-                           str(path)], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    rows = json.loads(path.read_text())
+def test_the_gpu_checklist_runs_end_to_end(tmp_path):
+    """``benchmarks/gpu_checklist.py --smoke`` on the stand-in: every step passes, the
+    benchmark gives rows for every section and none an error, every launch-check case agrees
+    on both launch paths, and the summary holds every target, so time on a GPU machine is
+    not lost to a broken script."""
+    out = tmp_path / "checklist"
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_checklist.py", "--smoke", "--out",
+                           str(out), "--budget", "1500"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=1600)
+    report = json.loads((out / "checklist.json").read_text())
+    logs = {s["name"]: (out / f"{s['name']}.log").read_text()[-3000:] for s in report["steps"]}
+    assert proc.returncode == 0, (proc.stdout[-3000:], logs)
+    assert [s["name"] for s in report["steps"]] == ["audit", "pytest", "launch", "bench"]
+    audit, pytest_step, launch, bench = report["steps"]
+    assert audit["summary"]["rows"] >= 1 and audit["summary"]["errors"] == 0
+    assert pytest_step["summary"]["passed"] >= 1 and "failed" not in pytest_step["summary"]
+    rows = json.loads((out / "bench_gpu.json").read_text())
     assert [r for r in rows if "error" in r] == []
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         from bench_gpu import SECTIONS
+        from gpu_checklist import TARGETS
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
-    names = {"launch": "launch", "rows": "rows", "conv": "conv2d", "scan": "linear_scan",
-             "recurrent": "recurrent", "steps": "steps"}
-    assert {r["section"] for r in rows} == {"roofs"} | {names[k] for k in SECTIONS}
-
-
-def test_the_launch_check_runs(tmp_path):
-    """``benchmarks/gpu_launch_check.py --smoke`` on the stand-in: every case runs on both
-    launch paths and agrees, so the GPU check does not fail for a broken script."""
-    env = _child_env()
-    env["PYTHONPATH"] = os.pathsep.join((str(STAND_IN), env["PYTHONPATH"]))
-    proc = subprocess.run([sys.executable, "benchmarks/gpu_launch_check.py", "--smoke",
-                           "--out", str(tmp_path)], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    rows = json.loads((tmp_path / "gpu_launch_check.json").read_text())
-    cases = [r for r in rows if r["section"] == "paths"]
+    names = {"conv": "conv2d", "scan": "linear_scan"}
+    assert {r["section"] for r in rows} == {"roofs"} | {names.get(k, k) for k in SECTIONS}
+    checks = json.loads((out / "gpu_launch_check.json").read_text())
+    cases = [r for r in checks if r["section"] == "paths"]
     assert len(cases) >= 15 and all(r["agree"] for r in cases)
-    assert {r["section"] for r in rows} == {"paths", "launch", "ops"}
+    assert {r["section"] for r in checks} == {"paths", "launch", "ops"}
+    assert [t["target"] for t in report["targets"]] == [t[0] for t in TARGETS]
+    summary = (out / "checklist.md").read_text()
+    assert all(t[0] in summary for t in TARGETS) and "| bench | passed |" in summary
 
 
 def test_the_groups_cover_every_small_gpu_test_once():

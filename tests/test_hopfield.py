@@ -617,11 +617,9 @@ def _cuda_sync_cases():
         np.testing.assert_array_equal(out, expected, err_msg=f"step n={n} biased={biased}")
         # whole runs vs the CPU kernel
         max_sweeps = 6
-        g_states, g_work = x.copy(), np.zeros_like(x)
-        active, conv = np.ones(B, np.uint8), np.zeros(B, np.uint8)
-        sweeps, n_active = np.full(B, max_sweeps, np.int64), np.zeros(1, np.int64)
-        hopfield_cuda.sync_run(C, g_states, g_work, active, sweeps, conv, n_active, max_sweeps,
-                               t)
+        g_states, conv, sweeps = x.copy(), np.zeros(B, np.uint8), np.zeros(B, np.int64)
+        hopfield_cuda.sync_run(np.ascontiguousarray(x.astype(dtype) @ C), C, g_states, None,
+                               max_sweeps, sweeps, conv, np.zeros(n) if t is None else t)
         c_states, h = x.copy(), np.ascontiguousarray(x.astype(dtype) @ C)
         c_sweeps, c_conv = np.zeros(B, np.int64), np.zeros(B, np.uint8)
         hopfield_cpu.sync_run(h, C, c_states, np.empty((B, n), np.int64), max_sweeps,

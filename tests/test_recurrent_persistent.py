@@ -70,7 +70,7 @@ def _planned(plan, plans_seen):
 
     def planned(B, state_per_row, w, items_per_row):
         rows = -(-B // rc.max_blocks)
-        rc.shared_limit = {"on chip": 48 * 1024, "W_hh global": 8 * state_per_row * rows,
+        rc.shared_limit = {"on chip": 48 * 1024, "W_hh global": w.itemsize * state_per_row * rows,
                            "all global": 0}[plan]
         out = original(B, state_per_row, w, items_per_row)
         _, w_on_chip, state_on_chip, _ = out[3]

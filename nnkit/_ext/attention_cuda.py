@@ -25,7 +25,7 @@ Kernels (Dao 2023, FlashAttention-2), all gathers, no atomics:
   end), the accumulator rescaled likewise; P o Z goes through shared memory into P V.
 - ``fill_dropout_multipliers``: Z itself, a thread per element (the gradient of a mask
   that requires one, one (L, S) slab at a time; ``attention_cpu``'s launcher of that name).
-- ``backward``: D_i = sum_e dout_ie out_ie (``_row_dot``, float64 sums); then one block per
+- ``backward``: D_i = sum_e dout_ie out_ie (``_row_dot``); then one block per
   (key tile, b * h) loops over query tiles accumulating dK = scale dS^T Q and dV = (P o Z)^T dO
   in registers (P recomputed as exp(s - lse)); one block per (query tile, b * h) loops over
   key tiles for dQ = scale dS K, where dS = P o (Z o dP - D) and dP = dO V^T.
@@ -37,8 +37,11 @@ float64, larger ones raise ValueError. The module variables ``block_m``, ``block
 ``threads_x`` override them (the tests shrink them so tiny shapes cross tile boundaries).
 The kernels are built by small factories (``_forward_kernel`` ...), cached per configuration:
 Numba needs the tile sizes as compile-time constants to size shared and register arrays.
-Sums run in the input dtype except D (float64); float32 inputs use float32 arithmetic so the
-CUDA cores run at full rate. ``fastmath`` is off: -inf masks must propagate.
+Sums run in the input dtype, D and lse included (float32 as FlashAttention's and torch's
+kernels: the online softmax bounds every exp by 1), so float32 inputs use float32 arithmetic
+and the CUDA cores run at full rate. The host converts the scalars once: ``scale`` and 1 / (1
+- p) to the input dtype, the dropout probability to the integer threshold of its test (see
+``_keep``). ``fastmath`` is off: -inf masks must propagate.
 
 CuPy inputs run on CuPy's current stream, without a host synchronisation (``_launch.launch``).
 Speed: the tiles multiply on the CUDA cores (Numba exposes no tensor-core instructions), a
@@ -50,11 +53,11 @@ from __future__ import annotations
 
 import math
 
-from numba import cuda, float32, float64
+from numba import cuda, float32, float64, uint64
 
 from ._launch import device_empty, kernel_factory, launch
 from .launchers import launchers
-from .simd_math import splitmix64_dev, uniform53_dev
+from .simd_math import splitmix64_dev
 
 __all__ = [*launchers("attention_cpu", "attention_cuda")]
 
@@ -138,6 +141,17 @@ def _seed(seed):
     return numpy.array(int(seed) % 2**64, numpy.uint64).view(numpy.int64)[()]
 
 
+def _scalars(dtype, scale, dropout_p, seed):
+    """(scale, drop_below, keep_scale, seed) as the kernels take them, converted once here:
+    scale and 1 / (1 - p) in the arrays' ``dtype``, the dropout test's threshold ceil(p 2**53)
+    as a uint64 (``_keep``), the seed as an int64."""
+    import numpy
+
+    p = float(dropout_p)
+    dt = numpy.dtype(dtype).type
+    return (dt(scale), numpy.uint64(math.ceil(p * 2.0**53)), dt(1.0 / (1.0 - p)), _seed(seed))
+
+
 def _grid(n, threads):
     return max(1, (n + threads - 1) // threads), threads
 
@@ -185,11 +199,14 @@ def _score(s, scale, mask, has_mask, causal, b, h, i, j, L, S, neg_inf):
 _score_dev = cuda.jit(device=True)(_score)
 
 
-def _keep(dropout_p, keep_scale, zero, seed, row_base, i, S, j):
+def _keep(drop_below, keep_scale, zero, seed, row_base, i, S, j):
     """Z_ij: ``keep_scale`` = 1 / (1 - p) for a kept element, ``zero`` for a dropped one;
-    row_base = (b H + h) L."""
-    if dropout_p > 0 and uniform53_dev(splitmix64_dev(seed, (row_base + i) * S + j)) < dropout_p:
-        return zero
+    row_base = (b H + h) L. ``uniform53``'s test u < p in integers: the draw's top 53 bits n
+    against ``drop_below`` = ceil(p 2**53) (uint64; n 2**-53 < p iff n < ceil(p 2**53)), so
+    the mask is the CPU's with no float64 arithmetic."""
+    if drop_below != uint64(0):
+        if (splitmix64_dev(seed, (row_base + i) * S + j) >> uint64(11)) < drop_below:
+            return zero
     return keep_scale
 
 
@@ -207,7 +224,7 @@ def _forward_kernel(dtype_name, BM, BN, TY, TX, EP, EVP):
     EP1, BN1 = EP + 1, BN + 1  # padded rows: no shared-memory bank conflicts
 
     @cuda.jit
-    def forward(q, k, v, mask, has_mask, causal, scale, dropout_p, keep_scale, seed, out, lse):
+    def forward(q, k, v, mask, has_mask, causal, scale, drop_below, keep_scale, seed, out, lse):
         sQ = cuda.shared.array((BM, EP1), dt)
         sKV = cuda.shared.array((BN, EW), dt)
         sP = cuda.shared.array((BM, BN1), dt)
@@ -273,8 +290,8 @@ def _forward_kernel(dtype_name, BM, BN, TY, TX, EP, EVP):
                 for j in range(RN):
                     p = zero if s[i, j] == neg_inf else math.exp(s[i, j] - m_new)
                     ls[i] += p
-                    sP[r, tx + TX * j] = p * _keep_dev(dropout_p, ks, zero, seed, bh * L, q0 + r,
-                                                       S, k0 + tx + TX * j)
+                    sP[r, tx + TX * j] = p * _keep_dev(drop_below, ks, zero, seed, bh * L,
+                                                       q0 + r, S, k0 + tx + TX * j)
             _load_rows_dev(v, b, h, k0, S, Ev, sKV, BN, t, TY * TX)
             cuda.syncthreads()
             for kk in range(BN):  # acc += (P o Z) V
@@ -318,8 +335,8 @@ def attention_forward(q, k, v, mask, has_mask, causal, scale, dropout_p, seed, o
     BM, BN, TY, TX, EP, EVP = _tiles("forward", q.dtype.itemsize, E, Ev)
     kernel = _forward_kernel(q.dtype.name, BM, BN, TY, TX, EP, EVP)
     grid = ((L + BM - 1) // BM, B * H)
-    launch(kernel, grid, (TX, TY), q, k, v, mask, bool(has_mask), bool(causal), float(scale),
-           float(dropout_p), 1.0 / (1.0 - float(dropout_p)), _seed(seed), out, lse)
+    launch(kernel, grid, (TX, TY), q, k, v, mask, bool(has_mask), bool(causal),
+           *_scalars(q.dtype, scale, dropout_p, seed), out, lse)
     return out
 
 
@@ -327,7 +344,7 @@ def attention_forward(q, k, v, mask, has_mask, causal, scale, dropout_p, seed, o
 
 @cuda.jit
 def _row_dot(dout, out, D):
-    """D[b, h, i] = sum_e dout[b, h, i, e] out[b, h, i, e] in float64; a thread per row."""
+    """D[b, h, i] = sum_e dout[b, h, i, e] out[b, h, i, e] in D's dtype; a thread per row."""
     t = cuda.grid(1)
     B, H, L, Ev = out.shape
     if t >= B * H * L:
@@ -335,9 +352,9 @@ def _row_dot(dout, out, D):
     i = t % L
     h = (t // L) % H
     b = t // (L * H)
-    acc = 0.0
+    acc = D.dtype.type(0)
     for e in range(Ev):
-        acc += float64(dout[b, h, i, e]) * float64(out[b, h, i, e])
+        acc += dout[b, h, i, e] * out[b, h, i, e]
     D[b, h, i] = acc
 
 
@@ -350,7 +367,7 @@ def _dkv_kernel(dtype_name, BM, BN, TY, TX, EP, EVP):
     EP1, EVP1, BM1 = EP + 1, EVP + 1, BM + 1  # shapes must be constants, not expressions
 
     @cuda.jit
-    def dkv(q, k, v, mask, has_mask, causal, scale, dropout_p, keep_scale, seed, lse, D, dout,
+    def dkv(q, k, v, mask, has_mask, causal, scale, drop_below, keep_scale, seed, lse, D, dout,
             dk, dv):
         sK = cuda.shared.array((BN, EP1), dt)
         sV = cuda.shared.array((BN, EVP1), dt)
@@ -423,7 +440,7 @@ def _dkv_kernel(dtype_name, BM, BN, TY, TX, EP, EVP):
                     x = _score_dev(s[i, j], sc, mask, has_mask, causal, b, h, q0 + r, key, L, S,
                                    neg_inf)
                     p = zero if sL[r] == neg_inf else math.exp(x - sL[r])
-                    z = _keep_dev(dropout_p, ks, zero, seed, bh * L, q0 + r, S, key)
+                    z = _keep_dev(drop_below, ks, zero, seed, bh * L, q0 + r, S, key)
                     sPZ[ty + TY * i, r] = p * z
                     sdS[ty + TY * i, r] = p * (z * dp[i, j] - sD[r])
             cuda.syncthreads()
@@ -462,7 +479,7 @@ def _dq_kernel(dtype_name, BM, BN, TY, TX, EP, EVP):
     EP1, EVP1, BN1 = EP + 1, EVP + 1, BN + 1
 
     @cuda.jit
-    def dq_kernel(q, k, v, mask, has_mask, causal, scale, dropout_p, keep_scale, seed, lse, D,
+    def dq_kernel(q, k, v, mask, has_mask, causal, scale, drop_below, keep_scale, seed, lse, D,
                   dout, dq):
         sQ = cuda.shared.array((BM, EP1), dt)
         sdO = cuda.shared.array((BM, EVP1), dt)
@@ -528,7 +545,7 @@ def _dq_kernel(dtype_name, BM, BN, TY, TX, EP, EVP):
                     x = _score_dev(s[i, j], sc, mask, has_mask, causal, b, h, q0 + r, key, L, S,
                                    neg_inf)
                     p = zero if row_lse[i] == neg_inf else math.exp(x - row_lse[i])
-                    z = _keep_dev(dropout_p, ks, zero, seed, bh * L, q0 + r, S, key)
+                    z = _keep_dev(drop_below, ks, zero, seed, bh * L, q0 + r, S, key)
                     sdS[r, tx + TX * j] = p * (z * dp[i, j] - row_d[i])
             cuda.syncthreads()
             for kk in range(BN):  # dQ += dS K
@@ -558,9 +575,9 @@ def attention_backward(q, k, v, mask, has_mask, causal, scale, dropout_p, seed, 
     S, Ev = k.shape[2], v.shape[3]
     if B * H == 0:
         return
-    D = device_empty(q, (B, H, L), "float64")
-    args = (q, k, v, mask, bool(has_mask), bool(causal), float(scale), float(dropout_p),
-            1.0 / (1.0 - float(dropout_p)), _seed(seed), lse)
+    D = device_empty(q, (B, H, L), q.dtype)
+    args = (q, k, v, mask, bool(has_mask), bool(causal), *_scalars(q.dtype, scale, dropout_p,
+                                                                     seed), lse)
     if L > 0:
         launch(_row_dot, *_grid(B * H * L, row_threads), dout, out, D)
     if S > 0:  # dK, dV: a block per key tile (they are zero when L == 0)
@@ -576,7 +593,7 @@ def attention_backward(q, k, v, mask, has_mask, causal, scale, dropout_p, seed, 
 # ---- the dropout multipliers ------------------------------------------------------------------
 
 @cuda.jit
-def _dropout_multipliers_kernel(seed, dropout_p, keep_scale, bh0, out):
+def _dropout_multipliers_kernel(seed, drop_below, keep_scale, bh0, out):
     """out[b, h, i, j] = Z of (batch, head) bh0 + b H + h, query i, key j; a thread each."""
     t = cuda.grid(1)
     B, H, L, S = out.shape
@@ -585,14 +602,15 @@ def _dropout_multipliers_kernel(seed, dropout_p, keep_scale, bh0, out):
     j = t % S
     i = (t // S) % L
     bh = t // (S * L)
-    out[bh // H, bh % H, i, j] = _keep_dev(dropout_p, keep_scale, 0.0, seed, (bh0 + bh) * L, i,
-                                           S, j)
+    out[bh // H, bh % H, i, j] = _keep_dev(drop_below, keep_scale, out.dtype.type(0), seed,
+                                           (bh0 + bh) * L, i, S, j)
 
 
 def fill_dropout_multipliers(seed, dropout_p, out, bh0=0):
     """Fill ``out`` (B, H, L, S) with the dropout multipliers Z the kernels apply (0 or
     1 / (1 - dropout_p)); ``bh0``: the flat (batch, head) index of the first slab. Returns
     ``out``."""
-    launch(_dropout_multipliers_kernel, *_grid(out.size, row_threads), _seed(seed),
-           float(dropout_p), 1.0 / (1.0 - float(dropout_p)), int(bh0), out)
+    _, drop_below, keep_scale, seed = _scalars(out.dtype, 1.0, dropout_p, seed)
+    launch(_dropout_multipliers_kernel, *_grid(out.size, row_threads), seed, drop_below,
+           keep_scale, int(bh0), out)
     return out

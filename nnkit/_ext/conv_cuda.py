@@ -3,7 +3,9 @@
 ``nnkit._backend.kernels_for`` picks between the two modules).
 
 Every kernel is a gather (each thread owns one element it writes), so there are no atomics
-and the results are deterministic; sums run in float64.
+and the results are deterministic; sums run in the storage dtype, as torch's CUDA kernels
+accumulate float32 in float32 (col2im and the pooling backwards sum a few taps or windows
+per element; an average pool sums its window).
 
 - convolution, as the CPU's batch-wide path, is im2col + GEMM: ``conv2d_forward(x, weight,
   bias, cache)`` fills cols with ``im2col`` (thread per element of cols) and runs
@@ -27,7 +29,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import cuda, float64
+from numba import cuda
 
 from .._backend import array_module
 from ._launch import launch
@@ -73,7 +75,7 @@ def _col2im_kernel(dcols, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, dx):
     h = (t // W) % H
     c = (t // (W * H)) % C
     n = t // (W * H * C)
-    s = 0.0
+    s = dx.dtype.type(0)  # typed: a Python float would promote float32 to float64
     for i in range(kh):
         hh = h + pt - i * dh
         if hh < 0 or hh % sh != 0 or hh // sh >= Ho:
@@ -83,7 +85,7 @@ def _col2im_kernel(dcols, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, dx):
             ww = xw + pl - j * dw
             if ww < 0 or ww % sw != 0 or ww // sw >= Wo:
                 continue
-            s += float64(dcols[(c * kh + i) * kw + j, (n * Ho + a) * Wo + ww // sw])
+            s += dcols[(c * kh + i) * kw + j, (n * Ho + a) * Wo + ww // sw]
     dx[n, c, h, xw] = s
 
 
@@ -98,7 +100,7 @@ def _max_pool_kernel(x, kh, kw, sh, sw, ph, pw, dh, dw, y, idx):
     c = (t // (Wo * Ho)) % C
     n = t // (Wo * Ho * C)
     H, W = x.shape[2], x.shape[3]
-    best = -math.inf
+    best = y.dtype.type(-math.inf)
     arg = -1
     # only the in-bounds taps (row-major order kept): a window may span 2^31 taps
     i0, i1 = _valid_range_dev(kh, H, dh, a * sh - ph)
@@ -127,7 +129,7 @@ def _max_pool_bwd_kernel(dy, idx, kh, kw, sh, sw, ph, pw, dh, dw, dx):
     n = t // (W * H * C)
     Ho, Wo = dy.shape[2], dy.shape[3]
     me = h * W + xw
-    s = 0.0
+    s = dx.dtype.type(0)
     # the windows holding (h, xw): a loop over outputs (at most Ho Wo), not over the kernel's
     # kh kw taps, which may number 2^62
     a0, a1 = _windows_holding(h + ph, kh, sh, dh, Ho)
@@ -139,7 +141,7 @@ def _max_pool_bwd_kernel(dy, idx, kh, kw, sh, sw, ph, pw, dh, dw, dx):
             if (xw + pw - bb * sw) % dw != 0:
                 continue
             if idx[n, c, a, bb] == me:
-                s += float64(dy[n, c, a, bb])
+                s += dy[n, c, a, bb]
     dx[n, c, h, xw] = s
 
 
@@ -171,11 +173,12 @@ def _avg_pool_kernel(x, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, y):
     n = t // (Wo * Ho * C)
     H, W = x.shape[2], x.shape[3]
     h0, w0 = a * sh - ph, bb * sw - pw
-    s = 0.0
+    s = y.dtype.type(0)
     for h in range(max(h0, 0), min(h0 + kh, H)):
         for ww in range(max(w0, 0), min(w0 + kw, W)):
-            s += float64(x[n, c, h, ww])
-    y[n, c, a, bb] = s / _avg_divisor(h0, w0, kh, kw, H, W, ph, pw, count_include_pad, divisor)
+            s += x[n, c, h, ww]
+    y[n, c, a, bb] = s / y.dtype.type(_avg_divisor(h0, w0, kh, kw, H, W, ph, pw,
+                                                   count_include_pad, divisor))
 
 
 @cuda.jit
@@ -189,14 +192,14 @@ def _avg_pool_bwd_kernel(dy, kh, kw, sh, sw, ph, pw, count_include_pad, divisor,
     c = (t // (W * H)) % C
     n = t // (W * H * C)
     Ho, Wo = dy.shape[2], dy.shape[3]
-    s = 0.0
+    s = dx.dtype.type(0)
     a0, a1 = _windows_holding(h + ph, kh, sh, 1, Ho)
     b0, b1 = _windows_holding(xw + pw, kw, sw, 1, Wo)
     for a in range(a1 - 1, a0 - 1, -1):  # tap i ascending, as a sum order
         for bb in range(b1 - 1, b0 - 1, -1):
             div = _avg_divisor(a * sh - ph, bb * sw - pw, kh, kw, H, W, ph, pw,
                                count_include_pad, divisor)
-            s += float64(dy[n, c, a, bb]) / div
+            s += dy[n, c, a, bb] / dx.dtype.type(div)
     dx[n, c, h, xw] = s
 
 

@@ -1,5 +1,7 @@
 """Hopfield-family dynamics in Numba: synchronous Hopfield steps, asynchronous dynamics from
-stored patterns (no weight matrix), and the dense associative memories.
+stored patterns (no weight matrix), and the dense associative memories. The CPU side of the
+pair with ``hopfield_cuda`` (``nnkit._ext.launchers``): the Cython ``async_run`` and
+``init_fields`` of ``nnkit._ext.hopfield`` are its launchers too.
 
 Conventions as ``nnkit._ext.hopfield`` (the Cython asynchronous kernel): states int8 in
 {-1, +1}, rows (R,) int64 indices of the states to run, order_work (B, n) int32 scratch,
@@ -21,10 +23,12 @@ import numpy as np
 from numba import prange
 
 from ._dispatch import serial_or_parallel
+from .hopfield import async_run, init_fields  # noqa: F401  (Cython: launchers here too)
+from .launchers import launchers
 from .simd_math import SPLITMIX64_GAMMA, splitmix64
 
-__all__ = ["sync_run", "async_run_patterns", "dense_async_run", "shuffle_order",
-           "INTERACTIONS"]
+__all__ = [*launchers("hopfield_cpu", "hopfield_cuda"), "async_run_patterns", "dense_async_run",
+           "shuffle_order", "INTERACTIONS"]
 
 INTERACTIONS = {"quadratic": 0, "poly": 1, "exp": 2}
 

@@ -14,6 +14,7 @@ LAUNCHERS = {
         ("attention_forward", "attention_backward", "fill_dropout_multipliers"),
     ("elementwise_cpu", "elementwise_cuda"):
         ("expit", "scatter_add", "full_scalar", "to_device_of", "uniform"),
+    ("hopfield_cpu", "hopfield_cuda"): ("sync_run", "async_run", "init_fields"),
     ("layer_norm_cpu", "layer_norm_cuda"): ("layer_norm_rows", "layer_norm_backward_rows"),
     ("optim_cpu", "optim_cuda"): ("FUSED", "adam_step"),
     ("recurrent_cpu", "recurrent_cuda"):

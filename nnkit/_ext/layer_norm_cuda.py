@@ -1,20 +1,30 @@
 """Layer normalisation over the rows of a C-contiguous (M, D) array: Numba CUDA kernels.
 
-The same mathematics, numerics and launcher signatures as ``nnkit._ext.layer_norm_cpu``
-(read its docstring): float64 accumulators, two passes over the row for mean and variance
-(rescaled where the squares overflow), and the backward corrects the cached mean (stored in
-x's dtype) in float64.
+The mathematics and launcher signatures of ``nnkit._ext.layer_norm_cpu`` (read its
+docstring): two passes over the row for mean and variance (rescaled where the squares
+overflow), and the backward corrects the cached mean (stored in x's dtype).
+
+Arithmetic follows the storage dtype (float32 in float32, as torch's kernels accumulate
+float32 in float), made accurate where it matters by two choices rather than by float64:
+
+- the forward sums x - x0 (x0 the row's first entry, Sterbenz-exact near the others), so the
+  mean's error is relative to the row's spread, not to |mean| (rows at an offset of 100 or
+  1e4 keep their digits); the backward likewise sums x - mean (the cached mean);
+- every sum (the row sums of mean, variance and the backward's three, the column sums of
+  dweight/dbias over the rows) is compensated per thread (``softmax_cuda._kahan_add``), then
+  combined by a tree over the block or in order over the chunks: its error stays a few ulps
+  whatever D or M.
 
 - forward and the dx part of the backward: one thread block per row, threads striding over
   the row, shared-memory tree reductions (``softmax_cuda._block_sum``);
 - dweight/dbias: the rows are cut into ``n_chunks = min(M, MAX_CHUNKS)`` blocks (depends on M
   only); a 2-D grid (column tiles x row blocks) has each thread add its block's rows of one
-  column, in order, into a float64 workspace (n_chunks, D); a second kernel sums the
+  column, in order, into a workspace (n_chunks, D) of x's dtype; a second kernel sums the
   workspaces (both in one launch) over the blocks in order. No atomics, so the result is
   bit-for-bit reproducible.
 
 Launchers take CuPy arrays, Numba device arrays, or NumPy arrays under
-``NUMBA_ENABLE_CUDASIM=1``; they allocate their float64 workspaces where the input lives
+``NUMBA_ENABLE_CUDASIM=1``; they allocate their workspaces where the input lives
 (``_launch.device_empty``) and launch through ``_launch.launch`` (CuPy's current stream).
 """
 
@@ -22,18 +32,16 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-from numba import cuda, float64
+from numba import cuda
 
 from ._launch import device_empty, launch
 from .launchers import launchers
 from .layer_norm_cpu import n_chunks_for
-from .softmax_cuda import MAX_THREADS, _block_max, _block_sum, threads_for
+from .softmax_cuda import MAX_THREADS, _block_max, _block_sum, _kahan_add, threads_for
 
 __all__ = [*launchers("layer_norm_cpu", "layer_norm_cuda")]
 
 col_threads = 128  # columns per block of the dweight/dbias kernels (the tests lower it)
-_DBL_MAX = float(np.finfo(np.float64).max)
 
 
 @cuda.jit(device=True)
@@ -43,119 +51,149 @@ def _rescaled_moments(x, i, eps, buf, tid):
     row's first entry; NaN when the row holds inf. Every thread of the block calls it."""
     step = cuda.blockDim.x
     D = x.shape[1]
-    m = 0.0
+    dt = x.dtype.type
+    zero = dt(0)
+    one = dt(1)
+    inf = dt(math.inf)
+    m = zero
     for j in range(tid, D, step):
-        a = abs(float64(x[i, j]))
+        a = abs(x[i, j])
         if a > m:  # NaN skipped: it propagates through z below
             m = a
     m = _block_max(buf, tid, m)
-    if not m <= _DBL_MAX:  # inf in the row
-        return math.nan, math.nan
-    c = math.ldexp(1.0, math.frexp(m)[1] - 1) if m > 0.0 else 1.0
-    inv = 1.0 / c  # exact: c is a power of two
-    z0 = float64(x[i, 0]) * inv
-    sz = 0.0
+    if not m < inf:  # inf in the row
+        nan = dt(math.nan)
+        return nan, nan
+    c = math.ldexp(one, math.frexp(m)[1] - 1) if m > zero else one
+    inv = one / c  # exact: c is a power of two
+    z0 = x[i, 0] * inv
+    sz = zero
+    cz = zero
     for j in range(tid, D, step):
-        sz += float64(x[i, j]) * inv - z0
-    mz = _block_sum(buf, tid, sz) / D
-    sv = 0.0
+        sz, cz = _kahan_add(sz, cz, x[i, j] * inv - z0, zero)
+    mz = _block_sum(buf, tid, sz - cz) / dt(D)
+    sv = zero
+    cv = zero
     for j in range(tid, D, step):
-        u = float64(x[i, j]) * inv - z0 - mz
-        sv += u * u
-    sd = c * math.sqrt(_block_sum(buf, tid, sv) / D)  # the standard deviation, <= max|x|
+        u = x[i, j] * inv - z0 - mz
+        sv, cv = _kahan_add(sv, cv, u * u, zero)
+    sd = c * math.sqrt(_block_sum(buf, tid, sv - cv) / dt(D))  # the standard deviation
     var = sd * sd
-    r = 1.0 / math.sqrt(var + eps) if var <= _DBL_MAX else 1.0 / sd
-    return float64(x[i, 0]) + c * mz, r
+    r = one / math.sqrt(var + eps) if var < inf else one / sd
+    return x[i, 0] + c * mz, r
 
 
 @cuda.jit
 def _layer_norm_kernel(x, weight, bias, eps, y, mean, rstd):
-    buf = cuda.shared.array(MAX_THREADS, float64)
+    """eps in x's dtype (the launcher converts it)."""
+    buf = cuda.shared.array(MAX_THREADS, x.dtype)
     i = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     step = cuda.blockDim.x
     D = x.shape[1]
-    s = 0.0
+    dt = x.dtype.type
+    zero = dt(0)
+    x0 = x[i, 0]  # the shift: sums of x - x0 err relative to the spread, not to |mean|
+    s = zero
+    c = zero
     for j in range(tid, D, step):
-        s += float64(x[i, j])
-    mu = _block_sum(buf, tid, s) / D
-    ss = 0.0
+        s, c = _kahan_add(s, c, x[i, j] - x0, zero)
+    d = _block_sum(buf, tid, s - c) / dt(D)  # mean = x0 + d
+    ss = zero
+    c = zero
     for j in range(tid, D, step):
-        u = float64(x[i, j]) - mu
-        ss += u * u
-    ss = _block_sum(buf, tid, ss)  # the same in every thread: the branch is uniform
-    if ss <= _DBL_MAX:
-        r = 1.0 / math.sqrt(ss / D + eps)
-    else:  # the squares overflowed (|x| > ~1e154 in float64), or x holds inf/NaN
+        u = (x[i, j] - x0) - d
+        ss, c = _kahan_add(ss, c, u * u, zero)
+    ss = _block_sum(buf, tid, ss - c)  # the same in every thread: the branch is uniform
+    if ss < dt(math.inf):
+        r = dt(1) / math.sqrt(ss / dt(D) + eps)
+        for j in range(tid, D, step):
+            y[i, j] = ((x[i, j] - x0) - d) * r * weight[j] + bias[j]
+        mu = x0 + d
+    else:  # the squares overflowed (|x| > ~1e19 in float32, ~1e154 in float64), or inf/NaN
         mu, r = _rescaled_moments(x, i, eps, buf, tid)
-    for j in range(tid, D, step):
-        y[i, j] = (float64(x[i, j]) - mu) * r * float64(weight[j]) + float64(bias[j])
+        for j in range(tid, D, step):
+            y[i, j] = (x[i, j] - mu) * r * weight[j] + bias[j]
     if tid == 0:
         mean[i] = mu
         rstd[i] = r
 
 
 @cuda.jit
-def _layer_norm_dx_kernel(dy, x, mean, rstd, weight, dx, mean64):
-    buf = cuda.shared.array(MAX_THREADS, float64)
+def _layer_norm_dx_kernel(dy, x, mean, rstd, weight, dx, dmean):
+    """dx of row i; dmean[i] = the exact mean of the row minus the cached mean[i] (which is
+    rounded to x's dtype), for the dweight kernel."""
+    buf = cuda.shared.array(MAX_THREADS, x.dtype)
     i = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     step = cuda.blockDim.x
     D = x.shape[1]
-    shift = float64(mean[i])
-    r = float64(rstd[i])
-    su = 0.0
-    sg = 0.0
-    sgu = 0.0
+    dt = x.dtype.type
+    zero = dt(0)
+    shift = mean[i]
+    r = rstd[i]
+    su = zero
+    cu = zero
+    sg = zero
+    cg = zero
+    sgu = zero
+    cgu = zero
     for j in range(tid, D, step):
-        u = float64(x[i, j]) - shift
-        g = float64(dy[i, j]) * float64(weight[j])
-        su += u
-        sg += g
-        sgu += g * u
-    d = _block_sum(buf, tid, su) / D  # exact mean = shift + d
-    mean_g = _block_sum(buf, tid, sg) / D
-    mean_gxhat = r * (_block_sum(buf, tid, sgu) / D - d * mean_g)
+        u = x[i, j] - shift
+        g = dy[i, j] * weight[j]
+        su, cu = _kahan_add(su, cu, u, zero)
+        sg, cg = _kahan_add(sg, cg, g, zero)
+        sgu, cgu = _kahan_add(sgu, cgu, g * u, zero)
+    Df = dt(D)
+    d = _block_sum(buf, tid, su - cu) / Df  # exact mean = shift + d
+    mean_g = _block_sum(buf, tid, sg - cg) / Df
+    mean_gxhat = r * (_block_sum(buf, tid, sgu - cgu) / Df - d * mean_g)
     for j in range(tid, D, step):
-        xhat = (float64(x[i, j]) - shift - d) * r
-        dx[i, j] = r * (float64(dy[i, j]) * float64(weight[j]) - mean_g - xhat * mean_gxhat)
+        xhat = ((x[i, j] - shift) - d) * r
+        dx[i, j] = r * (dy[i, j] * weight[j] - mean_g - xhat * mean_gxhat)
     if tid == 0:
-        mean64[i] = shift + d
+        dmean[i] = d
 
 
 @cuda.jit
-def _layer_norm_param_chunks_kernel(dy, x, mean64, rstd, dweight_ws, dbias_ws):
+def _layer_norm_param_chunks_kernel(dy, x, mean, dmean, rstd, dweight_ws, dbias_ws):
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     c = cuda.blockIdx.y
     M, D = x.shape
     n_chunks = cuda.gridDim.y
     rows = (M + n_chunks - 1) // n_chunks
+    zero = dweight_ws.dtype.type(0)
     if j < D:
-        sw = 0.0
-        sb = 0.0
+        sw = zero
+        cw = zero
+        sb = zero
+        cb = zero
         for i in range(c * rows, min(M, (c + 1) * rows)):
-            dyv = float64(dy[i, j])
-            sw += dyv * (float64(x[i, j]) - mean64[i]) * float64(rstd[i])
-            sb += dyv
-        dweight_ws[c, j] = sw
-        dbias_ws[c, j] = sb
+            dyv = dy[i, j]
+            xhat = ((x[i, j] - mean[i]) - dmean[i]) * rstd[i]
+            sw, cw = _kahan_add(sw, cw, dyv * xhat, zero)
+            sb, cb = _kahan_add(sb, cb, dyv, zero)
+        dweight_ws[c, j] = sw - cw
+        dbias_ws[c, j] = sb - cb
 
 
 @cuda.jit
 def _zero_kernel(out):
     j = cuda.grid(1)
     if j < out.shape[0]:
-        out[j] = 0.0
+        out[j] = out.dtype.type(0)
 
 
 @cuda.jit
 def _sum_chunks_kernel(ws, out):
     j = cuda.grid(1)
     if j < ws.shape[1]:
-        s = 0.0
-        for c in range(ws.shape[0]):
-            s += ws[c, j]
-        out[j] = s
+        zero = ws.dtype.type(0)
+        s = zero
+        c = zero
+        for k in range(ws.shape[0]):
+            s, c = _kahan_add(s, c, ws[k, j], zero)
+        out[j] = s - c
 
 
 @cuda.jit
@@ -163,13 +201,16 @@ def _sum_chunks2_kernel(ws_a, ws_b, out_a, out_b):
     """``_sum_chunks_kernel`` over two workspaces in one launch (dweight and dbias)."""
     j = cuda.grid(1)
     if j < ws_a.shape[1]:
-        sa = 0.0
-        sb = 0.0
-        for c in range(ws_a.shape[0]):
-            sa += ws_a[c, j]
-            sb += ws_b[c, j]
-        out_a[j] = sa
-        out_b[j] = sb
+        zero = ws_a.dtype.type(0)
+        sa = zero
+        ca = zero
+        sb = zero
+        cb = zero
+        for k in range(ws_a.shape[0]):
+            sa, ca = _kahan_add(sa, ca, ws_a[k, j], zero)
+            sb, cb = _kahan_add(sb, cb, ws_b[k, j], zero)
+        out_a[j] = sa - ca
+        out_b[j] = sb - cb
 
 
 def layer_norm_rows(x, weight, bias, eps, y, mean, rstd):
@@ -177,7 +218,8 @@ def layer_norm_rows(x, weight, bias, eps, y, mean, rstd):
     M, D = x.shape
     if M == 0:
         return
-    launch(_layer_norm_kernel, M, threads_for(D), x, weight, bias, float(eps), y, mean, rstd)
+    launch(_layer_norm_kernel, M, threads_for(D), x, weight, bias, x.dtype.type(eps), y, mean,
+           rstd)
 
 
 def layer_norm_backward_rows(dy, x, mean, rstd, weight, dx, dweight=None, dbias=None):
@@ -191,15 +233,15 @@ def layer_norm_backward_rows(dy, x, mean, rstd, weight, dx, dweight=None, dbias=
             if out is not None and D > 0:
                 launch(_zero_kernel, col_blocks, ct, out)
         return
-    mean64 = device_empty(x, M, np.float64)
-    launch(_layer_norm_dx_kernel, M, threads_for(D), dy, x, mean, rstd, weight, dx, mean64)
+    dmean = device_empty(x, M, x.dtype)  # the exact row mean minus the cached mean
+    launch(_layer_norm_dx_kernel, M, threads_for(D), dy, x, mean, rstd, weight, dx, dmean)
     if not param_grads:
         return
     n_chunks = n_chunks_for(M)
-    dweight_ws = device_empty(x, (n_chunks, D), np.float64)
-    dbias_ws = device_empty(x, (n_chunks, D), np.float64)
+    dweight_ws = device_empty(x, (n_chunks, D), x.dtype)
+    dbias_ws = device_empty(x, (n_chunks, D), x.dtype)
     launch(_layer_norm_param_chunks_kernel, (col_blocks, n_chunks), ct,
-           dy, x, mean64, rstd, dweight_ws, dbias_ws)
+           dy, x, mean, dmean, rstd, dweight_ws, dbias_ws)
     if dweight is not None and dbias is not None:  # one launch for both
         launch(_sum_chunks2_kernel, col_blocks, ct, dweight_ws, dbias_ws, dweight, dbias)
     elif dweight is not None:

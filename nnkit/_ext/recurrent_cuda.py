@@ -16,20 +16,22 @@ the weight gradients are products over all steps after the backward, which leave
 gradients of every step (``nnkit.kernels.recurrent``): a forward or a backward makes the same
 launches whatever T (tests/test_recurrent_persistent.py pins them).
 
-On chip: the tile's state (h and the pre-activations; backward dL/dh, dL/dc and dA) in float64
-shared memory, and W_hh (in its dtype) beside it when both fit in ``shared_limit`` bytes
-(48 KiB, a block's shared memory without the opt-in): an LSTM up to H = 53 in float32 (38 in
-float64) at one row per block. A larger W_hh is read from global memory every step, where
-it stays L2-resident (a float32 LSTM's of H = 256 is 1 MiB); a state too large for shared
-memory (an LSTM beyond H = 1024) lives in a global float64 workspace instead. So every
+On chip: the tile's state (h and the pre-activations; backward dL/dh, dL/dc and dA) in shared
+memory, and W_hh beside it when both fit in ``shared_limit`` bytes (48 KiB, a block's shared
+memory without the opt-in): an LSTM up to H = 54 in float32 (38 in float64) at one row per
+block. A larger W_hh is read from global memory every step, where it stays L2-resident (a
+float32 LSTM's of H = 256 is 1 MiB); a state too large for shared memory (an LSTM backward
+beyond H = 2048 in float32, 1024 in float64) lives in a global workspace instead. So every
 shape runs persistent; the per-step path (a GEMM and a cell launch per step) is gone.
 Tile sizes are not tuned on a GPU yet: ``max_blocks`` tiles at most (rows = ceil(B /
 max_blocks)), ``threads`` threads per block (the tests lower both).
 
-Arithmetic is in float64 whatever the storage dtype; the state carried to the next step is
-y[t] as stored (and c_t as stored), as on the CPU (``nnkit._ext.recurrent_cpu``, whose
-formulas and gate layouts these kernels share: LSTM (i, f, g, o), GRU (r, z, n) with b_hn
-inside r * (W_hn h + b_hn)).
+Arithmetic, the state and the workspace are in the storage dtype (float32 like cuDNN's
+persistent RNNs, whose recurrent products also accumulate in float32; the constants are typed,
+``one = y.dtype.type(1)``, as a Python float would promote float32 to float64); the state
+carried to the next step is y[t] as stored (and c_t as stored), as on the CPU
+(``nnkit._ext.recurrent_cpu``, whose formulas and gate layouts these kernels share: LSTM (i,
+f, g, o), GRU (r, z, n) with b_hn inside r * (W_hn h + b_hn)).
 
 The kernel launchers (``rnn_forward_gpu`` ... ``gru_backward_gpu``) take CuPy arrays, or
 NumPy arrays under ``NUMBA_ENABLE_CUDASIM=1`` (the tests); all C-contiguous, outputs
@@ -48,13 +50,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-from numba import cuda, float64
+from numba import cuda
 
 from .._backend import array_module
 from ._launch import device_empty, launch
 from .launchers import launchers
-from .simd_math import sigmoid_dev
 
 __all__ = [*launchers("recurrent_cpu", "recurrent_cuda"), "threads", "max_blocks", "shared_limit",
            "rnn_forward_gpu", "rnn_backward_gpu", "lstm_forward_gpu", "lstm_backward_gpu",
@@ -67,8 +67,8 @@ shared_limit = 48 * 1024  # dynamic shared memory per block, bytes
 
 # ---- the parts every kernel shares -------------------------------------------------------
 
-# The block's state and W_hh: dynamic shared memory (float64 state first, then W_hh in its
-# dtype: every dynamic shared array starts at the same byte), or the block's slice of the
+# The block's state and W_hh: dynamic shared memory (the state first, then W_hh, both in the
+# storage dtype: every dynamic shared array starts at the same byte), or the block's slice of the
 # global workspace and W_hh itself. Device functions cannot return arrays they did not
 # receive, so each kernel picks them itself.
 
@@ -87,10 +87,20 @@ def _product(src, n_in, w, n_out, dst, valid, accumulate):
         r = idx // n_out
         m = idx - r * n_out
         base = r * n_in
-        acc = dst[idx] if accumulate else 0.0
+        acc = dst[idx] if accumulate else dst.dtype.type(0)
         for k in range(n_in):
             acc += src[base + k] * w[k * n_out + m]
         dst[idx] = acc
+
+
+@cuda.jit(device=True)
+def _sigmoid(a, one):
+    """1 / (1 + exp(-a)) in a's type (``one``: 1 in that type), without overflow: exp of a
+    non-positive argument only."""
+    if a >= 0:
+        return one / (one + math.exp(-a))
+    e = math.exp(a)
+    return e / (one + e)
 
 
 @cuda.jit(device=True)
@@ -105,13 +115,14 @@ def _tile(rows, B):
 @cuda.jit
 def _rnn_seq_fwd(x_proj, h0, w, relu, reverse, rows, w_on_chip, state_on_chip, work, y, h):
     T, B, H = y.shape
+    zero = y.dtype.type(0)
     b0, valid = _tile(rows, B)
     n = rows * H
     size = 2 * n
-    state = (cuda.shared.array(0, float64)[:size] if state_on_chip
+    state = (cuda.shared.array(0, y.dtype)[:size] if state_on_chip
              else work[cuda.blockIdx.x * size:(cuda.blockIdx.x + 1) * size])
     hs, pre = state[:n], state[n:]
-    start = 8 * size // w.itemsize if state_on_chip else 0
+    start = y.itemsize * size // w.itemsize if state_on_chip else 0
     wv = cuda.shared.array(0, w.dtype)[start:start + w.size] if w_on_chip else w
     if w_on_chip:
         _copy(w, wv)
@@ -124,9 +135,9 @@ def _rnn_seq_fwd(x_proj, h0, w, relu, reverse, rows, w_on_chip, state_on_chip, w
         cuda.syncthreads()
         for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
             b, j = b0 + idx // H, idx % H
-            v = float64(x_proj[t, b, j]) + pre[idx]
+            v = x_proj[t, b, j] + pre[idx]
             if relu:
-                y[t, b, j] = v if not (v <= 0) else 0.0 * v
+                y[t, b, j] = v if not (v <= 0) else zero * v
             else:
                 y[t, b, j] = math.tanh(v)
             hs[idx] = y[t, b, j]
@@ -139,13 +150,14 @@ def _rnn_seq_fwd(x_proj, h0, w, relu, reverse, rows, w_on_chip, state_on_chip, w
 def _rnn_seq_bwd(dy, dh_T, y, w, relu, reverse, rows, w_on_chip, state_on_chip, work, keep,
                  hidden, da, dh):
     T, B, H = y.shape
+    one, zero = y.dtype.type(1), y.dtype.type(0)
     b0, valid = _tile(rows, B)
     n = rows * H
     size = 2 * n
-    state = (cuda.shared.array(0, float64)[:size] if state_on_chip
+    state = (cuda.shared.array(0, y.dtype)[:size] if state_on_chip
              else work[cuda.blockIdx.x * size:(cuda.blockIdx.x + 1) * size])
     g_next, d = state[:n], state[n:]  # dL/dh from step t+1; dA_t of the tile
-    start = 8 * size // w.itemsize if state_on_chip else 0
+    start = y.itemsize * size // w.itemsize if state_on_chip else 0
     wv = cuda.shared.array(0, w.dtype)[start:start + w.size] if w_on_chip else w
     if w_on_chip:
         _copy(w, wv)
@@ -156,14 +168,14 @@ def _rnn_seq_bwd(dy, dh_T, y, w, relu, reverse, rows, w_on_chip, state_on_chip, 
         t = s if reverse else T - 1 - s
         for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
             b, j = b0 + idx // H, idx % H
-            g = float64(dy[t, b, j]) + g_next[idx]
+            g = dy[t, b, j] + g_next[idx]
             if keep:
                 hidden[t, b, j] = g
-            v = float64(y[t, b, j])
+            v = y[t, b, j]
             if relu:
-                a = g if v > 0 else 0.0 * g
+                a = g if v > 0 else zero * g
             else:
-                a = g * (1.0 - v * v)
+                a = g * (one - v * v)
             da[t, b, j] = a
             d[idx] = a
         cuda.syncthreads()
@@ -179,14 +191,15 @@ def _rnn_seq_bwd(dy, dh_T, y, w, relu, reverse, rows, w_on_chip, state_on_chip, 
 def _lstm_seq_fwd(x_proj, h0, c0, w, reverse, rows, w_on_chip, state_on_chip, work, y, c_all,
                   h, c):
     T, B, H = y.shape
+    one = y.dtype.type(1)
     G = 4 * H
     b0, valid = _tile(rows, B)
     n = rows * H
     size = n + rows * G
-    state = (cuda.shared.array(0, float64)[:size] if state_on_chip
+    state = (cuda.shared.array(0, y.dtype)[:size] if state_on_chip
              else work[cuda.blockIdx.x * size:(cuda.blockIdx.x + 1) * size])
     hs, pre = state[:n], state[n:]
-    start = 8 * size // w.itemsize if state_on_chip else 0
+    start = y.itemsize * size // w.itemsize if state_on_chip else 0
     wv = cuda.shared.array(0, w.dtype)[start:start + w.size] if w_on_chip else w
     if w_on_chip:
         _copy(w, wv)
@@ -201,11 +214,11 @@ def _lstm_seq_fwd(x_proj, h0, c0, w, reverse, rows, w_on_chip, state_on_chip, wo
         for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
             r = idx // H
             b, j, p = b0 + r, idx - r * H, r * G
-            i = sigmoid_dev(float64(x_proj[t, b, j]) + pre[p + j])
-            f = sigmoid_dev(float64(x_proj[t, b, H + j]) + pre[p + H + j])
-            g = math.tanh(float64(x_proj[t, b, 2 * H + j]) + pre[p + 2 * H + j])
-            o = sigmoid_dev(float64(x_proj[t, b, 3 * H + j]) + pre[p + 3 * H + j])
-            cp = float64(c0[b, j]) if s == 0 else float64(c_all[tp, b, j])
+            i = _sigmoid(x_proj[t, b, j] + pre[p + j], one)
+            f = _sigmoid(x_proj[t, b, H + j] + pre[p + H + j], one)
+            g = math.tanh(x_proj[t, b, 2 * H + j] + pre[p + 2 * H + j])
+            o = _sigmoid(x_proj[t, b, 3 * H + j] + pre[p + 3 * H + j], one)
+            cp = c0[b, j] if s == 0 else c_all[tp, b, j]
             cv = f * cp + i * g
             x_proj[t, b, j] = i
             x_proj[t, b, H + j] = f
@@ -226,14 +239,15 @@ def _lstm_seq_fwd(x_proj, h0, c0, w, reverse, rows, w_on_chip, state_on_chip, wo
 def _lstm_seq_bwd(dy, dh_T, dc_T, c0, gates, c_all, w, reverse, rows, w_on_chip,
                   state_on_chip, work, keep, hidden, dgates, dh, dc):
     T, B, H = c_all.shape
+    one = c_all.dtype.type(1)
     G = 4 * H
     b0, valid = _tile(rows, B)
     n = rows * H
     size = 2 * n + rows * G
-    state = (cuda.shared.array(0, float64)[:size] if state_on_chip
+    state = (cuda.shared.array(0, c_all.dtype)[:size] if state_on_chip
              else work[cuda.blockIdx.x * size:(cuda.blockIdx.x + 1) * size])
     g_next, dcs, d = state[:n], state[n:2 * n], state[2 * n:]  # dL/dh, dL/dc from t+1; dA_t
-    start = 8 * size // w.itemsize if state_on_chip else 0
+    start = c_all.itemsize * size // w.itemsize if state_on_chip else 0
     wv = cuda.shared.array(0, w.dtype)[start:start + w.size] if w_on_chip else w
     if w_on_chip:
         _copy(w, wv)
@@ -248,20 +262,20 @@ def _lstm_seq_bwd(dy, dh_T, dc_T, c0, gates, c_all, w, reverse, rows, w_on_chip,
         for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
             r = idx // H
             b, j, p = b0 + r, idx - r * H, r * G
-            i = float64(gates[t, b, j])
-            f = float64(gates[t, b, H + j])
-            g = float64(gates[t, b, 2 * H + j])
-            o = float64(gates[t, b, 3 * H + j])
-            tc = math.tanh(float64(c_all[t, b, j]))
-            gh = float64(dy[t, b, j]) + g_next[idx]
+            i = gates[t, b, j]
+            f = gates[t, b, H + j]
+            g = gates[t, b, 2 * H + j]
+            o = gates[t, b, 3 * H + j]
+            tc = math.tanh(c_all[t, b, j])
+            gh = dy[t, b, j] + g_next[idx]
             if keep:
                 hidden[t, b, j] = gh
-            cp = float64(c0[b, j]) if s == T - 1 else float64(c_all[tp, b, j])
-            dcv = dcs[idx] + gh * o * (1.0 - tc * tc)
-            di = dcv * g * i * (1.0 - i)
-            df = dcv * cp * f * (1.0 - f)
-            dg = dcv * i * (1.0 - g * g)
-            do = gh * tc * o * (1.0 - o)
+            cp = c0[b, j] if s == T - 1 else c_all[tp, b, j]
+            dcv = dcs[idx] + gh * o * (one - tc * tc)
+            di = dcv * g * i * (one - i)
+            df = dcv * cp * f * (one - f)
+            dg = dcv * i * (one - g * g)
+            do = gh * tc * o * (one - o)
             dgates[t, b, j] = di
             dgates[t, b, H + j] = df
             dgates[t, b, 2 * H + j] = dg
@@ -285,14 +299,15 @@ def _lstm_seq_bwd(dy, dh_T, dc_T, c0, gates, c_all, w, reverse, rows, w_on_chip,
 @cuda.jit
 def _gru_seq_fwd(x_proj, h0, w, b_hh, reverse, rows, w_on_chip, state_on_chip, work, y, hn, h):
     T, B, H = y.shape
+    one = y.dtype.type(1)
     G = 3 * H
     b0, valid = _tile(rows, B)
     n = rows * H
     size = n + rows * G
-    state = (cuda.shared.array(0, float64)[:size] if state_on_chip
+    state = (cuda.shared.array(0, y.dtype)[:size] if state_on_chip
              else work[cuda.blockIdx.x * size:(cuda.blockIdx.x + 1) * size])
     hs, pre = state[:n], state[n:]
-    start = 8 * size // w.itemsize if state_on_chip else 0
+    start = y.itemsize * size // w.itemsize if state_on_chip else 0
     wv = cuda.shared.array(0, w.dtype)[start:start + w.size] if w_on_chip else w
     if w_on_chip:
         _copy(w, wv)
@@ -306,16 +321,15 @@ def _gru_seq_fwd(x_proj, h0, w, b_hh, reverse, rows, w_on_chip, state_on_chip, w
         for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
             r = idx // H
             b, j, p = b0 + r, idx - r * H, r * G
-            rv = sigmoid_dev(float64(x_proj[t, b, j]) + pre[p + j] + float64(b_hh[j]))
-            z = sigmoid_dev(float64(x_proj[t, b, H + j]) + pre[p + H + j]
-                         + float64(b_hh[H + j]))
-            hnv = pre[p + 2 * H + j] + float64(b_hh[2 * H + j])
-            nv = math.tanh(float64(x_proj[t, b, 2 * H + j]) + rv * hnv)
+            rv = _sigmoid(x_proj[t, b, j] + pre[p + j] + b_hh[j], one)
+            z = _sigmoid(x_proj[t, b, H + j] + pre[p + H + j] + b_hh[H + j], one)
+            hnv = pre[p + 2 * H + j] + b_hh[2 * H + j]
+            nv = math.tanh(x_proj[t, b, 2 * H + j] + rv * hnv)
             x_proj[t, b, j] = rv
             x_proj[t, b, H + j] = z
             x_proj[t, b, 2 * H + j] = nv
             hn[t, b, j] = hnv
-            y[t, b, j] = (1.0 - z) * nv + z * hs[idx]
+            y[t, b, j] = (one - z) * nv + z * hs[idx]
             hs[idx] = y[t, b, j]
         cuda.syncthreads()
     for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
@@ -326,14 +340,15 @@ def _gru_seq_fwd(x_proj, h0, w, b_hh, reverse, rows, w_on_chip, state_on_chip, w
 def _gru_seq_bwd(dy, dh_T, h0, y, gates, hn, w, reverse, rows, w_on_chip, state_on_chip, work,
                  keep, hidden, dgx, dgh, dh):
     T, B, H = y.shape
+    one = y.dtype.type(1)
     G = 3 * H
     b0, valid = _tile(rows, B)
     n = rows * H
     size = n + rows * G
-    state = (cuda.shared.array(0, float64)[:size] if state_on_chip
+    state = (cuda.shared.array(0, y.dtype)[:size] if state_on_chip
              else work[cuda.blockIdx.x * size:(cuda.blockIdx.x + 1) * size])
     g_next, d = state[:n], state[n:]  # dL/dh from step t+1; the hidden part of dA_t
-    start = 8 * size // w.itemsize if state_on_chip else 0
+    start = y.itemsize * size // w.itemsize if state_on_chip else 0
     wv = cuda.shared.array(0, w.dtype)[start:start + w.size] if w_on_chip else w
     if w_on_chip:
         _copy(w, wv)
@@ -346,16 +361,16 @@ def _gru_seq_bwd(dy, dh_T, h0, y, gates, hn, w, reverse, rows, w_on_chip, state_
         for idx in range(cuda.threadIdx.x, valid * H, cuda.blockDim.x):
             r = idx // H
             b, j, p = b0 + r, idx - r * H, r * G
-            rv = float64(gates[t, b, j])
-            z = float64(gates[t, b, H + j])
-            nv = float64(gates[t, b, 2 * H + j])
-            g = float64(dy[t, b, j]) + g_next[idx]
+            rv = gates[t, b, j]
+            z = gates[t, b, H + j]
+            nv = gates[t, b, 2 * H + j]
+            g = dy[t, b, j] + g_next[idx]
             if keep:
                 hidden[t, b, j] = g
-            hp = float64(h0[b, j]) if s == T - 1 else float64(y[tp, b, j])
-            dan = g * (1.0 - z) * (1.0 - nv * nv)
-            dar = dan * float64(hn[t, b, j]) * rv * (1.0 - rv)
-            daz = g * (hp - nv) * z * (1.0 - z)
+            hp = h0[b, j] if s == T - 1 else y[tp, b, j]
+            dan = g * (one - z) * (one - nv * nv)
+            dar = dan * hn[t, b, j] * rv * (one - rv)
+            daz = g * (hp - nv) * z * (one - z)
             dgx[t, b, j] = dar
             dgx[t, b, H + j] = daz
             dgx[t, b, 2 * H + j] = dan
@@ -382,8 +397,9 @@ def _flat(w):
 
 def _plan(B, state_per_row, w, items_per_row):
     """(blocks, threads per block, dynamic shared bytes, (rows, w_on_chip, state_on_chip,
-    work)) for a tile state of ``state_per_row`` float64 per batch row and flat weights w."""
-    per_row = 8 * state_per_row
+    work)) for a tile state of ``state_per_row`` values per batch row, in the dtype of the flat
+    weights w (the storage dtype)."""
+    per_row = w.itemsize * state_per_row
     rows = max(1, min(-(-B // max_blocks), shared_limit // per_row))
     blocks = -(-B // rows)
     state_on_chip = rows * per_row <= shared_limit
@@ -391,8 +407,7 @@ def _plan(B, state_per_row, w, items_per_row):
     w_bytes = w.size * w.itemsize
     w_on_chip = state_bytes + w_bytes <= shared_limit
     shared = state_bytes + (w_bytes if w_on_chip else 0)
-    work = device_empty(w, (1 if state_on_chip else blocks * rows * state_per_row,),
-                        np.float64)
+    work = device_empty(w, (1 if state_on_chip else blocks * rows * state_per_row,), w.dtype)
     nt = min(threads, 32 * -(-rows * items_per_row // 32))
     return blocks, nt, shared, (rows, w_on_chip, state_on_chip, work)
 

@@ -33,13 +33,16 @@ Two strategies, chosen by the number of sequences S = B x D:
 The backward is the same single pass over the adjoint recurrence
 g_k = dh_k + conj(a_{k+1}) g_{k+1}, with chunks taken in descending order; then db = g,
 da_k = g_k conj(h_{k-1}), dh0 = conj(a_0) g_0. Maps, states and the shared-memory scan are
-float64 for real inputs and complex128 for complex ones.
+in the storage dtype (float32 for float32 inputs, complex64 for complex64): a chunk's map
+composes at most ``steps_per_thread`` steps and the look-back a product of maps, so a
+state's rounding error grows with the steps it composes, as the one-thread-per-sequence
+kernels' does.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import complex128, cuda, float64, int32
+from numba import complex64, complex128, cuda, float32, float64, int32
 
 from ._launch import kernel_factory, launch
 from .launchers import launchers
@@ -157,11 +160,11 @@ def _wait_flag(status, n, sh):
 
 
 @cuda.jit(device=True)
-def _block_scan(pa, ph, j, P, Sg, bufA, bufH):
+def _block_scan(pa, ph, j, P, Sg, bufA, bufH, one):
     """Inclusive scan over the block's chunks j = 0..P-1 (stride Sg in the buffers).
 
     Returns the thread's exclusive prefix (EA, EH) (the identity for j = 0) and the block's
-    whole map (TA, TH) for the thread's sequence."""
+    whole map (TA, TH) for the thread's sequence; ``one``: 1 in the scan's type."""
     tid = cuda.threadIdx.x
     bufA[tid] = pa
     bufH[tid] = ph
@@ -179,7 +182,8 @@ def _block_scan(pa, ph, j, P, Sg, bufA, bufH):
         off *= 2
     last = (P - 1) * Sg + tid % Sg
     TA, TH = bufA[last], bufH[last]
-    EA, EH = pa * 0 + 1, ph * 0
+    zero = one - one
+    EA, EH = pa * zero + one, ph * zero  # the identity (NaN where the map is)
     if j > 0:
         EA, EH = bufA[tid - Sg], bufH[tid - Sg]
     cuda.syncthreads()  # the buffers are free again
@@ -187,17 +191,19 @@ def _block_scan(pa, ph, j, P, Sg, bufA, bufH):
 
 
 @cuda.jit(device=True)
-def _look_back(desc, status, sh, n, q, G, g, sl, valid, writer, TA, TH, init, publish):
+def _look_back(desc, status, sh, n, q, G, g, sl, valid, writer, TA, TH, init, publish, one):
     """The state entering block q for the thread's sequence (``sl`` within group g): ``init``
     for q = 0, else composed from the published maps and states of blocks q-1, q-2, ...
-    Publishes the block's map (TA, TH) and, with ``publish``, its outgoing state."""
-    incoming = TA * 0 + init
+    Publishes the block's map (TA, TH) and, with ``publish``, its outgoing state. ``one``: 1
+    in the scan's type."""
+    zero = one - one
+    incoming = TA * zero + init
     if q > 0:
         if writer:
             desc[0, q, g, sl] = TA
             desc[1, q, g, sl] = TH
         _raise_flag(status, n, 1)
-        ma, mh = TA * 0 + 1, TH * 0  # the maps of blocks r+1..q-1, composed
+        ma, mh = TA * zero + one, TH * zero  # the maps of blocks r+1..q-1, composed
         r = q - 1
         while True:
             f = _wait_flag(status, r * G + g, sh)
@@ -226,17 +232,18 @@ def _forward_body(a, b, h0, out, desc, status, reverse, L, Sg, P, publish, bufA,
     active = valid and c < C
     i, d = (s // D, s % D) if valid else (0, 0)
     k0, k1 = c * L, min(c * L + L, T)
-    pa, ph = one, one * 0
+    zero = one - one
+    pa, ph = one, zero
     if active:
         for k in range(k0, k1):
             t = _index_dev(k, T, reverse)
             at = a[i, t, d]
             pa = at * pa
             ph = at * ph + b[i, t, d]
-    EA, EH, TA, TH = _block_scan(pa, ph, j, P, Sg, bufA, bufH)
+    EA, EH, TA, TH = _block_scan(pa, ph, j, P, Sg, bufA, bufH, one)
     sl = s - g * Sg
     incoming = _look_back(desc, status, sh, n, q, G, g, sl, valid, valid and j == 0, TA, TH,
-                          h0[i, d], publish)
+                          h0[i, d], publish, one)
     if active:
         h = EA * incoming + EH
         for k in range(k0, k1):
@@ -246,11 +253,11 @@ def _forward_body(a, b, h0, out, desc, status, reverse, L, Sg, P, publish, bufA,
 
 
 @cuda.jit(device=True)
-def _adjoint_coef(a, i, d, k, T, reverse):
+def _adjoint_coef(a, i, d, k, T, reverse, zero):
     """conj(a_{k+1}), the coefficient of g_{k+1} in g_k (zero past the end)."""
     if k + 1 < T:
         return a[i, _index_dev(k + 1, T, reverse), d].conjugate()
-    return a[i, _index_dev(k, T, reverse), d] * 0
+    return a[i, _index_dev(k, T, reverse), d] * zero
 
 
 @cuda.jit(device=True)
@@ -265,23 +272,24 @@ def _backward_body(dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P, p
     active = valid and c >= 0
     i, d = (s // D, s % D) if valid else (0, 0)
     k0, k1 = c * L, min(c * L + L, T)
-    pa, ph = one, one * 0
+    zero = one - one
+    pa, ph = one, zero
     if active:
         for m in range(k1 - k0):
             k = k1 - 1 - m
-            coef = _adjoint_coef(a, i, d, k, T, reverse)
+            coef = _adjoint_coef(a, i, d, k, T, reverse, zero)
             pa = coef * pa
             ph = coef * ph + dh[i, _index_dev(k, T, reverse), d]
-    EA, EH, TA, TH = _block_scan(pa, ph, j, P, Sg, bufA, bufH)
+    EA, EH, TA, TH = _block_scan(pa, ph, j, P, Sg, bufA, bufH, one)
     sl = s - g * Sg
     incoming = _look_back(desc, status, sh, n, q, G, g, sl, valid, valid and j == 0, TA, TH,
-                          one * 0, publish)
+                          zero, publish, one)
     if active:
         gk = EA * incoming + EH
         for m in range(k1 - k0):
             k = k1 - 1 - m
             t = _index_dev(k, T, reverse)
-            gk = _adjoint_coef(a, i, d, k, T, reverse) * gk + dh[i, t, d]
+            gk = _adjoint_coef(a, i, d, k, T, reverse, zero) * gk + dh[i, t, d]
             db[i, t, d] = gk
             if k > 0:
                 da[i, t, d] = gk * h[i, _index_dev(k - 1, T, reverse), d].conjugate()
@@ -292,7 +300,8 @@ def _backward_body(dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P, p
 
 @kernel_factory
 def _forward_kernel(scalar_name):
-    """The forward kernel with its shared-memory scan in "float64" or "complex128"."""
+    """The forward kernel for arrays of ``scalar_name`` ("float32", "float64", "complex64",
+    "complex128"), its arithmetic and shared-memory scan in that type."""
     scalar = _SCALARS[scalar_name]
 
     @cuda.jit
@@ -307,7 +316,7 @@ def _forward_kernel(scalar_name):
 
 @kernel_factory
 def _backward_kernel(scalar_name):
-    """The backward kernel with its shared-memory scan in "float64" or "complex128"."""
+    """The backward kernel for arrays of ``scalar_name`` (as ``_forward_kernel``'s)."""
     scalar = _SCALARS[scalar_name]
 
     @cuda.jit
@@ -320,9 +329,10 @@ def _backward_kernel(scalar_name):
     return kernel
 
 
-_SCALARS = {"float64": float64, "complex128": complex128}
-_forward_real, _forward_complex = _forward_kernel("float64"), _forward_kernel("complex128")
-_backward_real, _backward_complex = _backward_kernel("float64"), _backward_kernel("complex128")
+_SCALARS = {"float32": float32, "float64": float64, "complex64": complex64,
+            "complex128": complex128}
+_FORWARD = {name: _forward_kernel(name) for name in _SCALARS}  # by the arrays' dtype name
+_BACKWARD = {name: _backward_kernel(name) for name in _SCALARS}
 
 
 # ---- host side --------------------------------------------------------------------------------
@@ -341,9 +351,9 @@ def _layout(S, T):
 
 
 def _look_back_buffers(like, Q, G, Sg):
-    """The published maps and states (3, Q, G, width), float64 or complex128, and the zeroed
+    """The published maps and states (3, Q, G, width) in ``like``'s dtype, and the zeroed
     status (the ticket counter, then one flag per block), on ``like``'s device."""
-    dtype = np.dtype(np.complex128 if np.dtype(like.dtype).kind == "c" else np.float64)
+    dtype = np.dtype(like.dtype)
     per_line = LINE_BYTES // dtype.itemsize
     width = -(-Sg // per_line) * per_line
     shape, n_status = (3, Q, G, width), 1 + Q * G
@@ -371,7 +381,7 @@ def linear_scan(a, b, h0, out, reverse):
         return result
     Sg, P, L, Q, G = _layout(S, T)
     desc, status = _look_back_buffers(a, Q, G, Sg)
-    kernel = _forward_complex if np.dtype(a.dtype).kind == "c" else _forward_real
+    kernel = _FORWARD[np.dtype(a.dtype).name]
     launch(kernel, Q * G, P * Sg, a, b, h0, out, desc, status, reverse, L, Sg, P, publish_states)
     return result
 
@@ -388,6 +398,6 @@ def linear_scan_backward(dh, a, h, h0, da, db, dh0, reverse):
         return
     Sg, P, L, Q, G = _layout(S, T)
     desc, status = _look_back_buffers(a, Q, G, Sg)
-    kernel = _backward_complex if np.dtype(a.dtype).kind == "c" else _backward_real
+    kernel = _BACKWARD[np.dtype(a.dtype).name]
     launch(kernel, Q * G, P * Sg, dh, a, h, h0, da, db, dh0, desc, status, reverse, L, Sg, P,
            publish_states)

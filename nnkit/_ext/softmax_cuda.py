@@ -5,9 +5,15 @@ in shared memory combines the per-thread partial max / sum. The block has a powe
 number of threads, at most ``MAX_THREADS``, chosen from the row length by ``threads_for``.
 Max-shift throughout (exp never sees a positive argument), so logits of +-1e4 are fine.
 
-Accumulators are float64 for both float32 and float64 inputs (the per-element exp too); the
-results are cast to the output's dtype. On data-centre GPUs float64 runs at half rate, and
-these kernels are memory-bound.
+Arithmetic follows the storage dtype (float32 in float32, as torch's kernels accumulate
+float32 in float): constants are made in the arrays' dtype (``x.dtype.type``), ``math.exp``
+of a float32 is the float32 ``expf``. Each thread's row sum is compensated (Kahan,
+``_kahan_add``) and the block combines them by a tree, so a sum's error stays a few ulps
+whatever the row length (a 256k-class vocabulary is ~1000 terms per thread). float64 is
+left where the caller's arrays are float64: cross-entropy's ``lse`` and ``loss_rows`` (N,)
+(the row's logsumexp widened once per row), the batch mean over them (``_mean_valid_kernel``)
+and ``n_valid``; the backward splits the float64 ``lse`` once per row into two floats of the
+logits' dtype, so the per-element exp stays float32.
 
 Launchers take 2-D C-contiguous device arrays (CuPy arrays, Numba device arrays, or NumPy
 arrays under ``NUMBA_ENABLE_CUDASIM=1``) and preallocated outputs; they validate nothing
@@ -22,7 +28,7 @@ from __future__ import annotations
 
 import math
 
-from numba import cuda, float64
+from numba import cuda
 
 from ._launch import launch
 from .launchers import launchers
@@ -46,8 +52,22 @@ def threads_for(n_cols: int) -> int:
 
 
 @cuda.jit(device=True)
+def _kahan_add(s, c, v, zero):
+    """Kahan's compensated ``s += v``: returns (s, c), the sum being s - c (c the rounding
+    error so far). Once the sum is inf or NaN, c stays ``zero`` (the value 0 in the sum's
+    dtype), so the plain sum's inf/NaN carries through."""
+    y = v - c
+    t = s + y
+    c = (t - s) - y
+    if c - c != zero:  # t overflowed, or v is inf/NaN
+        c = zero
+    return t, c
+
+
+@cuda.jit(device=True)
 def _block_sum(buf, tid, value):
-    """Sum of ``value`` over the block (power-of-two size), returned to every thread."""
+    """Sum of ``value`` over the block (power-of-two size), returned to every thread; ``buf``
+    a shared array of value's dtype."""
     buf[tid] = value
     cuda.syncthreads()
     s = cuda.blockDim.x // 2
@@ -79,103 +99,120 @@ def _block_max(buf, tid, value):
 
 @cuda.jit(device=True)
 def _row_max_sumexp(x, row, buf, tid):
-    """(m, s) with m = max_j x[row, j] and s = sum_j exp(x[row, j] - m), in float64."""
+    """(m, s) with m = max_j x[row, j] and s = sum_j exp(x[row, j] - m), in x's dtype (the
+    per-thread sums compensated: s within a few ulps for any row length)."""
     n = x.shape[1]
     step = cuda.blockDim.x
-    m = -math.inf
+    zero = x.dtype.type(0)
+    m = x.dtype.type(-math.inf)
     for j in range(tid, n, step):
-        m = max(m, float64(x[row, j]))
+        m = max(m, x[row, j])
     m = _block_max(buf, tid, m)
-    s = 0.0
+    s = zero
+    c = zero
     for j in range(tid, n, step):
-        s += math.exp(float64(x[row, j]) - m)
-    s = _block_sum(buf, tid, s)
+        s, c = _kahan_add(s, c, math.exp(x[row, j] - m), zero)
+    s = _block_sum(buf, tid, s - c)
     return m, s
 
 
 @cuda.jit
 def _softmax_kernel(x, out):
-    buf = cuda.shared.array(MAX_THREADS, float64)
+    buf = cuda.shared.array(MAX_THREADS, x.dtype)
     row = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     m, s = _row_max_sumexp(x, row, buf, tid)
-    inv = 1.0 / s
+    inv = x.dtype.type(1) / s
     for j in range(tid, x.shape[1], cuda.blockDim.x):
-        out[row, j] = math.exp(float64(x[row, j]) - m) * inv
+        out[row, j] = math.exp(x[row, j] - m) * inv
 
 
 @cuda.jit
 def _log_softmax_kernel(x, out):
-    buf = cuda.shared.array(MAX_THREADS, float64)
+    buf = cuda.shared.array(MAX_THREADS, x.dtype)
     row = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     m, s = _row_max_sumexp(x, row, buf, tid)
-    lse = m + math.log(s)
+    log_s = math.log(s)
     for j in range(tid, x.shape[1], cuda.blockDim.x):
-        out[row, j] = float64(x[row, j]) - lse
+        out[row, j] = (x[row, j] - m) - log_s  # x - m first: exact near the max, even at 1e4
 
 
 @cuda.jit
 def _softmax_backward_kernel(dy, y, out):
-    buf = cuda.shared.array(MAX_THREADS, float64)
+    buf = cuda.shared.array(MAX_THREADS, y.dtype)
     row = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     n = y.shape[1]
-    dot = 0.0
+    zero = y.dtype.type(0)
+    dot = zero
+    c = zero
     for j in range(tid, n, cuda.blockDim.x):
-        dot += float64(dy[row, j]) * float64(y[row, j])
-    dot = _block_sum(buf, tid, dot)
+        dot, c = _kahan_add(dot, c, dy[row, j] * y[row, j], zero)
+    dot = _block_sum(buf, tid, dot - c)
     for j in range(tid, n, cuda.blockDim.x):
-        out[row, j] = float64(y[row, j]) * (float64(dy[row, j]) - dot)
+        out[row, j] = y[row, j] * (dy[row, j] - dot)
 
 
 @cuda.jit
 def _log_softmax_backward_kernel(dy, y, out):
-    buf = cuda.shared.array(MAX_THREADS, float64)
+    buf = cuda.shared.array(MAX_THREADS, y.dtype)
     row = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     n = y.shape[1]
-    s = 0.0
+    zero = y.dtype.type(0)
+    s = zero
+    c = zero
     for j in range(tid, n, cuda.blockDim.x):
-        s += float64(dy[row, j])
-    s = _block_sum(buf, tid, s)
+        s, c = _kahan_add(s, c, dy[row, j], zero)
+    s = _block_sum(buf, tid, s - c)
     for j in range(tid, n, cuda.blockDim.x):
-        out[row, j] = float64(dy[row, j]) - math.exp(float64(y[row, j])) * s
+        out[row, j] = dy[row, j] - math.exp(y[row, j]) * s
 
 
 @cuda.jit
 def _cross_entropy_kernel(logits, target, ignore_index, lse, loss_rows):
-    buf = cuda.shared.array(MAX_THREADS, float64)
+    buf = cuda.shared.array(MAX_THREADS, logits.dtype)
     row = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     m, s = _row_max_sumexp(logits, row, buf, tid)
     if tid == 0:
-        value = m + math.log(s)
-        lse[row] = value
+        # lse and loss_rows are the caller's (float64 in nnkit's cache, so that the backward
+        # keeps exp(logits - lse) exact at |logits| ~ 1e4): widened once per row
+        wide = lse.dtype.type
+        log_s = math.log(s)
+        lse[row] = wide(m) + wide(log_s)
         t = target[row]
+        lw = loss_rows.dtype.type
         if t == ignore_index:
-            loss_rows[row] = 0.0
+            loss_rows[row] = lw(0)
         elif 0 <= t < logits.shape[1]:
-            loss_rows[row] = value - float64(logits[row, t])
+            loss_rows[row] = (lw(m) - lw(logits[row, t])) + lw(log_s)
         else:  # out of range: validated upstream; never read out of bounds
-            loss_rows[row] = math.nan
+            loss_rows[row] = lw(math.nan)
 
 
 @cuda.jit(device=True)
 def _cross_entropy_backward_row(logits, target, lse, scale, ignore_index, out, row):
     """out[row] = scale (softmax(logits[row]) - onehot(target[row])), 0 for an ignored row;
-    the block's threads stride over the columns."""
+    the block's threads stride over the columns. ``scale`` in the logits' dtype."""
     tid = cuda.threadIdx.x
+    dt = logits.dtype.type
     t = target[row]
     if t == ignore_index:
+        zero = dt(0)
         for j in range(tid, logits.shape[1], cuda.blockDim.x):
-            out[row, j] = 0.0
+            out[row, j] = zero
     else:
-        value = float64(lse[row])
+        # lse (float64 in nnkit's cache) = hi + lo, two numbers of the logits' dtype (once
+        # per row), so that logits - lse is (logits - hi) - lo: exact where logits ~ hi
+        hi = dt(lse[row])
+        lo = dt(lse[row] - hi)
+        one = dt(1)
         for j in range(tid, logits.shape[1], cuda.blockDim.x):
-            p = math.exp(float64(logits[row, j]) - value)
+            p = math.exp((logits[row, j] - hi) - lo)
             if j == t:
-                p -= 1.0
+                p -= one
             out[row, j] = p * scale
 
 
@@ -187,27 +224,30 @@ def _cross_entropy_backward_kernel(logits, target, lse, scale, ignore_index, out
 @cuda.jit
 def _mean_valid_kernel(loss_rows, target, ignore_index, loss, n_valid):
     """One block: n_valid[0] = #(target != ignore_index) and loss[0] = sum(loss_rows) /
-    n_valid[0] (NaN when no row is valid)."""
-    buf = cuda.shared.array(MAX_THREADS, float64)
+    n_valid[0] (NaN when no row is valid). The sum runs in loss_rows' dtype: float64 from
+    nnkit's caller, whatever the logits' (a mean over a large batch)."""
+    buf = cuda.shared.array(MAX_THREADS, loss_rows.dtype)
     tid = cuda.threadIdx.x
-    s = 0.0
-    c = 0.0
+    acc = loss_rows.dtype.type
+    s = acc(0)
+    c = acc(0)
     for i in range(tid, loss_rows.shape[0], cuda.blockDim.x):
         s += loss_rows[i]
         if target[i] != ignore_index:
-            c += 1.0
+            c += acc(1)
     total = _block_sum(buf, tid, s)
     count = _block_sum(buf, tid, c)
     if tid == 0:
-        loss[0] = total / count if count > 0.0 else math.nan
+        loss[0] = total / count if count > acc(0) else acc(math.nan)
         n_valid[0] = count
 
 
 @cuda.jit
 def _cross_entropy_mean_backward_kernel(logits, target, lse, dloss, n_valid, ignore_index,
                                         out):
-    count = n_valid[0]
-    scale = float64(dloss[0]) / count if count > 0.0 else 0.0  # dloss / n_valid, on device
+    dt = logits.dtype.type
+    count = dt(n_valid[0])  # float64 (N,) from cross_entropy_mean: converted once
+    scale = dt(dloss[0]) / count if count > dt(0) else dt(0)  # dloss / n_valid, on device
     _cross_entropy_backward_row(logits, target, lse, scale, ignore_index, out, cuda.blockIdx.x)
 
 
@@ -248,7 +288,7 @@ def cross_entropy_backward_rows(logits, target, lse, scale, ignore_index, out):
     """out (N, C) = (softmax(logits) - onehot(target)) * scale, softmax = exp(logits - lse);
     rows where target == ignore_index are zero. ``scale`` is dloss / n_valid."""
     _launch(_cross_entropy_backward_kernel, logits.shape[0], logits.shape[1], logits, target,
-            lse, float(scale), int(ignore_index), out)
+            lse, logits.dtype.type(scale), int(ignore_index), out)
 
 
 def cross_entropy_mean(loss_rows, target, ignore_index, loss, n_valid):

@@ -17,6 +17,11 @@ Biases. Neuron i takes +1 iff (C x)_i >= t_i, t = -n b rounded once to float64: 
 comparison of the exact integer field, the one rounding being that of n b (the twins take the
 same t). Without biases (``bias=None``) the kernels run their code for none, as before.
 
+GPU. ``Hopfield.run`` on CuPy states runs on their GPU (dense storage): the couplings (and
+the patterns' copies the fields are made from) go there at the first such call and stay
+until the next ``store``; the asynchronous kernel runs one block per state in the CPU's order
+of the neurons, so both devices give the same results bit for bit.
+
 Storage. A dense C costs n^2 floats. ``storage='patterns'`` keeps only the patterns (int8,
 s n bytes) and computes the fields as n h = Xi^T (Xi x) - s x: n = 100,000 at s = 5,000 needs
 500 MB instead of the 40 GB of a float32 W. ``storage='auto'`` picks it when C would pass
@@ -34,6 +39,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._backend import array_module, is_gpu_array
 from .._budget import reserve
 from .._random import get_rng, splitmix64
 from .._validation import check_array, check_choice, check_scalar
@@ -60,21 +66,23 @@ _CPUS = os.cpu_count() or 1  # states x neurons below which one thread runs the 
 
 # ---- validation -----------------------------------------------------------------------------
 
-def _spins(x, *, name, n=None, ndim=(1, 2)):
+def _spins(x, *, name, n=None, ndim=(1, 2), allow_device=False):
     """``x`` checked to hold only -1 and +1 (any int or float dtype), as a C-contiguous int8
-    array of its shape; ``n`` the required last dimension."""
-    x = check_array(x, name=name, ndim=ndim, allow_device=False)
+    array of its shape on its device (a GPU array only with ``allow_device``); ``n`` the
+    required last dimension."""
+    x = check_array(x, name=name, ndim=ndim, allow_device=allow_device)
+    xp = array_module(x)
     if x.dtype.kind not in "iuf":
         raise TypeError(f"{name} must hold numbers -1 and +1, got dtype {x.dtype}")
-    if x.dtype.kind == "f" and not np.isfinite(x).all():
+    if x.dtype.kind == "f" and not xp.isfinite(x).all():
         raise ValueError(f"{name} must be finite, but it holds NaN or infinity")
     if n is not None and x.shape[-1] != n:
         raise ValueError(f"{name} has {x.shape[-1]} neurons in its last dimension but the "
                          f"network has n_neurons={n}; expected shape (..., {n})")
-    if x.size and not np.all((x == 1) | (x == -1)):
-        bad = x[(x != 1) & (x != -1)].flat[0]
+    if x.size and not xp.all((x == 1) | (x == -1)):
+        bad = x[(x != 1) & (x != -1)].ravel()[0].item()  # a Python number on either device
         raise ValueError(f"{name} must hold only -1 and +1 (spins); found {bad!r}")
-    return np.ascontiguousarray(x, dtype=np.int8)
+    return xp.ascontiguousarray(x, dtype=np.int8)
 
 
 def _patterns(patterns, n):
@@ -251,6 +259,7 @@ class Hopfield(_StoresPatterns):
         self._thresholds = None if self.bias is None else -(self.n_neurons * self.bias)
         self.patterns_ = None
         self.couplings_ = None
+        self._on_devices = {}
 
     # -- storage --
     def store(self, patterns, rule="hebbian"):
@@ -274,6 +283,7 @@ class Hopfield(_StoresPatterns):
         del xi
         self.couplings_ = self._patterns_f = self._patterns_rows_f = None
         self._patterns_rows_i8 = None
+        self._on_devices = {}  # (attribute, device) -> its copy there (``_like``)
         if self.storage_ == "dense":
             reserve(n * n * np.dtype(dtype).itemsize, f"the couplings of n_neurons={n}, "
                     "storage='dense'")
@@ -304,15 +314,30 @@ class Hopfield(_StoresPatterns):
         np.fill_diagonal(w, 0)
         return w / self.n_neurons
 
+    def _like(self, name, x):
+        """The array attribute ``name`` where ``x`` lives: itself for a NumPy ``x``, else its
+        copy on that device, made at the first call and kept until the next ``store``."""
+        host = getattr(self, name)
+        if host is None:
+            return None
+        key = (name, getattr(getattr(x, "device", None), "id", None))  # a GPU's number
+        out = self._on_devices.get(key)
+        if out is None:
+            out = self._on_devices[key] = array_module(x).asarray(host)
+        return out
+
     def _int_fields(self, x8):
-        """n h = C x for int8 states (B, n), exact, in the couplings' dtype (B, n)."""
+        """n h = C x for int8 states (B, n), exact, in the couplings' dtype (B, n), on the
+        states' device (dense storage; on the GPU, CuPy's products: exact IEEE sums of
+        integers unless CUPY_TF32=1 asks for TF32)."""
+        xp = array_module(x8)
         if self.couplings_ is not None and self._patterns_f is None:
-            return np.ascontiguousarray(x8.astype(self._dtype) @ self.couplings_)
+            return xp.ascontiguousarray(x8.astype(self._dtype) @ self._like("couplings_", x8))
         if self.couplings_ is not None:  # s < n/2: C x = Xi^T (Xi x) - s x, 2sn < n^2 flops
             xf = x8.astype(self._dtype)
-            h = (xf @ self._patterns_f) @ self._patterns_rows_f  # (B, s) then (B, n)
-            h -= self.patterns_t_.shape[1] * xf
-            return np.ascontiguousarray(h)
+            h = (xf @ self._like("_patterns_f", x8)) @ self._like("_patterns_rows_f", x8)
+            h -= self.patterns_t_.shape[1] * xf  # (B, s) then (B, n)
+            return xp.ascontiguousarray(h)
         out = np.empty(x8.shape, np.float64)
         m = self._overlaps(x8).astype(np.float64)  # (B, s)
         s = self.patterns_t_.shape[1]
@@ -370,6 +395,8 @@ class Hopfield(_StoresPatterns):
         Parameters
         ----------
         states : array_like (n,) or (B, n) in {-1, +1}
+            A CuPy array runs on its GPU (dense storage only) and gives CuPy arrays: the
+            CPU's results, bit for bit, for the same arguments and seed.
         mode : {'async', 'sync'}
             'async': one neuron at a time (energy never increases; converges). 'sync': all
             neurons at once, x <- sgn(W x + b) (may end in a 2-cycle: converged False).
@@ -381,7 +408,8 @@ class Hopfield(_StoresPatterns):
         random_state : None, int >= 0 or numpy.random.Generator
             An int is the seed of the kernels' splitmix64 stream itself.
         n_jobs : int, optional
-            Threads over the batch (default: all cores; small batches run on one).
+            Threads over the batch (default: all cores; small batches run on one). States on
+            a GPU run in one launch.
 
         Returns
         -------
@@ -393,9 +421,16 @@ class Hopfield(_StoresPatterns):
         max_sweeps = _max_sweeps(max_sweeps)
         if n_jobs is not None:
             n_jobs = int(check_scalar(n_jobs, name="n_jobs", kind=numbers.Integral, low=1))
-        x8 = _spins(states, name="states", n=self.n_neurons)
+        x8 = _spins(states, name="states", n=self.n_neurons, allow_device=True)
+        if is_gpu_array(x8) and self.storage_ == "patterns":
+            raise TypeError("states on a GPU need the dense couplings: this network keeps "
+                            "its patterns (storage='patterns'); pass NumPy states, or store "
+                            "with storage='dense'")
+        if is_gpu_array(x8):
+            n_jobs = 1  # one launch runs the whole batch
         single = x8.ndim == 1
-        x = np.array(np.atleast_2d(x8), order="C")  # (B, n), a copy run in place
+        xp = array_module(x8)
+        x = xp.array(xp.atleast_2d(x8), order="C")  # (B, n), a copy run in place
         if mode == "sync":
             sweeps, conv = self._run_sync(x, max_sweeps)
         else:
@@ -404,34 +439,36 @@ class Hopfield(_StoresPatterns):
         return _result(x, sweeps, conv, single)
 
     def _run_async(self, x, shuffle, seed, max_sweeps, n_jobs):
-        B = x.shape[0]
-        sweeps, conv = np.zeros(B, np.int64), np.zeros(B, np.uint8)
-        work, rows = np.empty(x.shape, np.int32), np.arange(B, dtype=np.int64)
+        B, xp = x.shape[0], array_module(x)
+        sweeps, conv = xp.zeros(B, np.int64), xp.zeros(B, np.uint8)
+        work, rows = xp.empty(x.shape, np.int32), xp.arange(B, dtype=np.int64)
         if self.storage_ == "patterns":
             m = self._overlaps(x)
             hopfield_async_run_patterns(self.patterns_t_, x, m, work, rows, max_sweeps, shuffle,
                                         np.uint64(seed), sweeps, conv, self._thresholds)
             return sweeps, conv
         init = self._patterns_f is not None  # fields per state in the worker threads
-        h = np.empty(x.shape, self._dtype) if init else self._int_fields(x)
+        h = xp.empty(x.shape, self._dtype) if init else self._int_fields(x)
+        couplings, thresholds = self._like("couplings_", x), self._like("_thresholds", x)
 
         def part_run(part):
             if init:
-                hopfield_init_fields(self._patterns_rows_i8, self._patterns_rows_f, x, h, part)
-            hopfield_async_run(self.couplings_, x, h, work, part, max_sweeps, shuffle, seed,
-                               sweeps, conv, self._thresholds)
+                hopfield_init_fields(self._like("_patterns_rows_i8", x),
+                                     self._like("_patterns_rows_f", x), x, h, part)
+            hopfield_async_run(couplings, x, h, work, part, max_sweeps, shuffle, seed,
+                               sweeps, conv, thresholds)
         _threaded(part_run, rows, self.n_neurons, n_jobs)
         return sweeps, conv
 
     def _run_sync(self, x, max_sweeps):
-        B = x.shape[0]
-        sweeps, conv = np.zeros(B, np.int64), np.zeros(B, np.uint8)
+        B, xp = x.shape[0], array_module(x)
+        sweeps, conv = xp.zeros(B, np.int64), xp.zeros(B, np.uint8)
         if self.storage_ == "patterns":
             return _sync_numpy(self._int_fields, x, max_sweeps, self._thresholds)
         h = self._int_fields(x)
-        work = np.empty(x.shape, np.int64)
-        hopfield_sync_run(h, self.couplings_, x, work, max_sweeps, sweeps, conv,
-                          self._thresholds)
+        work = xp.empty(x.shape, np.int64)
+        hopfield_sync_run(h, self._like("couplings_", x), x, work, max_sweeps, sweeps, conv,
+                          self._like("_thresholds", x))
         return sweeps, conv
 
 

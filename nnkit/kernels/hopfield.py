@@ -6,8 +6,13 @@ state per call over a range of rows, the GIL released, so ``classic`` threads th
 synchronous runs, asynchronous runs from the stored patterns and the dense associative
 memories in Numba (``nnkit._ext.hopfield_cpu``). States are int8 in {-1, +1}, ``rows`` the
 int64 indices of the states to run, ``order_work`` int32 scratch of the states' shape,
-``sweeps`` (B,) int64 and ``converged`` (B,) uint8 are written; sgn(0) = +1. NumPy arrays
-only (a GPU array is a ``TypeError``).
+``sweeps`` (B,) int64 and ``converged`` (B,) uint8 are written; sgn(0) = +1.
+
+GPU arrays (CuPy): ``hopfield_init_fields``, ``hopfield_async_run`` and ``hopfield_sync_run``
+run on the device (``nnkit._ext.hopfield_cuda``: one block per state for the asynchronous
+dynamics, in the CPU's order of the neurons for the same seed), every argument array on the
+states' device; they give the CPU's results bit for bit. The runs from the patterns and the
+dense associative memories are CPU-only (a GPU array is a ``TypeError``).
 
 Biases: ``thresholds`` (n,) float64 or None. Neuron i takes +1 iff its integer field
 (C x)_i >= t_i; for the biases b of the local field h = W x + b (W = C / n) the caller passes
@@ -21,7 +26,7 @@ from typing import Literal
 
 import numpy as np
 
-from .._backend import kernels_for
+from .._backend import array_module, kernels_for
 from .._types import Array
 
 __all__ = ["hopfield_init_fields", "hopfield_async_run", "hopfield_async_run_patterns",
@@ -32,8 +37,7 @@ def hopfield_init_fields(patterns_i8: Array, patterns: Array, states: Array, fie
                          rows: Array) -> None:
     """fields[r] = C states[r] for r in ``rows``, C the Hebbian couplings (zero diagonal) of
     the patterns, given as int8 ``patterns_i8`` (s, n) and as floats ``patterns`` (s, n)."""
-    kernels_for("hopfield", None, states, name="states").init_fields(
-        patterns_i8, patterns, states, fields, rows)
+    _kernels(states).init_fields(patterns_i8, patterns, states, fields, rows)
 
 
 def hopfield_async_run(couplings: Array, states: Array, fields: Array, order_work: Array,
@@ -42,7 +46,7 @@ def hopfield_async_run(couplings: Array, states: Array, fields: Array, order_wor
     """Asynchronous dynamics on ``states[rows]`` in place with the couplings (n, n) and the
     fields (B, n) they give (kept up to date as neurons flip); ``shuffle``: a fresh
     splitmix64-driven order of the neurons before every sweep, seeded with ``seed``."""
-    kernels_for("hopfield", None, states, name="states").async_run(
+    _kernels(states).async_run(
         couplings, states, fields, order_work, rows, max_sweeps, shuffle, seed, sweeps,
         converged, thresholds)
 
@@ -64,14 +68,21 @@ def hopfield_sync_run(fields: Array, couplings: Array, states: Array, work: Arra
     """Synchronous steps x <- sgn(C x) on every state until one changes nothing or
     ``max_sweeps``; ``fields`` (B, n) = C x of the initial states (kept up to date),
     ``work`` (B, n) int64 scratch."""
-    kernels_for("hopfield_cpu", None, states, name="states").sync_run(
+    _kernels(states).sync_run(
         fields, couplings, states, work, max_sweeps, sweeps, converged,
         _zeros_for(states) if thresholds is None else thresholds)
 
 
+def _kernels(states):
+    """The launchers of the states' device: ``hopfield_cpu`` (Cython and Numba) or
+    ``hopfield_cuda``."""
+    return kernels_for("hopfield_cpu", "hopfield_cuda", states, name="states")
+
+
 def _zeros_for(states):
-    """No biases for the Numba kernels: thresholds of zeros, (n,) float64."""
-    return np.zeros(states.shape[-1], np.float64)
+    """No biases for the Numba kernels: thresholds of zeros, (n,) float64, on the states'
+    device."""
+    return array_module(states).zeros(states.shape[-1], np.float64)
 
 
 def dense_memory_async_run(patterns_t: Array, states: Array, overlaps: Array,
