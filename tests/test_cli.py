@@ -30,6 +30,7 @@ def test_mlp_reaches_95_percent_on_digits():
     assert history["loss"][-1] < history["loss"][0]
 
 
+@pytest.mark.slow  # ~3 minutes; CI runs the same quick tour as the README's tour command
 def test_tour_quick_prints_table_and_writes_plot(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     status = cli.main(["tour", "--quick", "--out", str(tmp_path)])

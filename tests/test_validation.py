@@ -253,9 +253,8 @@ CPU_ONLY = [
      "param"),
     ("approx", lambda: K.window_sum(_D, _D, _D, _D, _D, _D, 1.0, _D), "x"),
     ("perceptron", lambda: K.perceptron_epochs(_D, _D, _D, _D, _D, 1, True), "X"),
-    ("hopfield", lambda: K.hopfield_sync_run(_D, _D, _D, _D, 1, _D, _D), "states"),
-    ("hopfield_async", lambda: K.hopfield_async_run(_D, _D, _D, _D, _D, 1, True, 0, _D, _D),
-     "states"),
+    ("hopfield_patterns", lambda: K.hopfield_async_run_patterns(_D, _D, _D, _D, _D, 1, True, 0,
+                                                                _D, _D), "states"),
     ("dense_memory", lambda: K.dense_memory_async_run(_D, _D, _D, _D, _D, 1, True, 0, "poly", 3,
                                                       _D, _D), "states"),
 ] + [(name, call, arg) for name, (call, arg) in {
