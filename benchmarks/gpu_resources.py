@@ -39,6 +39,7 @@ def block_threads(name: str) -> int:
         optim_cuda,
         recurrent_cuda,
         scan_cuda,
+        selective_scan_cuda,
         softmax_cuda,
     )
 
@@ -58,6 +59,7 @@ def block_threads(name: str) -> int:
     threads = {"activation_cuda": activation_cuda.threads, "attention_cuda":
                attention_cuda.row_threads, "conv_cuda": conv_cuda.threads,
                "optim_cuda": optim_cuda.threads, "recurrent_cuda": recurrent_cuda.threads,
+               "selective_scan_cuda": selective_scan_cuda.threads,
                "softmax_cuda": softmax_cuda.block_max}
     return threads[module]
 

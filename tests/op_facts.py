@@ -80,6 +80,10 @@ _VALID: dict[str, Callable[[], dict]] = {
                             "reverse": False},
     "log_linear_scan": lambda: {"log_a": -np.abs(_f(2, 5, 3)), "log_b": _f(2, 5, 3),
                                 "log_h0": _f(2, 3)},
+    "selective_scan": lambda: {
+        "u": _f(2, 4, 5), "delta": _f(2, 4, 5), "A": -np.abs(_f(4, 3)), "B": _f(2, 2, 3, 5),
+        "C": _f(2, 3, 5), "D": _f(4), "z": _f(2, 4, 5), "delta_bias": _f(4),
+        "delta_softplus": True, "return_last_state": False},
     "scaled_dot_product_attention": lambda: {
         "query": _f(1, 2, 4, 8), "key": _f(1, 2, 4, 8), "value": _f(1, 2, 4, 8),
         "attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None},
@@ -447,6 +451,32 @@ _ERROR_INPUTS: dict[str, list[ErrorInput]] = {
               _all(_named("h0"), "complex64"), h0=_Cast(np.complex64)),
         _case("linear_scan", "h0 str", TypeError, _named("h0"), h0="abc"),
     ] + _scalar_cases("linear_scan", "reverse", type_errors=["yes", 1, None]),
+    "selective_scan": _hostile("selective_scan", "u", half_ok=False) + [
+        *_not_arrays("selective_scan", "A"),
+        _case("selective_scan", "delta str", TypeError, _named("delta"), delta="abc"),
+        _case("selective_scan", "u 2-d", ValueError, _named("u"), u=_f(4, 5)),
+        _case("selective_scan", "delta shape", ValueError, _all(_named("delta"), r"\(2, 4, 5\)"),
+              delta=_f(2, 4, 6)),
+        _case("selective_scan", "delta float64, u float32", TypeError,
+              _all(_named("delta"), "float64"), delta=_Cast(np.float64)),
+        _case("selective_scan", "A complex", TypeError, _all(_named("A"), "complex"),
+              A=_Cast(np.complex64)),
+        _case("selective_scan", "A rows", ValueError, _named("A"), A=_f(3, 3)),
+        _case("selective_scan", "B groups", ValueError, _all(_named("B"), "3 groups"),
+              B=_f(2, 3, 3, 5)),
+        _case("selective_scan", "B state size", ValueError, _named("B"), B=_f(2, 2, 4, 5)),
+        _case("selective_scan", "C 5-d", ValueError, _named("C"), C=_f(2, 1, 3, 5, 1)),
+        _case("selective_scan", "C time-invariant shape", ValueError, _named("C"), C=_f(4, 2)),
+        _case("selective_scan", "C float64", TypeError, _all(_named("C"), "float64"),
+              C=_Cast(np.float64)),
+        _case("selective_scan", "D shape", ValueError, _named("D"), D=_f(3)),
+        _case("selective_scan", "z shape", ValueError, _named("z"), z=_f(2, 4, 4)),
+        _case("selective_scan", "z int", TypeError, _all(_named("z"), "int64"),
+              z=_Cast(np.int64)),
+        _case("selective_scan", "delta_bias 2-d", ValueError, _named("delta_bias"),
+              delta_bias=_f(4, 1)),
+    ] + _scalar_cases("selective_scan", "delta_softplus", type_errors=["yes", 1, None])
+      + _scalar_cases("selective_scan", "return_last_state", type_errors=["no", 0]),
     "log_linear_scan": _hostile("log_linear_scan", "log_a", half_ok=False) + [
         _case("log_linear_scan", "log_b str", TypeError, _named("log_b"), log_b="abc"),
         _case("log_linear_scan", "log_b complex", TypeError,
@@ -545,6 +575,13 @@ _SAMPLES: dict[str, tuple[Callable[[], dict], ...]] = {
                              "reverse": False},),
     "log_linear_scan": (lambda: {"log_a": _t(2, 5, 3), "log_b": _t(2, 5, 3),
                                  "log_h0": _t(2, 3)},),
+    "selective_scan": (
+        lambda: {"u": _t(2, 4, 5), "delta": _t(2, 4, 5), "A": _t(4, 3), "B": _t(2, 2, 3, 5),
+                 "C": _t(2, 3, 5), "D": _t(4), "z": _t(2, 4, 5), "delta_bias": _t(4),
+                 "delta_softplus": True, "return_last_state": False},
+        lambda: {"u": _t(1, 2, 70), "delta": _t(1, 2, 70), "A": _t(2, 2), "B": _t(2, 2),
+                 "C": _t(1, 1, 2, 70), "D": None, "z": None, "delta_bias": None,
+                 "delta_softplus": True, "return_last_state": False}),
     "scaled_dot_product_attention": (
         lambda: {"query": _t(1, 2, 4, 8), "key": _t(1, 2, 4, 8), "value": _t(1, 2, 4, 8),
                  "attn_mask": np.tril(np.ones((4, 4), bool)), "dropout_p": 0.0,
@@ -572,6 +609,7 @@ _TWINS: dict[str, tuple[Callable | None, Callable | None]] = {
     "linear_scan": (ref.linear_scan_forward, ref.linear_scan_backward),
     "log_linear_scan": (ref.log_linear_scan_forward, ref.log_linear_scan_backward),
     "scaled_dot_product_attention": (ref.attention_forward, ref.attention_backward),
+    "selective_scan": (ref.selective_scan_forward, ref.selective_scan_backward),
 }
 
 
@@ -592,6 +630,7 @@ _CPU_DTYPES: dict[str, tuple] = {
     "conv1d": _REAL, "conv2d": _REAL, "max_pool2d": _REAL, "avg_pool2d": _REAL,
     "linear_scan": _REAL + _COMPLEX, "log_linear_scan": _REAL,
     "scaled_dot_product_attention": _REAL, "sinusoidal_positional_encoding": _REAL,
+    "selective_scan": _REAL,
 }
 _CUDA_DTYPES: dict[str, tuple] = {"log_linear_scan": (), "sinusoidal_positional_encoding": ()}
 

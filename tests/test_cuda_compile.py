@@ -56,6 +56,8 @@ REGISTER_BUDGETS = {
     "conv_cuda.": 128,
     "scan_cuda._rows": 64,
     "scan_cuda.": 96,
+    "selective_scan_cuda.": 128,  # a thread walks a (b, d) row: the backward's n loop keeps
+    # some twenty arrays' pointers and the row's B/C/checkpoint indices live (measured 126)
     "recurrent_cuda.": 96,
     "attention_cuda.": 250,  # measured up to 244; 255 is the cap, past it ptxas spills
 }

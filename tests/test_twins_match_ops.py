@@ -38,6 +38,8 @@ _TWIN_CALLS: dict[str, tuple[tuple[str, ...], tuple[str, ...], dict]] = {
     "scaled_dot_product_attention": (
         ("query", "key", "value", "attn_mask", "is_causal", "scale", "dropout_p"),
         ("query", "key", "value"), {}),
+    "selective_scan": (("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "delta_softplus"),
+                       ("u", "delta", "A", "B", "C", "D", "z", "delta_bias"), {}),
 }
 _LAST_AXIS_TWINS = ("softmax", "log_softmax")
 

@@ -21,6 +21,8 @@ LAUNCHERS = {
         ("rnn_forward_layer", "rnn_backward_layer", "lstm_forward_layer", "lstm_backward_layer",
          "gru_forward_layer", "gru_backward_layer"),
     ("scan_cpu", "scan_cuda"): ("linear_scan", "linear_scan_backward"),
+    ("selective_scan_cpu", "selective_scan_cuda"):
+        ("selective_scan_forward", "selective_scan_backward"),
     ("softmax_cpu", "softmax_cuda"):
         ("softmax_rows", "log_softmax_rows", "softmax_backward_rows",
          "log_softmax_backward_rows", "cross_entropy_rows", "cross_entropy_backward_rows",

@@ -7,7 +7,7 @@ the others compose Tensor ops.
 
 One module per op family: ``core`` (activations, softmax and losses, layer norm,
 linear, dropout, embedding), ``conv`` (convolution and pooling), ``scan`` (linear
-recurrences) and ``attention``.
+recurrences, the selective scan) and ``attention``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from .core import (
 from .scan import (
     linear_scan,
     log_linear_scan,
+    selective_scan,
 )
 
 __all__ = [*core.__all__, *conv.__all__, *scan.__all__, *attention.__all__]

@@ -1,15 +1,18 @@
-"""Differentiable linear scan (``F.linear_scan``): one autograd op over
-``nnkit.kernels.scan``'s forward/backward pair.
+"""Differentiable scans: the linear scan (``F.linear_scan``, ``F.log_linear_scan``) and
+the selective scan (``F.selective_scan``), each one autograd op over its ``nnkit.kernels``
+forward/backward pair.
 """
 
 from __future__ import annotations
 
 from .._types import Array
+from .._validation import check_real
 from ..autograd import Tensor, apply_op, as_tensor
 from ..kernels import scan as K
+from ..kernels import selective_scan as KS
 from ..kernels.scan import ScanAlgorithm
 
-__all__ = ["linear_scan", "log_linear_scan"]
+__all__ = ["linear_scan", "log_linear_scan", "selective_scan"]
 
 
 def linear_scan(a: Tensor | Array, b: Tensor | Array, h0: Tensor | Array | None = None,
@@ -76,3 +79,50 @@ def log_linear_scan(log_a: Tensor | Array, log_b: Tensor | Array,
     log_h0 = None if log_h0 is None else as_tensor(log_h0, name="log_h0")
     return apply_op("log_linear_scan", K.log_linear_scan_forward, K.log_linear_scan_backward,
                     (log_a, log_b, log_h0))
+
+
+def selective_scan(u: Tensor | Array, delta: Tensor | Array, A: Tensor | Array,
+                   B: Tensor | Array, C: Tensor | Array, D: Tensor | Array | None = None,
+                   z: Tensor | Array | None = None, delta_bias: Tensor | Array | None = None,
+                   delta_softplus: bool = False, return_last_state: bool = False):
+    """Mamba's selective scan (S6), with mamba_ssm's ``selective_scan_ref`` semantics:
+
+        dt_t = softplus(delta_t + delta_bias) with ``delta_softplus``, else delta_t + delta_bias
+        x_t = exp(dt_t A) * x_{t-1} + dt_t B_t u_t,  x_{-1} = 0
+        y_t = <C_t, x_t> + D u_t,  times silu(z_t) when z is given
+
+    Fused: the (batch, dim, L, N) tensors exp(dt A) and dt B u are never built, forward or
+    backward (``nnkit.kernels.selective_scan``).
+
+    Parameters
+    ----------
+    u, delta : Tensor or array (batch, dim, L), float32/64 (one dtype for every input)
+    A : (dim, N), real
+    B, C : (dim, N) time-invariant, (batch, N, L), or (batch, G, N, L) with G dividing dim
+        (channel d reads group d // (dim // G))
+    D, delta_bias : (dim,) or None
+    z : (batch, dim, L) or None (no gate)
+    delta_softplus, return_last_state : bool
+
+    Returns
+    -------
+    y : Tensor (batch, dim, L); with ``return_last_state``, (y, last_state (batch, dim, N)).
+    Differentiable in every array input (and through the last state).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nnkit.functional.scan import selective_scan
+    >>> u = np.ones((1, 1, 3)); A = np.array([[-np.log(2.0)]])
+    >>> y = selective_scan(u, np.ones((1, 1, 3)), A, np.ones((1, 1)), np.ones((1, 1)))
+    >>> y.numpy()[0, 0].tolist()
+    [1.0, 1.5, 1.75]
+    """
+    names = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
+    values = (u, delta, A, B, C, D, z, delta_bias)
+    parents = tuple(None if v is None
+                    else check_real(as_tensor(v, name=n), name=n, op="selective_scan")
+                    for n, v in zip(names, values, strict=True))
+    return apply_op("selective_scan", KS.selective_scan_forward, KS.selective_scan_backward,
+                    parents, delta_softplus=delta_softplus,
+                    return_last_state=return_last_state)

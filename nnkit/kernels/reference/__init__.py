@@ -6,7 +6,8 @@ The tests hold ``nk.kernels`` to these; nothing here is meant to be fast. Where 
 mirrors a kernel pair it follows the kernels' convention (``<op>_forward`` returns
 ``(out, cache)``, ``<op>_backward(dy, cache)`` the gradients), beside the plain formula. Families:
 ``softmax`` (softmax, log_softmax, cross-entropy), ``activation`` (GELU, dropout mask),
-``layer_norm``, ``conv`` (convolution, pooling), ``scan`` (linear recurrence), ``scan_tree``
+``layer_norm``, ``conv`` (convolution, pooling), ``scan`` (linear recurrence),
+``selective_scan`` (Mamba's S6 recurrence), ``scan_tree``
 (the same recurrence by Hillis-Steele and Blelloch tree scans),
 ``recurrent`` (RNN, LSTM, GRU) and ``attention``.
 """
@@ -19,6 +20,7 @@ from . import conv as _conv
 from . import layer_norm as _layer_norm
 from . import recurrent as _recurrent
 from . import scan as _scan
+from . import selective_scan as _selective_scan
 from . import softmax as _softmax
 from .activation import (
     dropout_mask,
@@ -73,6 +75,11 @@ from .scan_tree import (
     blelloch_scan,
     hillis_steele_scan,
 )
+from .selective_scan import (
+    selective_scan,
+    selective_scan_backward,
+    selective_scan_forward,
+)
 from .softmax import (
     cross_entropy,
     cross_entropy_backward,
@@ -86,5 +93,5 @@ from .softmax import (
 )
 
 __all__ = [*_softmax.__all__, *_activation.__all__, *_layer_norm.__all__, *_conv.__all__,
-           *_scan.__all__, "hillis_steele_scan", "blelloch_scan", *_recurrent.__all__,
-           "attention_forward", "attention_backward"]
+           *_scan.__all__, *_selective_scan.__all__, "hillis_steele_scan", "blelloch_scan",
+           *_recurrent.__all__, "attention_forward", "attention_backward"]

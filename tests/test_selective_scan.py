@@ -1,0 +1,197 @@
+"""The selective scan (Mamba's S6): the fused kernels against the naive twin (hypothesis, over
+shapes, layouts of B and C, options and dtypes), the twin and F.selective_scan against a
+torch transcription of mamba_ssm's ``selective_scan_ref``, gradients by finite differences,
+long sequences in float32 against float64, and bad input."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+import nnkit as nk
+import nnkit.functional as F
+from nnkit.kernels import reference as R
+from nnkit.kernels import selective_scan as K
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from bench_selective_scan import torch_selective_scan_ref  # noqa: E402
+
+NAMES = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
+
+
+def _layout(rng, rank, batch, dim, N, L, G):
+    shape = {2: (dim, N), 3: (batch, N, L), 4: (batch, G, N, L)}[rank]
+    return rng.standard_normal(shape)
+
+
+def make_problem(seed, batch, dim, L, N, B_rank=3, C_rank=3, G=1, with_D=True, with_z=True,
+                 with_bias=True, softplus=True, dtype=np.float64):
+    """Inputs of a stable scan: A < 0, and without softplus the raw steps in (0, 1)."""
+    rng = np.random.default_rng(seed)
+    delta = (rng.standard_normal((batch, dim, L)) if softplus
+             else rng.uniform(0.0, 1.0, (batch, dim, L)))
+    args = {"u": rng.standard_normal((batch, dim, L)), "delta": delta,
+            "A": -np.exp(0.5 * rng.standard_normal((dim, N))),
+            "B": _layout(rng, B_rank, batch, dim, N, L, G),
+            "C": _layout(rng, C_rank, batch, dim, N, L, G),
+            "D": rng.standard_normal(dim) if with_D else None,
+            "z": rng.standard_normal((batch, dim, L)) if with_z else None,
+            "delta_bias": (0.3 * rng.standard_normal(dim) if with_bias and softplus
+                           else rng.uniform(0.0, 0.2, dim) if with_bias else None)}
+    args = {k: None if v is None else v.astype(dtype) for k, v in args.items()}
+    return args, softplus
+
+
+def assert_close(actual, expected, dtype, factor, name):
+    """Within ``factor`` ulps of ``dtype`` of the largest magnitude of the twin's result."""
+    actual, expected = np.asarray(actual), np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape and actual.dtype == np.dtype(dtype), name
+    scale = 1.0 + (np.abs(expected).max() if expected.size else 0.0)
+    err = np.abs(actual - expected).max() if expected.size else 0.0
+    assert err <= factor * np.finfo(dtype).eps * scale, f"{name}: error {err:.3g}"
+
+
+@st.composite
+def problems(draw):
+    dim = draw(st.integers(1, 6))
+    G = draw(st.sampled_from([g for g in (1, 2, 3, 6) if dim % g == 0]))
+    return dict(seed=draw(st.integers(0, 2**16)), batch=draw(st.integers(0, 3)), dim=dim,
+                L=draw(st.one_of(st.sampled_from((0, 1, 63, 64, 65, 129)),
+                                 st.integers(1, 140))),
+                N=draw(st.integers(1, 5)), B_rank=draw(st.sampled_from((2, 3, 4))),
+                C_rank=draw(st.sampled_from((2, 3, 4))), G=G, with_D=draw(st.booleans()),
+                with_z=draw(st.booleans()), with_bias=draw(st.booleans()),
+                softplus=draw(st.booleans()),
+                dtype=draw(st.sampled_from((np.float32, np.float64))))
+
+
+@given(p=problems())
+@example(p=dict(seed=0, batch=2, dim=4, L=130, N=3, B_rank=4, C_rank=2, G=2, with_D=True,
+                with_z=True, with_bias=True, softplus=True, dtype=np.float32))  # 3 chunks
+@example(p=dict(seed=1, batch=1, dim=1, L=0, N=1, B_rank=3, C_rank=3, G=1, with_D=False,
+                with_z=False, with_bias=False, softplus=False, dtype=np.float64))  # empty
+def test_kernels_match_twin(p):
+    args, softplus = make_problem(**p)
+    dtype = p["dtype"]
+    factor = 64 + 4 * p["L"]  # rounding grows along the chain
+    (y, last), cache = K.selective_scan_forward(**args, delta_softplus=softplus,
+                                                return_last_state=True)
+    ry, rlast = R.selective_scan(**args, delta_softplus=softplus, return_last_state=True)
+    assert_close(y, ry, dtype, factor, "y")
+    assert_close(last, rlast, dtype, factor, "last_state")
+    rng = np.random.default_rng(p["seed"] + 1)
+    dy = rng.standard_normal(y.shape).astype(dtype)
+    dlast = rng.standard_normal(last.shape).astype(dtype)
+    grads = K.selective_scan_backward((dy, dlast), cache)
+    twin = R.selective_scan_backward(dy, R.selective_scan_forward(
+        **args, delta_softplus=softplus)[1], dlast)
+    for name, g, r in zip(NAMES, grads, twin, strict=True):
+        assert (g is None) == (args[name] is None), name
+        if g is not None:
+            assert_close(g, r, dtype, 4 * factor, f"d{name}")
+
+
+@pytest.mark.parametrize("B_rank, C_rank", [(2, 2), (3, 3), (4, 4), (3, 2)])
+@pytest.mark.parametrize("softplus", [True, False])
+def test_gradcheck(B_rank, C_rank, softplus):
+    args, _ = make_problem(3, 2, 4, 7, 3, B_rank, C_rank, G=2, softplus=softplus)
+    names = [n for n in NAMES if args[n] is not None]
+
+    def fn(*xs):
+        y, last = F.selective_scan(**dict(zip(names, xs, strict=True)),
+                                   delta_softplus=softplus, return_last_state=True)
+        return y, last
+
+    assert nk.gradcheck(fn, [args[n] for n in names])
+
+
+def test_gradients_reach_only_what_requires_them():
+    args, _ = make_problem(4, 1, 2, 5, 2)
+    u = nk.tensor(args["u"], requires_grad=True)
+    y = F.selective_scan(u, *[args[n] for n in NAMES[1:]], delta_softplus=True)
+    y.sum().backward()
+    assert u.grad.shape == u.shape and np.isfinite(u.grad).all()
+
+
+def test_chunk_boundaries_do_not_change_the_states():
+    """The backward restarts each chunk of 64 steps from the saved state: the same gradients
+    whether L ends just before, at or after a boundary (checked against the twin above);
+    here the saved states themselves are the forward's states."""
+    args, _ = make_problem(5, 1, 2, 3 * K.CHUNK + 1, 2)
+    _, cache = K.selective_scan_forward(**args, delta_softplus=True)
+    for c in range(4):
+        head = {k: (v[..., : c * K.CHUNK] if k in ("u", "delta", "z") or
+                    (k in ("B", "C") and v.ndim > 2) else v) for k, v in args.items()}
+        _, state = R.selective_scan(**head, delta_softplus=True, return_last_state=True) \
+            if c else (None, np.zeros((1, 2, 2)))
+        np.testing.assert_allclose(cache.checkpoints[:, :, c], state, rtol=1e-12, atol=1e-14)
+
+
+def test_long_sequence_float32_tracks_float64():
+    """T = 65536 with decays near 1 (the regime where a product of gates would underflow):
+    the float32 scan stays within 1e-3 relative of the float64 one."""
+    args, _ = make_problem(6, 1, 2, 65536, 4, with_z=False)
+    args["delta"] = (args["delta"] - 4).astype(np.float64)  # softplus(-4 +- 1): small steps
+    y64 = K.selective_scan_forward(**args, delta_softplus=True)[0]
+    y32 = K.selective_scan_forward(**{k: None if v is None else v.astype(np.float32)
+                                      for k, v in args.items()}, delta_softplus=True)[0]
+    assert np.isfinite(y32).all()
+    err = np.abs(y32 - y64).max() / np.abs(y64).max()
+    assert err < 1e-3, err
+
+
+# ---- against torch: mamba_ssm's selective_scan_ref (benchmarks/bench_selective_scan.py) -------
+
+@pytest.mark.parametrize("B_rank, C_rank, G", [(3, 3, 1), (4, 4, 2), (2, 2, 1), (4, 3, 4)])
+def test_matches_torch_reference(B_rank, C_rank, G):
+    torch = pytest.importorskip("torch")
+    args, _ = make_problem(7, 2, 4, 33, 3, B_rank, C_rank, G=G)
+    tt = {k: torch.tensor(v, requires_grad=True) for k, v in args.items()}
+    expected = torch_selective_scan_ref(**tt, delta_softplus=True)
+    upstream = np.random.default_rng(8).standard_normal(expected.shape)
+    (expected * torch.tensor(upstream)).sum().backward()
+    ours = {k: nk.tensor(v, requires_grad=True) for k, v in args.items()}
+    y = F.selective_scan(**ours, delta_softplus=True)
+    (y * upstream).sum().backward()
+    np.testing.assert_allclose(y.numpy(), expected.detach().numpy(), rtol=1e-12, atol=1e-12)
+    for name in NAMES:
+        np.testing.assert_allclose(ours[name].grad, tt[name].grad.numpy(), rtol=1e-10,
+                                   atol=1e-10, err_msg=name)
+
+
+# ---- bad input ---------------------------------------------------------------------------------
+
+def _valid():
+    return make_problem(9, 2, 4, 5, 3, B_rank=4, C_rank=3, G=2, dtype=np.float32)[0]
+
+
+@pytest.mark.parametrize("change, error, match", [
+    ({"u": np.zeros((2, 4))}, ValueError, r"u must be .*3"),
+    ({"delta": np.zeros((2, 4, 6), np.float32)}, ValueError, r"delta must have shape"),
+    ({"delta": np.zeros((2, 4, 5), np.float64)}, TypeError, r"delta must have u's dtype"),
+    ({"A": np.zeros((3, 3), np.float32)}, ValueError, r"A must have shape \(dim, N\)"),
+    ({"A": np.zeros((4, 3), np.complex64)}, TypeError, r"A"),
+    ({"B": np.zeros((2, 3, 3, 5), np.float32)}, ValueError, r"B has 3 groups"),
+    ({"B": np.zeros((2, 2, 4, 5), np.float32)}, ValueError,
+     r"B must have shape \(batch, G, N, L\)"),
+    ({"C": np.zeros((4, 2), np.float32)}, ValueError,
+     r"C must have shape \(dim, N\) = \(4, 3\) \(rank 2"),
+    ({"C": np.zeros((2, 3, 5, 1, 1), np.float32)}, ValueError, r"C"),
+    ({"D": np.zeros(3, np.float32)}, ValueError, r"D must have shape \(dim,\)"),
+    ({"z": np.zeros((2, 4, 5), np.int64)}, TypeError, r"z"),
+    ({"delta_bias": "abc"}, TypeError, r"delta_bias"),
+    ({"u": "abc"}, TypeError, r"u"),
+])
+def test_bad_input_is_refused_with_the_argument_named(change, error, match):
+    args = {**_valid(), **change}
+    with pytest.raises(error, match=match):
+        F.selective_scan(**args)
+
+
+@pytest.mark.parametrize("flag", ["delta_softplus", "return_last_state"])
+def test_flags_must_be_booleans(flag):
+    with pytest.raises(TypeError, match=flag):
+        F.selective_scan(**_valid(), **{flag: "yes"})
