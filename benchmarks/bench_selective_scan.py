@@ -14,7 +14,10 @@ backward: that, plus dy, u, delta, z read and du, ddelta, dz written by the back
 torch runs in its own worker process with the same thread count and glibc malloc tuned
 alike (harness.same_allocator()).
 
-    python benchmarks/bench_selective_scan.py [--quick]
+    python benchmarks/bench_selective_scan.py [--quick] [--no-torch]
+
+``--no-torch`` times nnkit alone (the torch reference takes minutes per call at the full
+shape: two (batch, dim, L, N) float32 tensors of 805 MB each, and autograd's copies).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +32,7 @@ import numpy as np
 HERE = Path(__file__).resolve()
 SHAPE = (4, 1536, 16, 2048)  # batch, dim, N, L
 QUICK_SHAPE = (2, 256, 16, 512)
+WITH_TORCH = True  # --no-torch: nnkit alone
 TWIN_SHAPE = (1, 4, 16, 128)
 
 
@@ -80,14 +83,10 @@ def torch_selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None,
 
 
 def _median(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        time.sleep(0.05)
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    """Median seconds of ``fn`` over ``repeats`` calls after one warm-up call (harness)."""
+    from harness import median_times
+
+    return median_times({"fn": fn}, repeats, warmup=1)["fn"]
 
 
 def _transformers_scan():
@@ -96,7 +95,11 @@ def _transformers_scan():
         from transformers.models.mamba.modeling_mamba import mamba_selective_scan
     except ImportError:
         return None
-    return mamba_selective_scan
+
+    def scan(u, delta, **kwargs):  # its names for u and delta
+        return mamba_selective_scan(u, delta, **kwargs)
+
+    return scan
 
 
 def _torch_worker(shape, repeats):
@@ -176,7 +179,7 @@ def run(quick: bool = False) -> list[dict]:
     shape = QUICK_SHAPE if quick else SHAPE
     repeats = 3 if quick else 7
     ours = _nnkit_times(shape, repeats)
-    theirs = _torch_times(shape, 1 if quick else 3)
+    theirs = _torch_times(shape, 1 if quick else 3) if WITH_TORCH else None
     bandwidth = 2 * ours["array_bytes"] / ours["copy"]  # one array read, one written
     rows = []
     for work, arrays in (("fwd", 4), ("fwd+bwd", 11)):
@@ -195,6 +198,8 @@ def main(argv=None) -> None:
     from harness import report, same_allocator
 
     same_allocator()  # glibc malloc tuned alike in every process, each contender's worker
+    global WITH_TORCH
+    WITH_TORCH = "--no-torch" not in argv
     if argv and argv[0] == "--torch":
         _torch_worker(tuple(json.loads(argv[1])), int(argv[2]))
         return

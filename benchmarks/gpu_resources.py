@@ -9,6 +9,13 @@ no GPU is needed:
     python benchmarks/gpu_resources.py    # the Markdown table on stdout
     python benchmarks/gpu_resources.py --json rows.json --jobs 2
     python benchmarks/gpu_resources.py --from-json rows.json --per-signature
+    python benchmarks/gpu_resources.py --update-cache     # refresh tests/cuda_audit_cache.json
+
+``--cache FILE`` takes the rows of every launch whose compile key (``_cuda_audit.compile_key``:
+the kernel's sources, its argument types, the compilers' versions) FILE holds, and compiles
+the rest; ``--update-cache`` writes FILE (default tests/cuda_audit_cache.json) anew with this
+run's rows. The tests read that file, so CI compiles only the kernels whose sources or
+compilers changed since it was written.
 
 Occupancy is the CUDA occupancy formula (the least of the thread, block, register and shared
 memory limits per SM) at the threads per block that nnkit's launcher uses at its default
@@ -26,6 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LIST = ROOT / "tests" / "cuda_launch_types.json"
+CACHE = ROOT / "tests" / "cuda_audit_cache.json"
 
 
 def block_threads(name: str) -> int:
@@ -125,6 +133,19 @@ def markdown(rows, per_signature=False) -> str:
     return "\n".join(lines)
 
 
+def write_cache(path: Path, rows: list[dict], ccs, compile_key) -> None:
+    """``rows`` as {compile key: the rows of one kernel and signature} into ``path``."""
+    keyed = {}
+    for r in rows:
+        row = {k: v for k, v in r.items() if k != "cached"}
+        keyed.setdefault(compile_key(r["kernel"], tuple(r["signature"]), ccs), []).append(row)
+    path.write_text(json.dumps({
+        "about": "rows of benchmarks/gpu_resources.py by compile key (the kernel's sources, "
+                 "argument types, compute capabilities and compiler versions); regenerate "
+                 "with: python benchmarks/gpu_resources.py --update-cache",
+        "rows": dict(sorted(keyed.items()))}, indent=0) + "\n")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--list", default=str(LIST), help="the launch-type list (JSON)")
@@ -136,11 +157,14 @@ def main(argv=None) -> int:
                         help="a line per signature, not per kernel and dtype")
     parser.add_argument("--kernels", default="",
                         help="only kernels whose names start with this, e.g. softmax_cuda.")
+    parser.add_argument("--cache", help="reuse the rows this file holds for unchanged launches")
+    parser.add_argument("--update-cache", nargs="?", const=str(CACHE),
+                        help=f"write this run's rows as the cache (default {CACHE})")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from tqdm import tqdm
 
-    from nnkit._ext._cuda_audit import audit
+    from nnkit._ext._cuda_audit import audit, compile_key
     from nnkit._ext._launch_types import read_list
 
     if args.from_json:
@@ -155,10 +179,13 @@ def main(argv=None) -> int:
 
     listed = {name: sigs for name, sigs in read_list(args.list).items()
               if name.startswith(args.kernels)}
-    rows = audit(listed, ccs, jobs=args.jobs, progress=progress)
+    cache = json.loads(Path(args.cache).read_text())["rows"] if args.cache else None
+    rows = audit(listed, ccs, jobs=args.jobs, progress=progress, cache=cache)
     bar.close()
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
+    if args.update_cache and not any("error" in r for r in rows):
+        write_cache(Path(args.update_cache), rows, ccs, compile_key)
     print(markdown(rows, args.per_signature))
     errors = [r for r in rows if "error" in r]
     for r in errors:

@@ -11,7 +11,11 @@ them into the list:
     NNKIT_CUDA_LAUNCH_TYPES_RECORD=1 python -m pytest -m "slow or not slow"
 
 Here ``benchmarks/gpu_resources.py`` compiles the list (numba-cuda[cu12], in the test extra)
-and the tests hold its rows: no compile error, no local memory (stack) or spills, every
+and the tests hold its rows. Launches whose compile key (their kernel's sources, argument
+types and the compilers' versions) tests/cuda_audit_cache.json holds take its rows, so only
+what changed since ``python benchmarks/gpu_resources.py --update-cache`` last wrote it is
+compiled (``test_the_cache_holds_what_the_compilers_give`` compiles one cached launch afresh
+and compares). The checks: no compile error, no local memory (stack) or spills, every
 kernel within its register budget, and every kernel of nnkit launched by some test.
 """
 
@@ -25,6 +29,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LIST = ROOT / "tests" / "cuda_launch_types.json"
+CACHE = ROOT / "tests" / "cuda_audit_cache.json"
 
 
 def _compilers_missing() -> str | None:
@@ -75,7 +80,8 @@ def rows(tmp_path_factory):
     out = tmp_path_factory.mktemp("audit") / "rows.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_resources.py"),
-                           "--json", str(out), "--jobs", "2"], env=env, cwd=ROOT,
+                           "--json", str(out), "--jobs", "2", "--cache", str(CACHE)],
+                          env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=1200)
     if not out.exists():
         pytest.fail(f"gpu_resources.py wrote no rows (exit {proc.returncode}):\n"
@@ -94,6 +100,43 @@ def test_every_listed_launch_compiles_for_every_architecture(rows):
     compiled = {(r["kernel"], tuple(r["signature"])) for r in rows}
     assert set(work_items(read_list(LIST))) == compiled
     assert {r["cc"] for r in rows} == {"sm_80", "sm_89", "sm_90"}
+
+
+_FIELDS = ("registers", "stack", "spill_stores", "spill_loads", "shared", "f64", "f32",
+           "local_in_ptx")
+
+
+def test_the_cache_holds_what_the_compilers_give(rows):
+    """One launch the cache answered, compiled afresh: the same rows, field for field."""
+    from nnkit._ext._cuda_audit import compile_kernel
+
+    cached = [r for r in rows if r.get("cached") and r["kernel"].startswith("softmax_cuda.")]
+    if not cached:
+        pytest.skip("no softmax launch came from the cache in this run")
+    name, sig = cached[0]["kernel"], tuple(cached[0]["signature"])
+    fresh = {r["cc"]: r for r in compile_kernel(name, sig)}
+    for row in (r for r in cached if (r["kernel"], tuple(r["signature"])) == (name, sig)):
+        assert {f: row[f] for f in _FIELDS} == {f: fresh[row["cc"]][f] for f in _FIELDS}
+
+
+def test_the_compile_key_changes_with_the_sources(tmp_path, monkeypatch):
+    """Editing a module a kernel's module imports (here simd_math, which the attention
+    kernels call) gives the kernel another key; another signature does too."""
+    from nnkit._ext import _cuda_audit as A
+
+    name, sig = "attention_cuda._row_dot", ("float32[:, :, ::1]",)
+    before = A.compile_key(name, sig)
+    assert A.compile_key(name, ("float64[:, :, ::1]",)) != before
+    real = A._module_path
+    edited = tmp_path / "simd_math.py"
+    edited.write_text(Path(real("nnkit._ext.simd_math")).read_text() + "\n# edited\n")
+    monkeypatch.setattr(A, "_module_path", lambda m: str(edited) if m == "nnkit._ext.simd_math"
+                        else real(m))
+    A._source_digest.cache_clear()
+    try:
+        assert A.compile_key(name, sig) != before
+    finally:
+        A._source_digest.cache_clear()
 
 
 def test_no_kernel_uses_local_memory_or_spills(rows):

@@ -14,12 +14,21 @@ and made again from its literal arguments; where the tests launch a variant a GP
 
 Each kernel and signature is typed and lowered by Numba once (at the lowest compute
 capability); NVVM then makes the PTX of each capability and ptxas assembles it.
+
+Compiling is a pure function of its inputs, so its rows can be reused: ``compile_key``
+hashes everything a compilation reads (the source of the kernel's module and of every nnkit
+module it imports, transitively; the kernel's name and argument types; the compute
+capabilities; the versions of Numba, numba-cuda, llvmlite, NVVM and ptxas), and
+``audit(..., cache=rows_by_key)`` compiles only the launches whose key the cache lacks. A
+change to any of those inputs changes the key, and that launch is compiled afresh.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import functools
+import hashlib
 import importlib
 import os
 import pkgutil
@@ -30,7 +39,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 __all__ = ["CCS", "catalogue", "resolve", "gpu_variant", "work_items", "compile_kernel", "audit",
-           "occupancy"]
+           "compile_key", "occupancy"]
 
 CCS = ((8, 0), (8, 9), (9, 0))  # A100, L40/RTX 40xx, H100/H200
 
@@ -209,6 +218,85 @@ def compile_kernel(name: str, sig: tuple, ccs=CCS, kernels: dict | None = None) 
     return rows
 
 
+# ---- the cache key -----------------------------------------------------------------------
+
+def _module_path(module: str) -> str:
+    import nnkit
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(nnkit.__file__)))
+    return os.path.join(root, *module.split(".")) + ".py"
+
+
+def _nnkit_imports(module: str, tree) -> set[str]:
+    """The nnkit modules that ``module``'s source (parsed as ``tree``) imports."""
+    package = module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            candidates = [base] + [f"{base}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            candidates = [a.name for a in node.names]
+        else:
+            continue
+        found.update(c for c in candidates if c.startswith("nnkit") and (
+            os.path.exists(_module_path(c)) or os.path.exists(_module_path(c + ".__init__"))))
+    return found
+
+
+@functools.cache
+def _source_digest(module: str) -> str:
+    """sha256 over the sources of ``module`` and of the nnkit modules it imports, transitively
+    (a package's ``__init__`` counts as the package)."""
+    seen, todo, digest = set(), [module], hashlib.sha256()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = _module_path(name)
+        if not os.path.exists(path):
+            path = _module_path(name + ".__init__")
+        text = open(path, encoding="utf-8").read()
+        todo += sorted(_nnkit_imports(name if not path.endswith("__init__.py")
+                                      else name + ".__init__", ast.parse(text)))
+    for name in sorted(seen):
+        path = _module_path(name)
+        path = path if os.path.exists(path) else _module_path(name + ".__init__")
+        digest.update(name.encode() + b"\0" + open(path, "rb").read() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.cache
+def _compiler_versions() -> str:
+    """Numba's, numba-cuda's, llvmlite's, NumPy's, NVVM's and ptxas's versions, as one
+    string."""
+    import llvmlite
+    import numba
+    import numpy
+    from numba.cuda.cudadrv import nvvm
+
+    try:
+        from numba_cuda import __version__ as numba_cuda
+    except ImportError:
+        numba_cuda = "none"
+    ptxas = subprocess.run([_ptxas(), "--version"], capture_output=True, text=True).stdout
+    return "|".join([numba.__version__, numba_cuda, llvmlite.__version__, numpy.__version__,
+                     str(nvvm.NVVM().get_version()), ptxas.strip().splitlines()[-1]])
+
+
+def compile_key(name: str, sig: tuple, ccs=CCS) -> str:
+    """What compiling kernel ``name`` for the argument types ``sig`` on ``ccs`` reads, hashed:
+    equal keys give equal rows."""
+    module = "nnkit._ext." + name.split(".", 1)[0]
+    text = "|".join([name, *sig, repr(tuple(ccs)), _source_digest(module),
+                     _compiler_versions()])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 _worker_kernels: dict | None = None
 
 
@@ -219,12 +307,19 @@ def _compile_in_worker(item):
     return compile_kernel(*item, kernels=_worker_kernels)
 
 
-def audit(launch_types: dict, ccs=CCS, jobs: int = 1, progress=None) -> list[dict]:
+def audit(launch_types: dict, ccs=CCS, jobs: int = 1, progress=None,
+          cache: dict | None = None) -> list[dict]:
     """Compile every listed launch for every ``ccs``: one row per (kernel, signature, cc).
     ``jobs`` > 1 compiles in that many processes; ``progress(done, total)`` is called per
-    kernel and signature."""
-    items = [(name, sig, tuple(ccs)) for name, sig in work_items(launch_types)]
-    rows = []
+    kernel and signature. ``cache`` ({``compile_key``: rows}): launches whose key it holds
+    take its rows (marked ``"cached": true``) instead of being compiled."""
+    items, rows = [], []
+    for name, sig in work_items(launch_types):
+        hit = None if cache is None else cache.get(compile_key(name, sig, ccs))
+        if hit is None:
+            items.append((name, sig, tuple(ccs)))
+        else:
+            rows += [{**row, "cached": True} for row in hit]
     if jobs <= 1:
         kernels = catalogue()
         results = (compile_kernel(*item, kernels=kernels) for item in items)

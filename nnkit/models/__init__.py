@@ -1,7 +1,8 @@
 """Complete models built from ``nk.nn`` layers (``nk.models``).
 
 ``Bert`` with its pretraining and fine-tuning heads (Devlin et al. 2018) and ``ViT``
-(Dosovitskiy et al. 2020) build on ``nn.TransformerEncoderLayer``. ``Seq2Seq`` (RNN
+(Dosovitskiy et al. 2020) build on ``nn.TransformerEncoderLayer``; ``MambaModel`` and
+``MambaForCausalLM`` (Gu and Dao 2023) on ``nn.Mamba``. ``Seq2Seq`` (RNN
 encoder-decoder with Bahdanau attention) and ``TransformerTranslator`` (Vaswani et al. 2017)
 share the decoding functions ``greedy_decode`` and ``beam_search``,
 which work over any model with ``encode``, ``decode_step`` and ``reorder_cache``
@@ -18,6 +19,7 @@ from .bert import (
     mask_tokens,
 )
 from .decoding import beam_search, greedy_decode, length_penalty, sequence_log_prob
+from .mamba import MambaConfig, MambaForCausalLM, MambaModel
 from .preprocess import vit_preprocess
 from .seq2seq import Seq2Seq
 from .translator import TransformerTranslator
@@ -40,4 +42,7 @@ __all__ = [
     "ViT",
     "patchify",
     "vit_preprocess",
+    "MambaConfig",
+    "MambaModel",
+    "MambaForCausalLM",
 ]

@@ -1,4 +1,4 @@
-"""Hugging Face checkpoints: ``from_pretrained`` and ``save_pretrained`` for BERT and ViT.
+"""Hugging Face checkpoints: ``from_pretrained`` and ``save_pretrained`` for BERT, ViT and Mamba.
 
 A checkpoint folder in the Hugging Face layout holds ``config.json`` (the architecture's
 hyper-parameters) and ``model.safetensors`` (the weights, named after transformers' modules):
@@ -7,9 +7,10 @@ what transformers' ``save_pretrained`` writes and what ``huggingface-cli downloa
 them back, without transformers or torch, and without the network:
 
 - ``config.json``'s fields become constructor arguments (``bert_arguments``,
-  ``vit_arguments``). A field whose value nnkit cannot represent exactly (an activation
-  other than the exact GELU, relative position embeddings, a decoder, an untied MLM
-  decoder, separate attention and hidden dropout rates) is refused by name: a checkpoint
+  ``vit_arguments``, ``mamba_arguments``). A field whose value nnkit cannot represent
+  exactly (an activation other than the exact GELU, or than SiLU for Mamba, relative
+  position embeddings, a decoder, an untied MLM decoder, separate attention and hidden
+  dropout rates) is refused by name: a checkpoint
   either runs exactly or not at all.
 - The weights are read by nnkit's own safetensors reader (no pickle: a folder with only
   ``pytorch_model.bin`` is refused) and renamed by a table per architecture (``_Entry``:
@@ -17,7 +18,9 @@ them back, without transformers or torch, and without the network:
   key and value projections (H, H) each are stacked into ``in_proj_weight`` (3H, H) in q, k,
   v order; ViT's patch-embedding convolution weight (D, C, p, p) is flattened to the Linear
   (D, C p p) that ``patchify``'s (c, y, x) order needs; the MLM decoder is the word
-  embedding (tied, as in the checkpoint). The older names ``LayerNorm.gamma``/``beta`` and
+  embedding (tied, as in the checkpoint). Mamba's names are transformers' own (under
+  ``backbone.``; a ``MambaModel`` file's bare names and the older ``embedding.weight`` load
+  too), its tied ``lm_head`` the embedding. The older names ``LayerNorm.gamma``/``beta`` and
   checkpoints without the ``bert.``/``vit.`` prefix (``BertModel``, ``ViTModel``) load too.
 - Heads that the file lacks (a classifier on a pretraining checkpoint, the pooler of a
   token-classification checkpoint) keep their fresh initialisation and are listed in a
@@ -61,6 +64,7 @@ from .bert import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
+from .mamba import MambaConfig, MambaForCausalLM, MambaModel
 from .preprocess import preprocess_arguments
 from .vit import ViT
 
@@ -75,6 +79,7 @@ __all__ = [
     "read_weights",
     "bert_arguments",
     "vit_arguments",
+    "mamba_arguments",
 ]
 
 CONFIG_FILE = "config.json"
@@ -224,7 +229,7 @@ def _model_type(fields: _Fields, expected: str) -> None:
     if model_type != expected:
         raise fields.error("model_type", f"unknown to this loader, which reads '{expected}' "
                                          "checkpoints (nnkit's BERT loads model_type 'bert', "
-                                         "its ViT 'vit')")
+                                         "its ViT 'vit', its Mamba 'mamba')")
 
 
 def _activation(fields: _Fields) -> None:
@@ -340,6 +345,50 @@ def vit_arguments(fields: _Fields, num_labels=None) -> dict:
                 qkv_bias=fields.get("qkv_bias", "bool", True))
 
 
+def mamba_arguments(fields: _Fields) -> dict:
+    """``MambaConfig``'s fields from a Mamba config.json (transformers' defaults for absent
+    fields); refuses what nnkit's Mamba cannot run exactly, naming the field."""
+    _model_type(fields, "mamba")
+    fields.require("hidden_act", ("silu",), "silu",
+                   "Mamba's mixer gates with SiLU; nnkit's runs no other activation")
+    hidden = fields.get("hidden_size", "int", 768)
+    rank = fields.data.get("time_step_rank", "auto")
+    if rank != "auto":
+        rank = fields.get("time_step_rank", "int")
+    positive = {"hidden_size": hidden}
+    for name, default in (("vocab_size", 50280), ("state_size", 16), ("expand", 2),
+                          ("conv_kernel", 4)):
+        positive[name] = fields.get(name, "int", default)
+    for name, value in {**positive, "time_step_rank": 1 if rank == "auto" else rank}.items():
+        if value < 1:
+            raise fields.error(name, "must be >= 1")
+    eps = float(fields.get("layer_norm_epsilon", "float", 1e-5))
+    if eps <= 0:
+        raise fields.error("layer_norm_epsilon", "must be > 0")
+    ids = {name: fields.get(name, "int", 0, nullable=True)
+           for name in ("pad_token_id", "bos_token_id", "eos_token_id")}
+    return dict(**positive, time_step_rank=rank,
+                num_hidden_layers=fields.get("num_hidden_layers", "int", 32),
+                layer_norm_epsilon=eps, **ids, hidden_act="silu",
+                use_bias=fields.get("use_bias", "bool", False),
+                use_conv_bias=fields.get("use_conv_bias", "bool", True),
+                residual_in_fp32=fields.get("residual_in_fp32", "bool", True),
+                tie_word_embeddings=fields.get("tie_word_embeddings", "bool", True),
+                **_time_step_init(fields))
+
+
+def _time_step_init(fields: _Fields) -> dict:
+    """The step-size initialisation fields (they size nothing; kept for save_pretrained)."""
+    floats = {name: float(fields.get(name, "float", default)) for name, default in
+              (("time_step_scale", 1.0), ("time_step_min", 0.001), ("time_step_max", 0.1),
+               ("time_step_floor", 1e-4))}
+    if not 0 < floats["time_step_min"] <= floats["time_step_max"]:
+        raise fields.error("time_step_min", "must be > 0 and <= time_step_max")
+    scheme = fields.require("time_step_init_scheme", ("random", "constant"), "random",
+                            "expected 'random' or 'constant'")
+    return dict(**floats, time_step_init_scheme=scheme)
+
+
 # ----- name tables -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Entry:
@@ -414,6 +463,35 @@ def _vit_entries(num_layers: int) -> list[_Entry]:
                           optional=True)]
 
 
+_MIXER = (("in_proj.weight", ("intermediate_size", "hidden_size")),
+          ("in_proj.bias", ("intermediate_size", "use_bias")),
+          ("conv1d.weight", ("intermediate_size", "conv_kernel")),
+          ("conv1d.bias", ("intermediate_size", "use_conv_bias")),
+          ("x_proj.weight", ("time_step_rank", "state_size", "intermediate_size")),
+          ("dt_proj.weight", ("intermediate_size", "time_step_rank")),
+          ("dt_proj.bias", ("intermediate_size",)),
+          ("A_log", ("intermediate_size", "state_size")),
+          ("D", ("intermediate_size",)),
+          ("out_proj.weight", ("hidden_size", "intermediate_size")),
+          ("out_proj.bias", ("hidden_size", "use_bias")))
+
+
+def _mamba_entries(ours: str, num_layers: int) -> list[_Entry]:
+    """Mamba's backbone: nnkit names under ``ours`` from the names under ``backbone.`` (the
+    same names; every optional bias listed, ``_entries`` keeps those the model has)."""
+    t = "backbone."
+    out = [_Entry(f"{ours}embeddings.weight", (f"{t}embeddings.weight",),
+                  fields=("vocab_size", "hidden_size"))]
+    for i in range(num_layers):
+        a = f"layers.{i}."
+        out += [_Entry(f"{ours}{a}norm.weight", (f"{t}{a}norm.weight",))]
+        out += [_Entry(f"{ours}{a}mixer.{name}", (f"{t}{a}mixer.{name}",), fields=sizes)
+                for name, sizes in _MIXER]
+    return out + [_Entry(f"{ours}norm_f.weight", (f"{t}norm_f.weight",))]
+
+
+_LM_HEAD = _Entry("lm_head.weight", ("lm_head.weight",), fields=("vocab_size", "hidden_size"),
+                  optional=True)
 _MLM = [*_pairs("mlm_dense", "cls.predictions.transform.dense", optional=True),
         *_pairs("mlm_norm", "cls.predictions.transform.LayerNorm", optional=True),
         _Entry("mlm_bias", ("cls.predictions.bias",), fields=("vocab_size",), optional=True),
@@ -434,6 +512,13 @@ class _Architecture:
     hf_class: str
     heads: tuple
     pooler: bool = True
+    prefix: str = ""  # the checkpoint's base-model prefix when not model_type
+    layer: str = "encoder.layer"  # the checkpoint's layer list under the prefix
+    default_layers: int = 12  # transformers' num_hidden_layers default
+
+    @property
+    def base(self) -> str:
+        return self.prefix or self.model_type
 
 
 _ARCHITECTURES = {
@@ -446,6 +531,10 @@ _ARCHITECTURES = {
     BertForQuestionAnswering: _Architecture("bert", "BertForQuestionAnswering", tuple(_QA),
                                             pooler=False),
     ViT: _Architecture("vit", "ViTForImageClassification", ()),
+    MambaModel: _Architecture("mamba", "MambaModel", (), prefix="backbone", layer="layers",
+                              default_layers=32),
+    MambaForCausalLM: _Architecture("mamba", "MambaForCausalLM", (_LM_HEAD,),
+                                    prefix="backbone", layer="layers", default_layers=32),
 }
 
 
@@ -462,6 +551,9 @@ def _entries(model) -> list[_Entry]:
     base, arch = _architecture(type(model))
     if base is ViT:
         table = _vit_entries(model.depth)
+    elif base in (MambaModel, MambaForCausalLM):
+        ours = "" if base is MambaModel else "backbone."
+        table = _mamba_entries(ours, model.config.num_hidden_layers) + list(arch.heads)
     else:
         bert = model if base is Bert else model.bert
         table = _bert_entries("" if base is Bert else "bert.", bert.num_layers)
@@ -484,14 +576,16 @@ _VIT_RENAMES = (  # transformers 5's module names -> the names its files hold
     (re.compile(r"^vit\.layers\.(\d+)\.(layernorm_before|layernorm_after)\."),
      lambda m: f"vit.encoder.layer.{m[1]}.{m[2]}."),
 )
-_BODY = ("embeddings.", "encoder.", "pooler.", "layernorm.", "layers.")
+_BODY = ("embeddings.", "encoder.", "pooler.", "layernorm.", "layers.", "norm_f.",
+         "embedding.")
 
 
 def _canonical(tensors: dict, base: str, path: Path) -> dict:
     """The file's tensors under the names the tables use: the base-model prefix added to a
     bare encoder's names (``BertModel``/``ViTModel`` files), ``LayerNorm.gamma``/``beta``
     -> ``weight``/``bias``, transformers 5's ViT module names -> its file names; the
-    ``position_ids`` buffers of older files (0..P-1, not weights) dropped."""
+    ``position_ids`` buffers of older files (0..P-1, not weights) dropped; Mamba's older
+    ``embedding.weight`` -> ``embeddings.weight`` (as transformers' load hook)."""
     prefixed = any(name.startswith(f"{base}.") for name in tensors)
     out = {}
     for name, array in tensors.items():
@@ -502,6 +596,7 @@ def _canonical(tensors: dict, base: str, path: Path) -> dict:
             new = f"{base}.{new}"
         new = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", new)
         new = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", new)
+        new = re.sub(r"^backbone\.embedding\.weight$", "backbone.embeddings.weight", new)
         for pattern, replace in _VIT_RENAMES:
             new = pattern.sub(replace, new)
         if new in out:
@@ -511,10 +606,10 @@ def _canonical(tensors: dict, base: str, path: Path) -> dict:
     return out
 
 
-def _layer_count(tensors: dict, base: str) -> int:
+def _layer_count(tensors: dict, arch: _Architecture) -> int:
     """How many encoder layers the file holds (1 + the largest index; an index of more than
     9 digits is no layer's, and the name is refused later as one the model has no place for)."""
-    pattern = re.compile(rf"^{base}\.encoder\.layer\.([0-9]{{1,9}})\.")
+    pattern = re.compile(rf"^{arch.base}\.{re.escape(arch.layer)}\.([0-9]{{1,9}})\.")
     indices = {int(m[1]) for m in map(pattern.match, tensors) if m}
     return max(indices) + 1 if indices else 0
 
@@ -522,6 +617,8 @@ def _layer_count(tensors: dict, base: str) -> int:
 def _body_elements(base, args: dict) -> int:
     """The parameters of the encoder that ``args`` describe, without the optional pooler
     and heads: what the checkpoint must hold for the model to load."""
+    if base in (MambaModel, MambaForCausalLM):
+        return _mamba_elements(MambaConfig(**args))
     if base is ViT:
         D, I, L = args["dim"], args["mlp_dim"], args["depth"]
         (H, W), (ph, pw) = (_pair(args["image_size"]), _pair(args["patch_size"]))
@@ -536,6 +633,15 @@ def _body_elements(base, args: dict) -> int:
     return embeddings + L * layer
 
 
+def _mamba_elements(c: MambaConfig) -> int:
+    """The parameters of Mamba's backbone (the LM's tied head adds none)."""
+    H, E, N, R, K = (c.hidden_size, c.intermediate_size, c.state_size, c.time_step_rank,
+                     c.conv_kernel)
+    bias, conv_bias = (E * 2 + H) * c.use_bias, E * c.use_conv_bias
+    mixer = 2 * E * H + E * K + (R + 2 * N) * E + E * R + E + E * N + E + H * E
+    return c.vocab_size * H + c.num_hidden_layers * (H + mixer + bias + conv_bias) + H
+
+
 def _pair(value) -> tuple:
     return (value, value) if isinstance(value, int) else tuple(value)
 
@@ -546,11 +652,13 @@ def _has_place(base, arch: _Architecture, layers: int):
     def names(n):
         if base is ViT:
             return {t for e in _vit_entries(n) for t in e.theirs}
+        if base in (MambaModel, MambaForCausalLM):
+            return {t for e in _mamba_entries("", n) + list(arch.heads) for t in e.theirs}
         table = _bert_entries("" if base is Bert else "bert.", n) + list(arch.heads)
         return {t for e in table for t in e.theirs}
 
     outside = names(0)
-    layer = re.compile(rf"^{arch.model_type}\.encoder\.layer\.([0-9]{{1,9}})\.(.*)$")
+    layer = re.compile(rf"^{arch.base}\.{re.escape(arch.layer)}\.([0-9]{{1,9}})\.(.*)$")
     inside = {layer.match(t)[2] for t in names(1) - outside}
 
     def test(name: str) -> bool:
@@ -562,7 +670,8 @@ def _has_place(base, arch: _Architecture, layers: int):
 def _sizes(fields: _Fields) -> str:
     """The config's sizing fields, for messages."""
     names = ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size",
-             "max_position_embeddings", "image_size", "patch_size", "num_labels")
+             "max_position_embeddings", "image_size", "patch_size", "num_labels",
+             "state_size", "expand", "conv_kernel", "time_step_rank")
     return ", ".join(f"{n}={fields.data[n]!r:.40}" for n in names if n in fields.data)
 
 
@@ -582,6 +691,8 @@ def _check_paid(base, args: dict, tensors: dict, has_place, config_path: Path,
 # ----- loading ---------------------------------------------------------------------------------
 def _build(cls, base, args: dict, fields: _Fields, dtype, num_labels):
     """The nnkit model of class ``cls`` with the base model ``args`` (fresh weights)."""
+    if base in (MambaModel, MambaForCausalLM):
+        return cls(MambaConfig(**args), dtype=dtype)
     if base is ViT:
         model = cls(**args, dtype=dtype)
         model.id2label = _labels(fields, num_labels)
@@ -627,7 +738,11 @@ def _built(cls, base, args: dict, fields: _Fields, dtype, num_labels, budget,
 
 
 def _arguments(base, fields: _Fields, num_labels) -> dict:
-    """The base model's constructor arguments (BERT's or ViT's), checked."""
+    """The base model's constructor arguments (BERT's, ViT's or Mamba's), checked."""
+    if base in (MambaModel, MambaForCausalLM):
+        if num_labels is not None:
+            raise ValueError(f"num_labels is for classifiers; {base.__name__} has no labels")
+        return mamba_arguments(fields)
     return vit_arguments(fields, num_labels) if base is ViT else bert_arguments(fields)
 
 
@@ -675,6 +790,15 @@ def _patch_shape(model: ViT) -> tuple:
     return (model.dim, model.in_channels, *model.patch_size)
 
 
+def _tied_lm_head(tensors: dict, used: set) -> None:
+    """A Mamba LM file's ``lm_head.weight`` beside the embedding it is tied to: used when
+    equal to it, else reported as unused (transformers ties them after loading)."""
+    name, tied = "lm_head.weight", "backbone.embeddings.weight"
+    if name in tensors and tied in tensors and tensors[name].shape == tensors[tied].shape \
+            and np.array_equal(tensors[name].read(), tensors[tied].read()):
+        used.add(name)
+
+
 def _tied_decoder(tensors: dict, used: set) -> None:
     """The MLM decoder tensors a file may hold beside what they are tied to (the word
     embedding, the MLM bias): used when equal to it, reported as unused otherwise (as
@@ -695,6 +819,16 @@ def _tied_decoder(tensors: dict, used: set) -> None:
 
 def _check_unused(unused: list, base: str, path: Path, fields: _Fields) -> None:
     """Unused tensors of the encoder itself mean the config and the file disagree."""
+    if base == "backbone":  # Mamba: every tensor under it is the backbone's
+        body = [n for n in unused if n.startswith("backbone.")]
+        if body:
+            raise ValueError(f"'{path}' holds the tensor {quote(body[0], 80)}, which the "
+                             f"model that '{fields.path}' describes has no place for "
+                             f"({_sizes(fields)}, use_bias="
+                             f"{fields.data.get('use_bias', False)!r:.40}, use_conv_bias="
+                             f"{fields.data.get('use_conv_bias', True)!r:.40}); the config "
+                             "and the weights do not match")
+        return
     body = [n for n in unused if n.startswith((f"{base}.encoder.", f"{base}.embeddings."))]
     if body:
         raise ValueError(f"'{path}' holds the tensor {quote(body[0], 80)}, which the model "
@@ -712,7 +846,8 @@ def _listed(names: list, most: int = 20) -> str:
 
 def load_pretrained(cls, folder, *, dtype=None, num_labels=None, max_bytes=MAX_BYTES,
                     output_loading_info: bool = False):
-    """``cls`` (one of nnkit's BERT classes or ``ViT``) built from a Hugging Face folder.
+    """``cls`` (one of nnkit's BERT classes, ``ViT``, ``MambaModel`` or
+    ``MambaForCausalLM``) built from a Hugging Face folder.
 
     Parameters
     ----------
@@ -750,9 +885,9 @@ def load_pretrained(cls, folder, *, dtype=None, num_labels=None, max_bytes=MAX_B
     fields = _Fields(config_path, data)
     _model_type(fields, arch.model_type)
     weights_path, found = _weight_entries(folder)
-    tensors = _canonical(found, arch.model_type, weights_path)
-    layers = _layer_count(tensors, arch.model_type)
-    declared = fields.get("num_hidden_layers", "int", 12)
+    tensors = _canonical(found, arch.base, weights_path)
+    layers = _layer_count(tensors, arch)
+    declared = fields.get("num_hidden_layers", "int", arch.default_layers)
     if layers != declared:
         raise fields.error("num_hidden_layers", f"but '{weights_path}' holds {layers} encoder "
                                                 "layers; the config and the weights do not "
@@ -772,8 +907,10 @@ def load_pretrained(cls, folder, *, dtype=None, num_labels=None, max_bytes=MAX_B
     used = {name for entry in table for name in entry.theirs if name in tensors}
     if base is BertForPreTraining:
         _tied_decoder(tensors, used)
+    if base is MambaForCausalLM and model.config.tie_word_embeddings:
+        _tied_lm_head(tensors, used)
     unused = [name for name in tensors if name not in used]
-    _check_unused(unused, arch.model_type, weights_path, fields)
+    _check_unused(unused, arch.base, weights_path, fields)
     state, missing = {}, []
     for entry in table:
         shape = _patch_shape(model) if entry.kind == "patch" else own[entry.ours].shape
@@ -821,9 +958,16 @@ def _label_config(model, n: int) -> dict:
             "label2id": {str(id2label[i]): i for i in range(n)}}
 
 
+def _mamba_config(config: MambaConfig) -> dict:
+    fields = config.to_dict()
+    return {"model_type": "mamba", **fields, "intermediate_size": config.intermediate_size}
+
+
 def _config(model, base, arch: _Architecture) -> dict:
     """config.json of ``model``: transformers' fields for the same architecture."""
-    if base is ViT:
+    if base in (MambaModel, MambaForCausalLM):
+        config = _mamba_config(model.config)
+    elif base is ViT:
         if model.pool != "cls":
             raise ValueError(f"ViT(pool={model.pool!r}) has no Hugging Face counterpart: "
                              "transformers' ViT classifies from the [CLS] token (pool='cls')")

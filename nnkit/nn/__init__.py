@@ -1,6 +1,6 @@
 """Layers and containers (``nk.nn``), torch-compatible names and ``state_dict`` layouts."""
 
-from . import conv, init, layers, linear_recurrent, loss, module, transformer
+from . import conv, init, layers, linear_recurrent, loss, mamba, module, transformer
 from .attention import MultiheadAttention
 from .conv import AvgPool2d, Conv1d, Conv2d, MaxPool2d
 from .layers import (
@@ -19,6 +19,7 @@ from .layers import (
 )
 from .linear_recurrent import LRU, MinGRU, MinLSTM
 from .loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
+from .mamba import Mamba, MambaState, RMSNorm
 from .module import Module, ModuleList, Parameter, Sequential
 from .recurrent import GRU, LSTM, RNN
 from .transformer import (
@@ -31,5 +32,5 @@ from .transformer import (
 )
 
 __all__ = ["init", *module.__all__, *layers.__all__, *loss.__all__, *conv.__all__,
-           *linear_recurrent.__all__, "RNN", "LSTM", "GRU", "MultiheadAttention",
-           *transformer.__all__]
+           *linear_recurrent.__all__, *mamba.__all__, "RNN", "LSTM", "GRU",
+           "MultiheadAttention", *transformer.__all__]
