@@ -200,3 +200,27 @@ def test_bad_input_is_refused_with_the_argument_named(change, error, match):
 def test_flags_must_be_booleans(flag):
     with pytest.raises(TypeError, match=flag):
         F.selective_scan(**_valid(), **{flag: "yes"})
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softplus_is_torch_s_within_three_ulp(dtype):
+    """simd_math.softplus (the kernels' step sizes): torch's threshold (x above 20), and
+    log(1 + e^x) within 3 ulp down to tiny values; NaN and +-inf as log1p(exp(x))."""
+    import numba
+
+    from nnkit._ext.simd_math import softplus
+
+    @numba.njit
+    def apply(x, out):
+        for i in range(x.size):
+            out[i] = softplus(x[i])
+
+    x = np.linspace(-80, 30, 100001).astype(dtype)
+    out = np.empty_like(x)
+    apply(x, out)
+    wide = x.astype(np.float64)
+    exact = np.where(wide > 20, wide, np.log1p(np.exp(wide)))
+    assert (np.abs(out - exact) / exact).max() <= 3 * np.finfo(dtype).eps
+    special = np.array([np.nan, np.inf, -np.inf], dtype)
+    apply(special, out[:3])
+    assert np.isnan(out[0]) and out[1] == np.inf and out[2] == 0
