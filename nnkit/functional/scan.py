@@ -84,7 +84,8 @@ def log_linear_scan(log_a: Tensor | Array, log_b: Tensor | Array,
 def selective_scan(u: Tensor | Array, delta: Tensor | Array, A: Tensor | Array,
                    B: Tensor | Array, C: Tensor | Array, D: Tensor | Array | None = None,
                    z: Tensor | Array | None = None, delta_bias: Tensor | Array | None = None,
-                   delta_softplus: bool = False, return_last_state: bool = False):
+                   delta_softplus: bool = False,
+                   return_last_state: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """Mamba's selective scan (S6), with mamba_ssm's ``selective_scan_ref`` semantics:
 
         dt_t = softplus(delta_t + delta_bias) with ``delta_softplus``, else delta_t + delta_bias

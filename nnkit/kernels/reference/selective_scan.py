@@ -64,7 +64,8 @@ def _states(u, delta, A, B, delta_bias, delta_softplus):
 
 def selective_scan(u: Array, delta: Array, A: Array, B: Array, C: Array, D: Array | None = None,
                    z: Array | None = None, delta_bias: Array | None = None,
-                   delta_softplus: bool = False, return_last_state: bool = False):
+                   delta_softplus: bool = False,
+                   return_last_state: bool = False) -> Array | tuple[Array, Array]:
     """x_t = exp(delta_t A) * x_{t-1} + delta_t B_t u_t,  y_t = <C_t, x_t> + D u_t, times
     silu(z_t) when z is given (delta_t = softplus(delta_t + delta_bias) with
     ``delta_softplus``). Returns y (batch, dim, L), and the last state (batch, dim, N) with
@@ -86,14 +87,17 @@ def selective_scan(u: Array, delta: Array, A: Array, B: Array, C: Array, D: Arra
     return (y, x[:, :, L].astype(dtype)) if return_last_state else y
 
 
-def selective_scan_forward(u, delta, A, B, C, D=None, z=None, delta_bias=None,
-                           delta_softplus=False):
+def selective_scan_forward(u: Array, delta: Array, A: Array, B: Array, C: Array,
+                           D: Array | None = None, z: Array | None = None,
+                           delta_bias: Array | None = None,
+                           delta_softplus: bool = False) -> tuple[Array, tuple]:
     """(y, cache): ``selective_scan``'s output, and its arguments as the cache."""
     y = selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
     return y, (u, delta, A, B, C, D, z, delta_bias, delta_softplus)
 
 
-def selective_scan_backward(dy: Array, cache, dlast: Array | None = None):
+def selective_scan_backward(dy: Array, cache: tuple,
+                            dlast: Array | None = None) -> tuple[Array | None, ...]:
     """Gradients of a loss with upstream dy = dL/dy (batch, dim, L) and dlast = dL/dx_{L-1}
     (batch, dim, N) (None: zeros), walking t backwards: with g_t = dL/dx_t = dy'_t C_t +
     exp(delta_{t+1} A) g_{t+1} (dy' the gradient before the gate and the skip; g_{L-1}
