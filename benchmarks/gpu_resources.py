@@ -44,6 +44,7 @@ def block_threads(name: str) -> int:
         conv_cuda,
         hopfield_cuda,
         layer_norm_cuda,
+        linear_attention_cuda,
         optim_cuda,
         recurrent_cuda,
         scan_cuda,
@@ -68,6 +69,7 @@ def block_threads(name: str) -> int:
                attention_cuda.row_threads, "conv_cuda": conv_cuda.threads,
                "optim_cuda": optim_cuda.threads, "recurrent_cuda": recurrent_cuda.threads,
                "selective_scan_cuda": selective_scan_cuda.threads,
+               "linear_attention_cuda": linear_attention_cuda.threads,
                "softmax_cuda": softmax_cuda.block_max}
     return threads[module]
 

@@ -48,6 +48,19 @@ def _f(*shape, dtype=np.float32):
 
 
 # One valid call per function: each error case spoils one or two of its arguments.
+def _linear_attention_valid(name: str) -> dict:
+    kw = {"q": _f(1, 2, 5, 3), "k": _f(1, 2, 5, 3), "v": _f(1, 2, 5, 4), "scale": None,
+          "initial_state": _f(1, 2, 3, 4), "output_final_state": True, "mode": "chunk",
+          "chunk_size": 2}
+    if name.startswith("gated"):
+        kw["g"] = -np.abs(_f(1, 2, 5))
+    if "delta" in name:
+        kw["beta"] = np.abs(_f(1, 2, 5)) / 4
+    if name == "linear_attention":
+        kw.update(feature_map=None, normalize=False)
+    return kw
+
+
 _VALID: dict[str, Callable[[], dict]] = {
     "linear": lambda: {"x": _f(2, 4), "weight": _f(3, 4), "bias": _f(3)},
     "sigmoid": lambda: {"x": _f(2, 3)},
@@ -84,6 +97,8 @@ _VALID: dict[str, Callable[[], dict]] = {
         "u": _f(2, 4, 5), "delta": _f(2, 4, 5), "A": -np.abs(_f(4, 3)), "B": _f(2, 2, 3, 5),
         "C": _f(2, 3, 5), "D": _f(4), "z": _f(2, 4, 5), "delta_bias": _f(4),
         "delta_softplus": True, "return_last_state": False},
+    **{name: (lambda name=name: _linear_attention_valid(name)) for name in (
+        "linear_attention", "gated_linear_attention", "delta_rule", "gated_delta_rule")},
     "scaled_dot_product_attention": lambda: {
         "query": _f(1, 2, 4, 8), "key": _f(1, 2, 4, 8), "value": _f(1, 2, 4, 8),
         "attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None},
@@ -253,6 +268,41 @@ def _pool(name: str) -> list[ErrorInput]:
 
 
 # ----- the table -----------------------------------------------------------------------------
+def _linear_attention_errors(name: str) -> list[ErrorInput]:
+    cases = _hostile(name, "q", half_ok=False) + [
+        *_not_arrays(name, "k"),
+        _case(name, "q 3-d", ValueError, _named("q"), q=_f(2, 5, 3)),
+        _case(name, "k shape", ValueError, _all(_named("k"), r"\(1, 2, 5, 3\)"),
+              k=_f(1, 2, 4, 3)),
+        _case(name, "k float64", TypeError, _all(_named("k"), "float64"), k=_Cast(np.float64)),
+        _case(name, "v heads", ValueError, _named("v"), v=_f(1, 1, 5, 4)),
+        _case(name, "v int", TypeError, _all(_named("v"), "int64"), v=_Cast(np.int64)),
+        _case(name, "initial_state shape", ValueError, _named("initial_state"),
+              initial_state=_f(1, 2, 4, 3)),
+        _case(name, "initial_state float64", TypeError,
+              _all(_named("initial_state"), "float64"), initial_state=_Cast(np.float64)),
+        _case(name, "mode", ValueError, _named("mode"), mode="parallel"),
+    ] + _scalar_cases(name, "chunk_size", type_errors=[1.5, True, "2"], value_errors=[0, -3]) \
+      + _scalar_cases(name, "scale", type_errors=["1", True], value_errors=[NAN, INF]) \
+      + _scalar_cases(name, "output_final_state", type_errors=["yes", 1])
+    if name.startswith("gated"):
+        cases += [_case(name, "g shape", ValueError, _named("g"), g=_f(1, 2, 4)),
+                  _case(name, "g complex", TypeError, _all(_named("g"), "complex128"),
+                        g=_Cast(np.complex128))]
+    if "delta" in name:
+        cases += [_case(name, "beta shape", ValueError, _named("beta"), beta=_f(1, 2, 5, 1)),
+                  _case(name, "beta str", TypeError, _named("beta"), beta="abc")]
+    if name == "gated_delta_rule":
+        cases.append(_case(name, "g per key", ValueError, _named("g"), g=_f(1, 2, 5, 3)))
+    if name == "linear_attention":
+        cases += [_case(name, "feature_map", ValueError, _named("feature_map"),
+                        feature_map="tanh"),
+                  _case(name, "normalize with a state", ValueError, _named("initial_state"),
+                        normalize=True)]
+        cases += _scalar_cases(name, "normalize", type_errors=["yes", 1])
+    return cases
+
+
 _ERROR_INPUTS: dict[str, list[ErrorInput]] = {
     "linear": _hostile("linear", "x", complex_ok=True) + [
         _case("linear", "weight str", TypeError, _named("weight"), weight="abc"),
@@ -451,6 +501,8 @@ _ERROR_INPUTS: dict[str, list[ErrorInput]] = {
               _all(_named("h0"), "complex64"), h0=_Cast(np.complex64)),
         _case("linear_scan", "h0 str", TypeError, _named("h0"), h0="abc"),
     ] + _scalar_cases("linear_scan", "reverse", type_errors=["yes", 1, None]),
+    **{name: _linear_attention_errors(name) for name in (
+        "linear_attention", "gated_linear_attention", "delta_rule", "gated_delta_rule")},
     "selective_scan": _hostile("selective_scan", "u", half_ok=False) + [
         *_not_arrays("selective_scan", "A"),
         _case("selective_scan", "delta str", TypeError, _named("delta"), delta="abc"),
@@ -542,6 +594,22 @@ def _t(*shape, dtype=np.float32):
     return nk.tensor(_f(*shape, dtype=dtype), requires_grad=True)
 
 
+def _linear_attention_sample(name: str, T: int, initial: bool, chunk: int):
+    def sample():
+        kw = {"q": _t(1, 2, T, 3), "k": _t(1, 2, T, 3), "v": _t(1, 2, T, 2), "scale": None,
+              "initial_state": _t(1, 2, 3, 2) if initial else None,
+              "output_final_state": True, "mode": "chunk", "chunk_size": chunk}
+        kw["k"].data[...] /= 4  # small keys: the delta rule stays stable
+        if name.startswith("gated"):
+            kw["g"] = _t(1, 2, T)
+            kw["g"].data[...] = -np.abs(kw["g"].data)
+        if "delta" in name:
+            kw["beta"] = _t(1, 2, T)
+            kw["beta"].data[...] = np.abs(kw["beta"].data) / 4
+        return kw
+    return sample
+
+
 _SAMPLES: dict[str, tuple[Callable[[], dict], ...]] = {
     "linear": (lambda: {"x": _t(2, 4), "weight": _t(3, 4), "bias": _t(3)},),
     "sigmoid": (lambda: {"x": _t(2, 3)},),
@@ -582,6 +650,10 @@ _SAMPLES: dict[str, tuple[Callable[[], dict], ...]] = {
         lambda: {"u": _t(1, 2, 70), "delta": _t(1, 2, 70), "A": _t(2, 2), "B": _t(2, 2),
                  "C": _t(1, 1, 2, 70), "D": None, "z": None, "delta_bias": None,
                  "delta_softplus": True, "return_last_state": False}),
+    **{name: tuple(_linear_attention_sample(name, T, initial, chunk)
+                   for T, initial, chunk in ((5, True, 2), (70, False, 64)))
+       for name in ("linear_attention", "gated_linear_attention", "delta_rule",
+                    "gated_delta_rule")},
     "scaled_dot_product_attention": (
         lambda: {"query": _t(1, 2, 4, 8), "key": _t(1, 2, 4, 8), "value": _t(1, 2, 4, 8),
                  "attn_mask": np.tril(np.ones((4, 4), bool)), "dropout_p": 0.0,
@@ -610,6 +682,11 @@ _TWINS: dict[str, tuple[Callable | None, Callable | None]] = {
     "log_linear_scan": (ref.log_linear_scan_forward, ref.log_linear_scan_backward),
     "scaled_dot_product_attention": (ref.attention_forward, ref.attention_backward),
     "selective_scan": (ref.selective_scan_forward, ref.selective_scan_backward),
+    "linear_attention": (ref.linear_attention_forward, ref.linear_attention_backward),
+    "gated_linear_attention": (ref.gated_linear_attention_forward,
+                               ref.gated_linear_attention_backward),
+    "delta_rule": (ref.delta_rule_forward, ref.delta_rule_backward),
+    "gated_delta_rule": (ref.gated_delta_rule_forward, ref.gated_delta_rule_backward),
 }
 
 
@@ -630,7 +707,8 @@ _CPU_DTYPES: dict[str, tuple] = {
     "conv1d": _REAL, "conv2d": _REAL, "max_pool2d": _REAL, "avg_pool2d": _REAL,
     "linear_scan": _REAL + _COMPLEX, "log_linear_scan": _REAL,
     "scaled_dot_product_attention": _REAL, "sinusoidal_positional_encoding": _REAL,
-    "selective_scan": _REAL,
+    "selective_scan": _REAL, "linear_attention": _REAL, "gated_linear_attention": _REAL,
+    "delta_rule": _REAL, "gated_delta_rule": _REAL,
 }
 _CUDA_DTYPES: dict[str, tuple] = {"log_linear_scan": (), "sinusoidal_positional_encoding": ()}
 

@@ -64,6 +64,7 @@ REGISTER_BUDGETS = {
     "selective_scan_cuda.": 128,  # a thread walks a (b, d) row: the backward's n loop keeps
     # some twenty arrays' pointers and the row's B/C/checkpoint indices live (measured 126)
     "recurrent_cuda.": 96,
+    "linear_attention_cuda.": 112,  # one thread per state column (measured up to 104)
     "attention_cuda.": 250,  # measured up to 244; 255 is the cap, past it ptxas spills
 }
 

@@ -41,13 +41,14 @@ GROUPS = {
           "tests/test_scan.py", "tests/test_launch.py", "tests/test_recurrent_persistent.py",
           "tests/test_optim_cuda.py", "tests/test_fewer_launches.py",
           "tests/test_hopfield_cuda.py", "tests/test_selective_scan_cuda.py",
-          "tests/test_mamba.py"],
+          "tests/test_mamba.py", "tests/test_linear_attention_cuda.py"],
          f"(test_end_to_end and not (matches_the_cpu or waits or float32_step) and {_LIGHT}) "
          "or test_public_functions_on_gpu or test_cupy_parameters or test_mha_and_encoder or "
          "(test_public_scan_on_gpu and shape2) or test_launch_budgets_on_gpu or "
          "test_persistent_launches_do_not_grow_with_T or test_optimizers_on_gpu or "
          "test_gelu_dropout_and_cross_entropy_on_gpu or test_hopfield_on_gpu or "
-         "test_public_selective_scan_on_gpu or test_mamba_lm_on_gpu"),
+         "test_public_selective_scan_on_gpu or test_mamba_lm_on_gpu or "
+         "test_public_linear_attention_on_gpu"),
     ],
     "slow": [
         ([_E2E], "(matches_the_cpu or waits) and (transformer or vit)"),

@@ -40,6 +40,14 @@ _TWIN_CALLS: dict[str, tuple[tuple[str, ...], tuple[str, ...], dict]] = {
         ("query", "key", "value"), {}),
     "selective_scan": (("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "delta_softplus"),
                        ("u", "delta", "A", "B", "C", "D", "z", "delta_bias"), {}),
+    "linear_attention": (("q", "k", "v", "scale", "initial_state"),
+                         ("q", "k", "v", "initial_state"), {}),
+    "gated_linear_attention": (("q", "k", "v", "g", "scale", "initial_state"),
+                               ("q", "k", "v", "g", "initial_state"), {}),
+    "delta_rule": (("q", "k", "v", "beta", "scale", "initial_state"),
+                   ("q", "k", "v", "beta", "initial_state"), {}),
+    "gated_delta_rule": (("q", "k", "v", "g", "beta", "scale", "initial_state"),
+                         ("q", "k", "v", "g", "beta", "initial_state"), {}),
 }
 _LAST_AXIS_TWINS = ("softmax", "log_softmax")
 

@@ -16,6 +16,7 @@ LAUNCHERS = {
         ("expit", "scatter_add", "full_scalar", "to_device_of", "uniform"),
     ("hopfield_cpu", "hopfield_cuda"): ("sync_run", "async_run", "init_fields"),
     ("layer_norm_cpu", "layer_norm_cuda"): ("layer_norm_rows", "layer_norm_backward_rows"),
+    ("linear_attention_cpu", "linear_attention_cuda"): ("recurrent_forward", "recurrent_backward"),
     ("optim_cpu", "optim_cuda"): ("FUSED", "adam_step"),
     ("recurrent_cpu", "recurrent_cuda"):
         ("rnn_forward_layer", "rnn_backward_layer", "lstm_forward_layer", "lstm_backward_layer",

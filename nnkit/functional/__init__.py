@@ -13,6 +13,7 @@ recurrences, the selective scan) and ``attention``.
 from __future__ import annotations
 
 from . import attention, conv, core, scan
+from . import linear_attention as _linear_attention
 from .attention import (
     scaled_dot_product_attention,
     sinusoidal_positional_encoding,
@@ -38,10 +39,17 @@ from .core import (
     softmax,
     tanh,
 )
+from .linear_attention import (
+    delta_rule,
+    gated_delta_rule,
+    gated_linear_attention,
+    linear_attention,
+)
 from .scan import (
     linear_scan,
     log_linear_scan,
     selective_scan,
 )
 
-__all__ = [*core.__all__, *conv.__all__, *scan.__all__, *attention.__all__]
+__all__ = [*core.__all__, *conv.__all__, *scan.__all__, *attention.__all__,
+           *_linear_attention.__all__]

@@ -38,6 +38,7 @@ from .hopfield import (
     hopfield_sync_run,
 )
 from .layer_norm import layer_norm_backward, layer_norm_forward
+from .linear_attention import linear_attention_backward, linear_attention_forward
 from .optim import adam_step, adam_update, fusable, sgd_step
 from .perceptron import perceptron_epochs
 from .recurrent import (
@@ -67,7 +68,7 @@ from .softmax import (
 # The differentiable families, each an ``<op>_forward`` / ``<op>_backward`` pair.
 PAIRS = ("attention", "softmax", "log_softmax", "cross_entropy", "layer_norm", "gelu", "dropout",
          "conv1d", "conv2d", "max_pool2d", "avg_pool2d", "linear_scan", "log_linear_scan",
-         "rnn", "lstm", "gru")
+         "rnn", "lstm", "gru", "linear_attention")
 
 __all__ = [
     "reference",

@@ -1,8 +1,9 @@
 """Layers and containers (``nk.nn``), torch-compatible names and ``state_dict`` layouts."""
 
-from . import conv, init, layers, linear_recurrent, loss, mamba, module, transformer
+from . import conv, deltanet, init, layers, linear_recurrent, loss, mamba, module, transformer
 from .attention import MultiheadAttention
 from .conv import AvgPool2d, Conv1d, Conv2d, MaxPool2d
+from .deltanet import DeltaNet, DeltaNetState, ShortConvolution
 from .layers import (
     GELU,
     Dropout,
@@ -32,5 +33,5 @@ from .transformer import (
 )
 
 __all__ = ["init", *module.__all__, *layers.__all__, *loss.__all__, *conv.__all__,
-           *linear_recurrent.__all__, *mamba.__all__, "RNN", "LSTM", "GRU",
+           *linear_recurrent.__all__, *mamba.__all__, *deltanet.__all__, "RNN", "LSTM", "GRU",
            "MultiheadAttention", *transformer.__all__]

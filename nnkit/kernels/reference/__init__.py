@@ -9,7 +9,8 @@ mirrors a kernel pair it follows the kernels' convention (``<op>_forward`` retur
 ``layer_norm``, ``conv`` (convolution, pooling), ``scan`` (linear recurrence),
 ``selective_scan`` (Mamba's S6 recurrence), ``scan_tree``
 (the same recurrence by Hillis-Steele and Blelloch tree scans),
-``recurrent`` (RNN, LSTM, GRU) and ``attention``.
+``recurrent`` (RNN, LSTM, GRU), ``attention`` and ``linear_attention`` (the
+linear-attention / gated / delta-rule recurrence).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 from . import activation as _activation
 from . import conv as _conv
 from . import layer_norm as _layer_norm
+from . import linear_attention as _linear_attention
 from . import recurrent as _recurrent
 from . import scan as _scan
 from . import selective_scan as _selective_scan
@@ -51,6 +53,18 @@ from .layer_norm import (
     layer_norm,
     layer_norm_backward,
     layer_norm_forward,
+)
+from .linear_attention import (
+    delta_rule_backward,
+    delta_rule_forward,
+    gated_delta_rule_backward,
+    gated_delta_rule_forward,
+    gated_linear_attention_backward,
+    gated_linear_attention_forward,
+    linear_attention_backward,
+    linear_attention_forward,
+    linear_attention_steps,
+    linear_attention_steps_backward,
 )
 from .recurrent import (
     gru,
@@ -94,4 +108,5 @@ from .softmax import (
 
 __all__ = [*_softmax.__all__, *_activation.__all__, *_layer_norm.__all__, *_conv.__all__,
            *_scan.__all__, *_selective_scan.__all__, "hillis_steele_scan", "blelloch_scan",
-           *_recurrent.__all__, "attention_forward", "attention_backward"]
+           *_recurrent.__all__, "attention_forward", "attention_backward",
+           *_linear_attention.__all__]
