@@ -51,7 +51,7 @@ def _f(*shape, dtype=np.float32):
 def _linear_attention_valid(name: str) -> dict:
     kw = {"q": _f(1, 2, 5, 3), "k": _f(1, 2, 5, 3), "v": _f(1, 2, 5, 4), "scale": None,
           "initial_state": _f(1, 2, 3, 4), "output_final_state": True, "mode": "chunk",
-          "chunk_size": 2}
+          "chunk_size": 2, "cu_seqlens": None}
     if name.startswith("gated"):
         kw["g"] = -np.abs(_f(1, 2, 5))
     if "delta" in name:
@@ -282,6 +282,12 @@ def _linear_attention_errors(name: str) -> list[ErrorInput]:
         _case(name, "initial_state float64", TypeError,
               _all(_named("initial_state"), "float64"), initial_state=_Cast(np.float64)),
         _case(name, "mode", ValueError, _named("mode"), mode="parallel"),
+        _case(name, "cu_seqlens float", TypeError, _all(_named("cu_seqlens"), "float64"),
+              cu_seqlens=np.array([0.0, 5.0]), initial_state=None),
+        _case(name, "cu_seqlens past T", ValueError, _named("cu_seqlens"),
+              cu_seqlens=np.array([0, 2, 7]), initial_state=None),
+        _case(name, "cu_seqlens str", TypeError, _named("cu_seqlens"), cu_seqlens="0,5",
+              initial_state=None),
     ] + _scalar_cases(name, "chunk_size", type_errors=[1.5, True, "2"], value_errors=[0, -3]) \
       + _scalar_cases(name, "scale", type_errors=["1", True], value_errors=[NAN, INF]) \
       + _scalar_cases(name, "output_final_state", type_errors=["yes", 1])

@@ -189,3 +189,69 @@ def test_final_state_is_none_unless_asked():
     kw = make_problem("delta_rule", 1, 1, 4, 2, 2)
     o, final = F.delta_rule(**kw)
     assert final is None and o.shape == (1, 1, 4, 2)
+
+
+@pytest.mark.parametrize("mode", ["chunk", "recurrent"])
+@pytest.mark.parametrize("op", OPS)
+def test_packed_sequences_give_what_each_gives_alone(op, mode):
+    """cu_seqlens: sequences of lengths 5, 0, 1, 70 and 3 packed along T; outputs, final
+    states and gradients equal to running each sequence alone from its own initial state."""
+    lengths = [5, 0, 1, 70, 3]
+    cu = np.concatenate([[0], np.cumsum(lengths)])
+    packed = make_problem(op, 1, 2, int(cu[-1]), 3, 2, seed=9, initial=False)
+    states = np.random.default_rng(10).standard_normal((len(lengths), 2, 3, 2))
+    packed["initial_state"] = states
+    rng = np.random.default_rng(11)
+    do = rng.standard_normal((1, 2, int(cu[-1]), 2))
+    dfinal = rng.standard_normal(states.shape)
+    together = grads_for(op, packed, do, dfinal, mode=mode, chunk_size=16, cu_seqlens=cu)
+    for n in range(len(lengths)):
+        alone = {name: (a[:, :, cu[n]:cu[n + 1]] if name != "initial_state" else a[n:n + 1])
+                 for name, a in packed.items()}
+        o, final, grads = grads_for(op, alone, do[:, :, cu[n]:cu[n + 1]], dfinal[n:n + 1],
+                                    mode=mode, chunk_size=16)
+        assert_allclose(together[0][:, :, cu[n]:cu[n + 1]], o, rtol=1e-10, atol=1e-12)
+        assert_allclose(together[1][n:n + 1], final, rtol=1e-10, atol=1e-12)
+        for name, grad in grads.items():
+            part = (together[2][name][n:n + 1] if name == "initial_state"
+                    else together[2][name][:, :, cu[n]:cu[n + 1]])
+            assert_allclose(part, grad, rtol=1e-10, atol=1e-12, err_msg=f"d{name}, {n}")
+
+
+def grads_for(op, kw, do, dfinal, **options):
+    """o, final state, and the gradients of sum(o * do) + sum(final * dfinal)."""
+    tensors = {n: nk.tensor(a, requires_grad=True) for n, a in kw.items()}
+    o, final = run(op, tensors, **options)
+    ((o * do).sum() + (final * dfinal).sum()).backward()
+    return o.numpy(), final.numpy(), {n: t.grad for n, t in tensors.items()}
+
+
+def test_packed_normalized_linear_attention_and_no_sequences():
+    q, k, v = (np.abs(np.random.default_rng(2).standard_normal((1, 1, 9, 2))) + 0.1
+               for _ in range(3))
+    cu = np.array([0, 4, 9])
+    o, _ = F.linear_attention(q, k, v, normalize=True, cu_seqlens=cu)
+    first, _ = F.linear_attention(q[:, :, :4], k[:, :, :4], v[:, :, :4], normalize=True)
+    assert_allclose(o.numpy()[:, :, :4], first.numpy(), rtol=1e-12)
+    empty = np.zeros((1, 1, 0, 2))
+    o, final = F.delta_rule(empty, empty, empty, np.zeros((1, 1, 0)), cu_seqlens=np.array([0]),
+                            output_final_state=True)
+    assert o.shape == (1, 1, 0, 2) and final.shape == (0, 1, 2, 2)
+
+
+@pytest.mark.parametrize("cu, error, pattern", [
+    (np.array([0, 3, 2, 5]), ValueError, "cu_seqlens"),
+    (np.array([1, 5]), ValueError, "cu_seqlens"),
+    (np.array([0, 4]), ValueError, "cu_seqlens"),
+    (np.array([0.0, 5.0]), TypeError, "cu_seqlens"),
+    (np.array([[0, 5]]), ValueError, "cu_seqlens"),
+])
+def test_packed_refusals(cu, error, pattern):
+    kw = make_problem("delta_rule", 1, 2, 5, 3, 2, initial=False)
+    with pytest.raises(error, match=pattern):
+        F.delta_rule(**kw, cu_seqlens=cu)
+    with pytest.raises(ValueError, match="initial_state"):
+        F.delta_rule(**kw, initial_state=np.zeros((3, 2, 3, 2)), cu_seqlens=np.array([0, 5]))
+    with pytest.raises(ValueError, match="q"):
+        F.delta_rule(**make_problem("delta_rule", 2, 2, 5, 3, 2, initial=False),
+                     cu_seqlens=np.array([0, 5]))

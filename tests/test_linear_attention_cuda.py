@@ -208,7 +208,8 @@ def test_cuda_kernels_under_simulator(tmp_path):
 @pytest.mark.cuda
 @pytest.mark.parametrize("mode", ["chunk", "recurrent"])
 @pytest.mark.parametrize("op", ["gated_linear_attention_per_key", "gated_delta_rule"])
-def test_public_linear_attention_on_gpu_matches_cpu(op, mode):
+@pytest.mark.parametrize("packed", [False, True])
+def test_public_linear_attention_on_gpu_matches_cpu(op, mode, packed):
     """F.gated_delta_rule / F.gated_linear_attention on CuPy arrays (the chunked form through
     CuPy's array calls, the recurrent one through these kernels), forward and backward, the
     final state too, against the CPU (float64)."""
@@ -219,11 +220,14 @@ def test_public_linear_attention_on_gpu_matches_cpu(op, mode):
 
     kw = make_problem(op, 1, 2, 67, 3, 2)
     rng = np.random.default_rng(4)
-    do, dfinal = rng.standard_normal((1, 2, 67, 2)), rng.standard_normal((1, 2, 3, 2))
+    n_states = 3 if packed else 1  # sequences 0:30, 30:30 (empty), 30:67
+    kw["initial_state"] = rng.standard_normal((n_states, 2, 3, 2))
+    do, dfinal = rng.standard_normal((1, 2, 67, 2)), rng.standard_normal((n_states, 2, 3, 2))
     results = []
     for put in (np.asarray, cupy.asarray):
         tensors = {n: nk.tensor(put(a), requires_grad=True) for n, a in kw.items()}
-        o, final = run(op, tensors, mode=mode, chunk_size=16)
+        o, final = run(op, tensors, mode=mode, chunk_size=16,
+                       cu_seqlens=np.array([0, 30, 30, 67]) if packed else None)
         ((o * nk.tensor(put(do))).sum() + (final * nk.tensor(put(dfinal))).sum()).backward()
         results.append([o.data, final.data, *(tensors[n].grad for n in kw)])
     for name, got, want in zip(("o", "final", *kw), results[1], results[0], strict=True):

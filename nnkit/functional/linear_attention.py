@@ -14,9 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
+
+from .._backend import array_module
 from .._types import Array
-from .._validation import check_bool, check_choice, check_real
-from ..autograd import Tensor, apply_op, as_tensor, where
+from .._validation import INTEGERS, check_array, check_bool, check_choice, check_real
+from ..autograd import Tensor, apply_op, as_tensor, concat, where
 from ..kernels import linear_attention as K
 from ..kernels.linear_attention import Mode
 
@@ -27,7 +30,7 @@ FeatureMap = str | Callable[[Tensor], Tensor] | None
 
 
 def _recurrence(q, k, v, beta, g, scale, initial_state, output_final_state, delta, mode,
-                chunk_size, op, g_given=False):
+                chunk_size, op, g_given=False, cu_seqlens=None):
     names = ("q", "k", "v", "beta", "g", "initial_state")
     values = (q, k, v, beta, g, initial_state)
     required = (True, True, True, delta, g_given, False)
@@ -39,9 +42,61 @@ def _recurrence(q, k, v, beta, g, scale, initial_state, output_final_state, delt
     output_final_state = check_bool(output_final_state, name="output_final_state")
     dk = parents[0].shape[-1] if parents[0].ndim == 4 else 1
     scale = 1.0 / math.sqrt(max(dk, 1)) if scale is None else scale
+    packing = None
+    if cu_seqlens is not None:
+        packing = _Packing(cu_seqlens, parents, delta)
+        parents = packing.pad(parents)
     o, final = apply_op(op, K.linear_attention_forward, K.linear_attention_backward, parents,
                         scale=scale, delta=delta, mode=mode, chunk_size=chunk_size)
+    if packing is not None:
+        o = packing.unpad(o)
     return o, (final if output_final_state else None)
+
+
+class _Packing:
+    """Sequences packed along T (batch 1, flash-linear-attention's ``cu_seqlens``) as a
+    zero-padded batch (N, heads, T_max, ...) and back. A padded step (k = v = beta = g = 0)
+    leaves the state as it was, so each sequence's outputs and final state are those of the
+    sequence run alone; the padding costs N * T_max - T steps."""
+
+    def __init__(self, cu_seqlens, parents, delta):
+        q = parents[0]
+        if q.ndim != 4 or q.shape[0] != 1:
+            raise ValueError("q must have shape (1, heads, T, dk) with cu_seqlens (the "
+                             f"sequences packed along T), got {tuple(q.shape)}")
+        K.check_inputs(*(None if p is None else p.data for p in parents[:5]), None, delta)
+        T = q.shape[2]
+        cu = check_array(cu_seqlens, name="cu_seqlens", ndim=1, dtype=INTEGERS,
+                         allow_device=False)
+        lengths = np.diff(cu)
+        if cu.size == 0 or cu[0] != 0 or cu[-1] != T or (lengths < 0).any():
+            raise ValueError("cu_seqlens must rise from 0 to T = q.shape[2] = "
+                             f"{T} (N + 1 offsets), got {cu.tolist()}")
+        self.N, self.T_max = lengths.size, int(lengths.max(initial=0))
+        steps = np.arange(self.T_max)
+        valid = steps < lengths[:, None]
+        self.source = np.where(valid, cu[:-1, None] + steps, T).ravel()  # T: a zero step
+        self.kept = np.flatnonzero(valid.ravel())
+        state = parents[5]
+        if state is not None and state.shape[0] != self.N:
+            raise ValueError(f"initial_state must hold one state per sequence, {self.N} "
+                             f"(len(cu_seqlens) - 1), got shape {tuple(state.shape)}")
+
+    def pad(self, parents):
+        return tuple(None if p is None else self._pad(p) for p in parents[:5]) + parents[5:]
+
+    def _pad(self, x):
+        """(1, heads, T, ...) -> (N, heads, T_max, ...)."""
+        zero = as_tensor(array_module(x.data).zeros((1, *x.shape[1:2], 1, *x.shape[3:]),
+                                                    x.dtype))
+        steps = concat([x, zero], axis=2)[0][:, self.source]
+        return steps.reshape(x.shape[1], self.N, self.T_max, *x.shape[3:]).swapaxes(0, 1)
+
+    def unpad(self, o):
+        """(N, heads, T_max, dv) -> (1, heads, T, dv)."""
+        heads, dv = o.shape[1], o.shape[3]
+        flat = o.swapaxes(0, 1).reshape(heads, self.N * self.T_max, dv)
+        return flat[:, self.kept].reshape(1, heads, self.kept.size, dv)
 
 
 def _feature(x: Tensor, feature_map: FeatureMap) -> Tensor:
@@ -58,7 +113,8 @@ def linear_attention(q: TensorLike, k: TensorLike, v: TensorLike, scale: float |
                      feature_map: FeatureMap = None, normalize: bool = False,
                      initial_state: TensorLike | None = None,
                      output_final_state: bool = False, mode: Mode = "chunk",
-                     chunk_size: int = 64) -> tuple[Tensor, Tensor | None]:
+                     chunk_size: int = 64,
+                     cu_seqlens: Array | None = None) -> tuple[Tensor, Tensor | None]:
     """Causal linear attention (fast weight programmers):
 
         S_t = S_{t-1} + phi(k_t) v_t^T,   o_t = scale S_t^T phi(q_t)
@@ -78,6 +134,11 @@ def linear_attention(q: TensorLike, k: TensorLike, v: TensorLike, scale: float |
     mode : 'chunk' (GEMMs inside chunks of ``chunk_size`` steps) or 'recurrent' (step by
         step); equal to rounding
     chunk_size : int >= 1
+    cu_seqlens : integer array (N + 1,) or None
+        Variable-length sequences packed along T: q, k, v (and beta, g) have batch 1 and
+        sequence n is steps cu_seqlens[n]:cu_seqlens[n + 1]; initial_state and final_state
+        are then (N, heads, dk, dv), one per sequence. Each sequence gives what it gives
+        alone (empty and length-1 sequences included).
 
     Returns
     -------
@@ -99,11 +160,11 @@ def linear_attention(q: TensorLike, k: TensorLike, v: TensorLike, scale: float |
     q = _feature(as_tensor(q, name="q"), feature_map)
     k = _feature(as_tensor(k, name="k"), feature_map)
     o, final = _recurrence(q, k, v, None, None, scale, initial_state, output_final_state,
-                           False, mode, chunk_size, "linear_attention")
+                           False, mode, chunk_size, "linear_attention", cu_seqlens=cu_seqlens)
     if normalize:
         ones = as_tensor(q.data[..., :1] * 0 + 1)
         z, _ = _recurrence(q, k, ones, None, None, scale, None, False, False, mode, chunk_size,
-                           "linear_attention")
+                           "linear_attention", cu_seqlens=cu_seqlens)
         o = o / z
     return o, final
 
@@ -111,7 +172,8 @@ def linear_attention(q: TensorLike, k: TensorLike, v: TensorLike, scale: float |
 def gated_linear_attention(q: TensorLike, k: TensorLike, v: TensorLike, g: TensorLike,
                            scale: float | None = None, initial_state: TensorLike | None = None,
                            output_final_state: bool = False, mode: Mode = "chunk",
-                           chunk_size: int = 64) -> tuple[Tensor, Tensor | None]:
+                           chunk_size: int = 64,
+                           cu_seqlens: Array | None = None) -> tuple[Tensor, Tensor | None]:
     """Gated linear attention, decaying the state by a_t = exp(g_t) at every step:
 
         S_t = diag(a_t) S_{t-1} + k_t v_t^T,   o_t = scale S_t^T q_t
@@ -125,20 +187,23 @@ def gated_linear_attention(q: TensorLike, k: TensorLike, v: TensorLike, g: Tenso
     v : Tensor or array (batch, heads, T, dv)
     g : Tensor or array (batch, heads, T) (one decay per step) or (batch, heads, T, dk) (one
         per key), log-decays (<= 0 keeps every exponent of the chunked form <= 0)
-    scale, initial_state, output_final_state, mode, chunk_size : as ``linear_attention``
+    scale, initial_state, output_final_state, mode, chunk_size, cu_seqlens : as
+        ``linear_attention``
 
     Returns
     -------
     o : Tensor (batch, heads, T, dv);  final_state : Tensor (batch, heads, dk, dv) or None
     """
     return _recurrence(q, k, v, None, g, scale, initial_state, output_final_state, False,
-                       mode, chunk_size, "gated_linear_attention", g_given=True)
+                       mode, chunk_size, "gated_linear_attention", g_given=True,
+                       cu_seqlens=cu_seqlens)
 
 
 def delta_rule(q: TensorLike, k: TensorLike, v: TensorLike, beta: TensorLike,
                scale: float | None = None, initial_state: TensorLike | None = None,
                output_final_state: bool = False, mode: Mode = "chunk",
-               chunk_size: int = 64) -> tuple[Tensor, Tensor | None]:
+               chunk_size: int = 64,
+               cu_seqlens: Array | None = None) -> tuple[Tensor, Tensor | None]:
     """The delta rule (DeltaNet): each step writes v_t at key k_t with strength beta_t,
 
         S_t = (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,   o_t = scale S_t^T q_t
@@ -151,7 +216,8 @@ def delta_rule(q: TensorLike, k: TensorLike, v: TensorLike, beta: TensorLike,
     q, k : Tensor or array (batch, heads, T, dk), float32/64
     v : Tensor or array (batch, heads, T, dv)
     beta : Tensor or array (batch, heads, T)
-    scale, initial_state, output_final_state, mode, chunk_size : as ``linear_attention``
+    scale, initial_state, output_final_state, mode, chunk_size, cu_seqlens : as
+        ``linear_attention``
         ('chunk' uses the WY/UT form of the chunk's updates)
 
     Returns
@@ -159,14 +225,15 @@ def delta_rule(q: TensorLike, k: TensorLike, v: TensorLike, beta: TensorLike,
     o : Tensor (batch, heads, T, dv);  final_state : Tensor (batch, heads, dk, dv) or None
     """
     return _recurrence(q, k, v, beta, None, scale, initial_state, output_final_state, True,
-                       mode, chunk_size, "delta_rule")
+                       mode, chunk_size, "delta_rule", cu_seqlens=cu_seqlens)
 
 
 def gated_delta_rule(q: TensorLike, k: TensorLike, v: TensorLike, g: TensorLike,
                      beta: TensorLike, scale: float | None = None,
                      initial_state: TensorLike | None = None,
                      output_final_state: bool = False, mode: Mode = "chunk",
-                     chunk_size: int = 64) -> tuple[Tensor, Tensor | None]:
+                     chunk_size: int = 64,
+                     cu_seqlens: Array | None = None) -> tuple[Tensor, Tensor | None]:
     """The gated delta rule (Gated DeltaNet): the delta rule on a state decayed by
     a_t = exp(g_t),
 
@@ -178,11 +245,12 @@ def gated_delta_rule(q: TensorLike, k: TensorLike, v: TensorLike, g: TensorLike,
     v : Tensor or array (batch, heads, T, dv)
     g : Tensor or array (batch, heads, T), log-decays
     beta : Tensor or array (batch, heads, T)
-    scale, initial_state, output_final_state, mode, chunk_size : as ``linear_attention``
+    scale, initial_state, output_final_state, mode, chunk_size, cu_seqlens : as
+        ``linear_attention``
 
     Returns
     -------
     o : Tensor (batch, heads, T, dv);  final_state : Tensor (batch, heads, dk, dv) or None
     """
     return _recurrence(q, k, v, beta, g, scale, initial_state, output_final_state, True, mode,
-                       chunk_size, "gated_delta_rule", g_given=True)
+                       chunk_size, "gated_delta_rule", g_given=True, cu_seqlens=cu_seqlens)

@@ -85,7 +85,10 @@ def _check_g(g, q, delta):
     return g.reshape(batch * heads, T, 1 if g.ndim == 3 else dk), g.ndim
 
 
-def _check_inputs(q, k, v, beta, g, initial_state, delta):
+def check_inputs(q: Array, k: Array, v: Array, beta: Array | None, g: Array | None,
+                 initial_state: Array | None, delta: bool) -> tuple:
+    """The inputs validated, as rows: ((q, k, v, beta, g, S0) in the kernels' layouts,
+    (batch, heads, T, dk, dv), which of beta, g, initial_state were given, g's rank)."""
     q = check_array(q, name="q", ndim=4, dtype=FLOATS)
     batch, heads, T, dk = q.shape
     k = _check_like(k, q, "k", q.shape, "(batch, heads, T, dk)")
@@ -139,7 +142,7 @@ def linear_attention_forward(q: Array, k: Array, v: Array, beta: Array | None = 
     mode = check_choice(mode, name="mode", choices=("chunk", "recurrent"))
     scale = float(check_scalar(scale, name="scale"))
     chunk_size = int(check_scalar(chunk_size, name="chunk_size", kind=numbers.Integral, low=1))
-    rows, shape, given, g_ndim = _check_inputs(q, k, v, beta, g, initial_state, delta)
+    rows, shape, given, g_ndim = check_inputs(q, k, v, beta, g, initial_state, delta)
     batch, heads, T, dk, dv = shape
     q_r, k_r, v_r, beta_r, g_r, S0 = rows
     if mode == "chunk":
