@@ -13,10 +13,11 @@ Every contender runs in its own worker process, with numba's thread count (torch
 and glibc malloc tuned alike (harness.same_allocator()). The machine, its CPU and the
 instruction sets in use are printed with the figures.
 
-    python benchmarks/bench_linear_attention.py [--quick] [--no-torch] [--json PATH]
+    python benchmarks/bench_linear_attention.py [--quick] [--no-torch] [--modes] [--json PATH]
 
 ``--quick`` runs (batch 2, heads 4, T 512, dim 32); ``--no-torch`` times nnkit alone;
-``--json PATH`` writes the machine, the medians and the ratios there.
+``--modes`` times nnkit's two modes at the shapes of ``MODE_SHAPES`` (what ``mode="auto"``
+chooses between); ``--json PATH`` writes the machine, the medians and the ratios there.
 
 The torch functions (``torch_delta_rule_chunk``, ``torch_gated_delta_rule_chunk``,
 ``torch_delta_rule_recurrent``, ``torch_gated_delta_rule_recurrent``) are the references
@@ -309,6 +310,22 @@ def run(quick: bool = False, with_torch: bool = True) -> list[dict]:
     return rows
 
 
+MODE_SHAPES = [(1, 1, 16384, 64), (1, 4, 2048, 64), (4, 8, 1024, 128), (8, 16, 512, 16)]
+
+
+def modes() -> list[dict]:
+    """nnkit's two modes across shapes (what ``mode="auto"`` chooses between on a CPU)."""
+    rows = []
+    for shape in MODE_SHAPES:
+        times = {name: _times(name, shape, 3) for name in CONTENDERS[:2]}
+        for work in ("fwd", "fwd+bwd"):
+            rows.append({"work": f"{work} {shape} float32",
+                         **{f"{n} ms": f"{times[n][work] * 1e3:.1f}" for n in times},
+                         "nnkit_chunk/nnkit_recurrent":
+                             f"{times['nnkit_chunk'][work] / times['nnkit_recurrent'][work]:.1f}"})
+    return rows
+
+
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     sys.path.insert(0, str(HERE.parent))
@@ -323,7 +340,10 @@ def main(argv=None) -> None:
     quick = "--quick" in argv
     env = {**machine(), **environment()}
     print(env)
-    rows = run(quick=quick, with_torch="--no-torch" not in argv)
+    if "--modes" in argv:
+        rows = modes()
+    else:
+        rows = run(quick=quick, with_torch="--no-torch" not in argv)
     print(format_table(rows, list(rows[0])))
     print("targets: " + ", ".join(f"{k} >= {v:g}" for k, v in TARGETS.items()))
     if "--json" in argv:

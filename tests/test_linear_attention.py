@@ -73,9 +73,9 @@ def test_chunk_equals_recurrent(op, T, chunk, dk, dv, initial, seed):
 @pytest.mark.parametrize("op", OPS)
 def test_chunk_size_changes_nothing_beyond_rounding(op):
     kw = make_problem(op, 1, 2, 200, 16, 8, dtype=np.float32)
-    base = run(op, kw, chunk_size=64)
+    base = run(op, kw, mode="chunk", chunk_size=64)
     for chunk in (16, 32, 50, 128):
-        o, final = run(op, kw, chunk_size=chunk)
+        o, final = run(op, kw, mode="chunk", chunk_size=chunk)
         assert_allclose(o.numpy(), base[0].numpy(), rtol=1e-4, atol=1e-4)
         assert_allclose(final.numpy(), base[1].numpy(), rtol=1e-4, atol=1e-4)
 
@@ -146,8 +146,9 @@ def test_delta_rule_with_orthonormal_keys_recalls_what_it_wrote():
     assert_allclose(recalled[0], v[0, 0, n], atol=1e-12)
 
 
+@pytest.mark.parametrize("mode", ["chunk", "recurrent"])
 @pytest.mark.parametrize("op", ["gated_delta_rule", "gated_linear_attention_per_key"])
-def test_long_sequences_with_extreme_gates_stay_finite_and_accurate(op):
+def test_long_sequences_with_extreme_gates_stay_finite_and_accurate(op, mode):
     """T = 65536 in float32 against float64: gates from no decay to exp(-30) per step, beta
     from 0 to 1; every exponent of the chunked form stays <= 0, so nothing overflows."""
     T = 65536
@@ -156,8 +157,8 @@ def test_long_sequences_with_extreme_gates_stay_finite_and_accurate(op):
     kw["g"] = np.where(rng.uniform(size=kw["g"].shape) < 0.01, -30.0, kw["g"] * 0.02)
     if "beta" in kw:
         kw["beta"] = rng.choice([0.0, 0.5, 1.0], size=kw["beta"].shape)
-    wide, _ = run(op, kw)
-    narrow, _ = run(op, {n: a.astype(np.float32) for n, a in kw.items()})
+    wide, _ = run(op, kw, mode=mode)
+    narrow, _ = run(op, {n: a.astype(np.float32) for n, a in kw.items()}, mode=mode)
     wide = wide.numpy()
     assert np.isfinite(narrow.numpy()).all()
     err = np.abs(narrow.numpy() - wide).max() / np.abs(wide).max()
@@ -185,10 +186,13 @@ def test_refusals_name_the_argument(call, error, pattern):
         call(kw)
 
 
-def test_final_state_is_none_unless_asked():
+def test_final_state_is_none_unless_asked_and_auto_mode_is_recurrent_on_the_cpu():
     kw = make_problem("delta_rule", 1, 1, 4, 2, 2)
     o, final = F.delta_rule(**kw)
     assert final is None and o.shape == (1, 1, 4, 2)
+    from nnkit.kernels.linear_attention import linear_attention_forward
+    _, cache = linear_attention_forward(kw["q"], kw["k"], kw["v"], kw["beta"], delta=True)
+    assert cache.mode == "recurrent"
 
 
 @pytest.mark.parametrize("mode", ["chunk", "recurrent"])

@@ -112,7 +112,7 @@ def _feature(x: Tensor, feature_map: FeatureMap) -> Tensor:
 def linear_attention(q: TensorLike, k: TensorLike, v: TensorLike, scale: float | None = None,
                      feature_map: FeatureMap = None, normalize: bool = False,
                      initial_state: TensorLike | None = None,
-                     output_final_state: bool = False, mode: Mode = "chunk",
+                     output_final_state: bool = False, mode: Mode = "auto",
                      chunk_size: int = 64,
                      cu_seqlens: Array | None = None) -> tuple[Tensor, Tensor | None]:
     """Causal linear attention (fast weight programmers):
@@ -131,8 +131,9 @@ def linear_attention(q: TensorLike, k: TensorLike, v: TensorLike, scale: float |
         this call's keys only, so it takes no ``initial_state``).
     initial_state : Tensor or array (batch, heads, dk, dv) or None (zeros)
     output_final_state : bool
-    mode : 'chunk' (GEMMs inside chunks of ``chunk_size`` steps) or 'recurrent' (step by
-        step); equal to rounding
+    mode : 'auto' (default: 'recurrent' for NumPy arrays, 'chunk' for GPU arrays), 'chunk'
+        (GEMMs inside chunks of ``chunk_size`` steps) or 'recurrent' (step by step, the state
+        in cache); equal to rounding
     chunk_size : int >= 1
     cu_seqlens : integer array (N + 1,) or None
         Variable-length sequences packed along T: q, k, v (and beta, g) have batch 1 and
@@ -171,7 +172,7 @@ def linear_attention(q: TensorLike, k: TensorLike, v: TensorLike, scale: float |
 
 def gated_linear_attention(q: TensorLike, k: TensorLike, v: TensorLike, g: TensorLike,
                            scale: float | None = None, initial_state: TensorLike | None = None,
-                           output_final_state: bool = False, mode: Mode = "chunk",
+                           output_final_state: bool = False, mode: Mode = "auto",
                            chunk_size: int = 64,
                            cu_seqlens: Array | None = None) -> tuple[Tensor, Tensor | None]:
     """Gated linear attention, decaying the state by a_t = exp(g_t) at every step:
@@ -201,7 +202,7 @@ def gated_linear_attention(q: TensorLike, k: TensorLike, v: TensorLike, g: Tenso
 
 def delta_rule(q: TensorLike, k: TensorLike, v: TensorLike, beta: TensorLike,
                scale: float | None = None, initial_state: TensorLike | None = None,
-               output_final_state: bool = False, mode: Mode = "chunk",
+               output_final_state: bool = False, mode: Mode = "auto",
                chunk_size: int = 64,
                cu_seqlens: Array | None = None) -> tuple[Tensor, Tensor | None]:
     """The delta rule (DeltaNet): each step writes v_t at key k_t with strength beta_t,
@@ -231,7 +232,7 @@ def delta_rule(q: TensorLike, k: TensorLike, v: TensorLike, beta: TensorLike,
 def gated_delta_rule(q: TensorLike, k: TensorLike, v: TensorLike, g: TensorLike,
                      beta: TensorLike, scale: float | None = None,
                      initial_state: TensorLike | None = None,
-                     output_final_state: bool = False, mode: Mode = "chunk",
+                     output_final_state: bool = False, mode: Mode = "auto",
                      chunk_size: int = 64,
                      cu_seqlens: Array | None = None) -> tuple[Tensor, Tensor | None]:
     """The gated delta rule (Gated DeltaNet): the delta rule on a state decayed by

@@ -15,7 +15,10 @@ key (not with ``delta``), or None (a_t = 1). beta (batch, heads, T), None meanin
 .linear_attention_cpu`` / ``_cuda``, which save it every 64 steps for the backward);
 ``mode="chunk"`` is the chunked parallel form (``nnkit.kernels.linear_attention_chunk``):
 GEMMs inside chunks of ``chunk_size`` steps, a recurrence across them. The two agree to
-rounding (float64: 1e-10).
+rounding (float64: 1e-10). ``mode="auto"`` takes the recurrent form for NumPy arrays (on a
+CPU the fused recurrence does fewer flops, and it measured faster than the chunked form at
+most shapes, ``benchmarks/bench_linear_attention.py --modes``) and the chunked form for GPU
+arrays (parallel over T, its work in cuBLAS GEMMs).
 
 Examples
 --------
@@ -48,7 +51,7 @@ from . import linear_attention_chunk as _chunk
 
 __all__ = ["LinearAttentionCache", "linear_attention_forward", "linear_attention_backward"]
 
-Mode = Literal["chunk", "recurrent"]
+Mode = Literal["auto", "chunk", "recurrent"]
 
 
 class LinearAttentionCache(NamedTuple):
@@ -116,7 +119,7 @@ def _kernels(q):
 def linear_attention_forward(q: Array, k: Array, v: Array, beta: Array | None = None,
                              g: Array | None = None, initial_state: Array | None = None,
                              scale: float = 1.0, delta: bool = False,
-                             mode: Mode = "chunk", chunk_size: int = 64
+                             mode: Mode = "auto", chunk_size: int = 64
                              ) -> tuple[tuple[Array, Array], LinearAttentionCache]:
     """The recurrence of the module docstring.
 
@@ -130,7 +133,7 @@ def linear_attention_forward(q: Array, k: Array, v: Array, beta: Array | None = 
     initial_state : array (batch, heads, dk, dv) or None (zeros)
     scale : float
     delta : bool, the delta rule's update
-    mode : 'chunk' or 'recurrent'
+    mode : 'auto' (recurrent on the CPU, chunk on a GPU), 'chunk' or 'recurrent'
     chunk_size : int >= 1, the chunk length of ``mode='chunk'``
 
     Returns
@@ -139,12 +142,14 @@ def linear_attention_forward(q: Array, k: Array, v: Array, beta: Array | None = 
     ``linear_attention_backward``.
     """
     delta = check_bool(delta, name="delta")
-    mode = check_choice(mode, name="mode", choices=("chunk", "recurrent"))
+    mode = check_choice(mode, name="mode", choices=("auto", "chunk", "recurrent"))
     scale = float(check_scalar(scale, name="scale"))
     chunk_size = int(check_scalar(chunk_size, name="chunk_size", kind=numbers.Integral, low=1))
     rows, shape, given, g_ndim = check_inputs(q, k, v, beta, g, initial_state, delta)
     batch, heads, T, dk, dv = shape
     q_r, k_r, v_r, beta_r, g_r, S0 = rows
+    if mode == "auto":
+        mode = "recurrent" if backend(q_r) == "cpu" else "chunk"
     if mode == "chunk":
         o, final, saved = _chunk.chunk_forward(q_r, k_r, v_r, beta_r, g_r, scale, S0, delta,
                                                chunk_size)

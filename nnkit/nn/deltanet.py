@@ -147,7 +147,8 @@ class DeltaNet(Module):
     qk_norm : 'l2' (x / sqrt(sum(x^2) + 1e-6) per head) or 'sum' (x / sum(x))
     norm_eps : float
         The output RMS norm's epsilon.
-    mode : 'chunk' or 'recurrent' ('fused_recurrent' is taken as 'recurrent')
+    mode : 'auto' (recurrent on the CPU, chunk on a GPU), 'chunk' or 'recurrent'
+        ('fused_recurrent' is taken as 'recurrent')
         How ``F.delta_rule`` runs; equal to rounding.
     chunk_size : int
     dtype : float32 (default) or float64
@@ -174,7 +175,7 @@ class DeltaNet(Module):
                  num_heads: int = 4, use_beta: bool = True, use_gate: bool = False,
                  use_short_conv: bool = True, conv_size: int = 4, conv_bias: bool = False,
                  allow_neg_eigval: bool = False, qk_activation: str = "silu",
-                 qk_norm: str = "l2", norm_eps: float = 1e-5, mode: str = "chunk",
+                 qk_norm: str = "l2", norm_eps: float = 1e-5, mode: str = "auto",
                  chunk_size: int = 64, dtype=None):
         super().__init__()
         size = dict(kind=numbers.Integral, low=1)
@@ -201,7 +202,8 @@ class DeltaNet(Module):
                                           choices=("silu", "relu", "elu", "identity"))
         self.qk_norm = check_choice(qk_norm, name="qk_norm", choices=("l2", "sum"))
         self.norm_eps = float(check_scalar(norm_eps, name="norm_eps", low=0.0))
-        mode = check_choice(mode, name="mode", choices=("chunk", "recurrent", "fused_recurrent"))
+        mode = check_choice(mode, name="mode", choices=("auto", "chunk", "recurrent",
+                                                         "fused_recurrent"))
         self.mode = "recurrent" if mode == "fused_recurrent" else mode
         self.chunk_size = int(check_scalar(chunk_size, name="chunk_size", **size))
         self._build(_dtype(dtype))
