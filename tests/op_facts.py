@@ -96,7 +96,7 @@ _VALID: dict[str, Callable[[], dict]] = {
     "selective_scan": lambda: {
         "u": _f(2, 4, 5), "delta": _f(2, 4, 5), "A": -np.abs(_f(4, 3)), "B": _f(2, 2, 3, 5),
         "C": _f(2, 3, 5), "D": _f(4), "z": _f(2, 4, 5), "delta_bias": _f(4),
-        "delta_softplus": True, "return_last_state": False},
+        "delta_softplus": True, "return_last_state": False, "cu_seqlens": None},
     **{name: (lambda name=name: _linear_attention_valid(name)) for name in (
         "linear_attention", "gated_linear_attention", "delta_rule", "gated_delta_rule")},
     "scaled_dot_product_attention": lambda: {
@@ -534,7 +534,12 @@ _ERROR_INPUTS: dict[str, list[ErrorInput]] = {
         _case("selective_scan", "delta_bias 2-d", ValueError, _named("delta_bias"),
               delta_bias=_f(4, 1)),
     ] + _scalar_cases("selective_scan", "delta_softplus", type_errors=["yes", 1, None])
-      + _scalar_cases("selective_scan", "return_last_state", type_errors=["no", 0]),
+      + _scalar_cases("selective_scan", "return_last_state", type_errors=["no", 0]) + [
+        _case("selective_scan", "cu_seqlens with batch 2", ValueError, _named("u"),
+              cu_seqlens=np.array([0, 5])),
+        _case("selective_scan", "cu_seqlens float", TypeError,
+              _all(_named("cu_seqlens"), "float64"), cu_seqlens=np.array([0.0, 5.0]),
+              u=_f(1, 4, 5), delta=_f(1, 4, 5), B=_f(1, 2, 3, 5), C=_f(1, 3, 5), z=_f(1, 4, 5))],
     "log_linear_scan": _hostile("log_linear_scan", "log_a", half_ok=False) + [
         _case("log_linear_scan", "log_b str", TypeError, _named("log_b"), log_b="abc"),
         _case("log_linear_scan", "log_b complex", TypeError,

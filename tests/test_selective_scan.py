@@ -224,3 +224,67 @@ def test_softplus_is_torch_s_within_three_ulp(dtype):
     special = np.array([np.nan, np.inf, -np.inf], dtype)
     apply(special, out[:3])
     assert np.isnan(out[0]) and out[1] == np.inf and out[2] == 0
+
+
+PER_STEP = ("u", "delta", "z")  # (batch, dim, L); B and C of rank 3 and 4 too
+
+
+def _sequence(args, lo, hi):
+    """One sequence's inputs: the steps lo:hi of every time-varying input."""
+    out = {}
+    for name, a in args.items():
+        if a is None or (name in ("B", "C") and a.ndim == 2) or name in ("A", "D",
+                                                                          "delta_bias"):
+            out[name] = a
+        else:
+            out[name] = a[..., lo:hi]
+    return out
+
+
+@pytest.mark.parametrize("B_rank, C_rank", [(3, 4), (2, 3)])
+@pytest.mark.parametrize("softplus", [True, False])
+def test_packed_sequences_give_what_each_gives_alone(B_rank, C_rank, softplus):
+    """cu_seqlens: sequences of lengths 4, 0, 1, 70, 3 packed along L; each one's outputs,
+    last state and input gradients equal to the sequence run alone (a pad step has dt = 0)."""
+    lengths = [4, 0, 1, 70, 3]
+    cu = np.concatenate([[0], np.cumsum(lengths)])
+    args, _ = make_problem(12, 1, 4, int(cu[-1]), 3, B_rank, C_rank, G=2, softplus=softplus)
+    rng = np.random.default_rng(13)
+    dy = rng.standard_normal((1, 4, int(cu[-1])))
+    dlast = rng.standard_normal((len(lengths), 4, 3))
+
+    def run(kw, dy, dlast, **options):
+        tensors = {k: None if v is None else nk.tensor(v, requires_grad=True)
+                   for k, v in kw.items()}
+        y, last = F.selective_scan(**tensors, delta_softplus=softplus, return_last_state=True,
+                                   **options)
+        ((y * dy).sum() + (last * dlast).sum()).backward()
+        return y.numpy(), last.numpy(), {k: t.grad for k, t in tensors.items() if t is not None}
+
+    y, last, grads = run(args, dy, dlast, cu_seqlens=cu)
+    shared = {name: 0.0 for name in ("A", "D", "delta_bias") if args[name] is not None}
+    for n, (lo, hi) in enumerate(zip(cu[:-1], cu[1:], strict=True)):
+        y_n, last_n, grads_n = run(_sequence(args, lo, hi), dy[..., lo:hi], dlast[n:n + 1])
+        np.testing.assert_allclose(y[..., lo:hi], y_n, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(last[n:n + 1], last_n, rtol=1e-10, atol=1e-12)
+        for name, g in grads_n.items():
+            if name in shared:
+                shared[name] = shared[name] + g
+            elif name in ("B", "C") and args[name].ndim == 2:
+                shared[name] = shared.get(name, 0.0) + g
+            else:
+                np.testing.assert_allclose(grads[name][..., lo:hi], g, rtol=1e-9, atol=1e-12,
+                                           err_msg=f"d{name}, sequence {n}")
+    for name, g in shared.items():  # the parameters: the sum over the sequences
+        np.testing.assert_allclose(grads[name], g, rtol=1e-9, atol=1e-12, err_msg=f"d{name}")
+
+
+def test_packed_refusals():
+    args, _ = make_problem(1, 2, 4, 6, 3)
+    with pytest.raises(ValueError, match="u must have shape"):
+        F.selective_scan(**args, cu_seqlens=np.array([0, 6]))
+    args, _ = make_problem(1, 1, 4, 6, 3)
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        F.selective_scan(**args, cu_seqlens=np.array([0, 7]))
+    with pytest.raises(TypeError, match="cu_seqlens"):
+        F.selective_scan(**args, cu_seqlens=np.array([0.0, 6.0]))

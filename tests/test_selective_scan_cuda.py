@@ -120,5 +120,29 @@ def test_public_selective_scan_on_gpu_matches_cpu(dtype):
         assert_close(cupy.asnumpy(g), w, dtype, factor, name)
 
 
+
+@pytest.mark.cuda
+def test_public_selective_scan_on_gpu_packed_matches_cpu():
+    """cu_seqlens on CuPy arrays (sequences 0:30, 30:30, 30:67): y, the last states and the
+    gradients against the CPU (float64)."""
+    cupy = pytest.importorskip("cupy")
+    import nnkit as nk
+    import nnkit.functional as F
+
+    args, softplus = make_problem(9, 1, 4, 67, 3, B_rank=4, C_rank=3, G=2)
+    cu = np.array([0, 30, 30, 67])
+    rng = np.random.default_rng(10)
+    dy, dlast = rng.standard_normal((1, 4, 67)), rng.standard_normal((3, 4, 3))
+    results = []
+    for put in (np.asarray, cupy.asarray):
+        tensors = {k: nk.tensor(put(v), requires_grad=True) for k, v in args.items()}
+        y, last = F.selective_scan(**tensors, delta_softplus=softplus, return_last_state=True,
+                                   cu_seqlens=cu)
+        ((y * nk.tensor(put(dy))).sum() + (last * nk.tensor(put(dlast))).sum()).backward()
+        results.append([y.data, last.data, *(tensors[k].grad for k in NAMES)])
+    for name, g, w in zip(("y", "last", *NAMES), results[1], results[0], strict=True):
+        assert isinstance(g, cupy.ndarray), name
+        np.testing.assert_allclose(cupy.asnumpy(g), w, rtol=1e-9, atol=1e-11, err_msg=name)
+
 if __name__ == "__main__":
     run_simulator_cases({"selective_scan": _cases}, sys.argv[1])

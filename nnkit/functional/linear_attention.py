@@ -14,14 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import numpy as np
-
-from .._backend import array_module
 from .._types import Array
-from .._validation import INTEGERS, check_array, check_bool, check_choice, check_real
-from ..autograd import Tensor, apply_op, as_tensor, concat, where
+from .._validation import check_bool, check_choice, check_real
+from ..autograd import Tensor, apply_op, as_tensor, where
 from ..kernels import linear_attention as K
 from ..kernels.linear_attention import Mode
+from ._packing import Packing
 
 __all__ = ["linear_attention", "gated_linear_attention", "delta_rule", "gated_delta_rule"]
 
@@ -45,19 +43,17 @@ def _recurrence(q, k, v, beta, g, scale, initial_state, output_final_state, delt
     packing = None
     if cu_seqlens is not None:
         packing = _Packing(cu_seqlens, parents, delta)
-        parents = packing.pad(parents)
+        parents = packing.pad_all(parents)
     o, final = apply_op(op, K.linear_attention_forward, K.linear_attention_backward, parents,
                         scale=scale, delta=delta, mode=mode, chunk_size=chunk_size)
     if packing is not None:
-        o = packing.unpad(o)
+        o = packing.unpad(o, 2)
     return o, (final if output_final_state else None)
 
 
-class _Packing:
-    """Sequences packed along T (batch 1, flash-linear-attention's ``cu_seqlens``) as a
-    zero-padded batch (N, heads, T_max, ...) and back. A padded step (k = v = beta = g = 0)
-    leaves the state as it was, so each sequence's outputs and final state are those of the
-    sequence run alone; the padding costs N * T_max - T steps."""
+class _Packing(Packing):
+    """``Packing`` for the recurrence's inputs (time on axis 2); a zero step (k = v = beta =
+    g = 0) leaves the state as it was."""
 
     def __init__(self, cu_seqlens, parents, delta):
         q = parents[0]
@@ -65,38 +61,14 @@ class _Packing:
             raise ValueError("q must have shape (1, heads, T, dk) with cu_seqlens (the "
                              f"sequences packed along T), got {tuple(q.shape)}")
         K.check_inputs(*(None if p is None else p.data for p in parents[:5]), None, delta)
-        T = q.shape[2]
-        cu = check_array(cu_seqlens, name="cu_seqlens", ndim=1, dtype=INTEGERS,
-                         allow_device=False)
-        lengths = np.diff(cu)
-        if cu.size == 0 or cu[0] != 0 or cu[-1] != T or (lengths < 0).any():
-            raise ValueError("cu_seqlens must rise from 0 to T = q.shape[2] = "
-                             f"{T} (N + 1 offsets), got {cu.tolist()}")
-        self.N, self.T_max = lengths.size, int(lengths.max(initial=0))
-        steps = np.arange(self.T_max)
-        valid = steps < lengths[:, None]
-        self.source = np.where(valid, cu[:-1, None] + steps, T).ravel()  # T: a zero step
-        self.kept = np.flatnonzero(valid.ravel())
+        super().__init__(cu_seqlens, q.shape[2])
         state = parents[5]
         if state is not None and state.shape[0] != self.N:
             raise ValueError(f"initial_state must hold one state per sequence, {self.N} "
                              f"(len(cu_seqlens) - 1), got shape {tuple(state.shape)}")
 
-    def pad(self, parents):
-        return tuple(None if p is None else self._pad(p) for p in parents[:5]) + parents[5:]
-
-    def _pad(self, x):
-        """(1, heads, T, ...) -> (N, heads, T_max, ...)."""
-        zero = as_tensor(array_module(x.data).zeros((1, *x.shape[1:2], 1, *x.shape[3:]),
-                                                    x.dtype))
-        steps = concat([x, zero], axis=2)[0][:, self.source]
-        return steps.reshape(x.shape[1], self.N, self.T_max, *x.shape[3:]).swapaxes(0, 1)
-
-    def unpad(self, o):
-        """(N, heads, T_max, dv) -> (1, heads, T, dv)."""
-        heads, dv = o.shape[1], o.shape[3]
-        flat = o.swapaxes(0, 1).reshape(heads, self.N * self.T_max, dv)
-        return flat[:, self.kept].reshape(1, heads, self.kept.size, dv)
+    def pad_all(self, parents):
+        return tuple(None if p is None else self.pad(p, 2) for p in parents[:5]) + parents[5:]
 
 
 def _feature(x: Tensor, feature_map: FeatureMap) -> Tensor:

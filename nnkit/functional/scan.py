@@ -5,12 +5,14 @@ forward/backward pair.
 
 from __future__ import annotations
 
+from .._backend import array_module
 from .._types import Array
 from .._validation import check_real
 from ..autograd import Tensor, apply_op, as_tensor
 from ..kernels import scan as K
 from ..kernels import selective_scan as KS
 from ..kernels.scan import ScanAlgorithm
+from ._packing import Packing
 
 __all__ = ["linear_scan", "log_linear_scan", "selective_scan"]
 
@@ -84,8 +86,8 @@ def log_linear_scan(log_a: Tensor | Array, log_b: Tensor | Array,
 def selective_scan(u: Tensor | Array, delta: Tensor | Array, A: Tensor | Array,
                    B: Tensor | Array, C: Tensor | Array, D: Tensor | Array | None = None,
                    z: Tensor | Array | None = None, delta_bias: Tensor | Array | None = None,
-                   delta_softplus: bool = False,
-                   return_last_state: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+                   delta_softplus: bool = False, return_last_state: bool = False,
+                   cu_seqlens: Array | None = None) -> Tensor | tuple[Tensor, Tensor]:
     """Mamba's selective scan (S6), with mamba_ssm's ``selective_scan_ref`` semantics:
 
         dt_t = softplus(delta_t + delta_bias) with ``delta_softplus``, else delta_t + delta_bias
@@ -104,6 +106,11 @@ def selective_scan(u: Tensor | Array, delta: Tensor | Array, A: Tensor | Array,
     D, delta_bias : (dim,) or None
     z : (batch, dim, L) or None (no gate)
     delta_softplus, return_last_state : bool
+    cu_seqlens : integer array (S + 1,) or None
+        S variable-length sequences packed along L: u, delta, z and varying B, C have batch
+        1 and sequence s is steps cu_seqlens[s]:cu_seqlens[s + 1], each starting from a zero
+        state; the last state is then (S, dim, N), one per sequence. Each sequence gives what
+        it gives alone (empty and length-1 sequences included).
 
     Returns
     -------
@@ -124,6 +131,33 @@ def selective_scan(u: Tensor | Array, delta: Tensor | Array, A: Tensor | Array,
     parents = tuple(None if v is None
                     else check_real(as_tensor(v, name=n), name=n, op="selective_scan")
                     for n, v in zip(names, values, strict=True))
+    if cu_seqlens is not None:
+        return _packed_selective_scan(parents, cu_seqlens, delta_softplus, return_last_state)
     return apply_op("selective_scan", KS.selective_scan_forward, KS.selective_scan_backward,
                     parents, delta_softplus=delta_softplus,
                     return_last_state=return_last_state)
+
+
+def _packed_selective_scan(parents, cu_seqlens, delta_softplus, return_last_state):
+    """The selective scan of sequences packed along L, as a padded batch: a pad step has
+    u = z = 0 and a step size dt = 0 (delta + delta_bias = -1e30 under the softplus, 0
+    without), so exp(dt A) = 1 and dt B u = 0 leave each sequence's last state alone. The
+    bias is added before padding, so no gradient reaches it from a pad step."""
+    u, delta, A, B, C, D, z, bias = parents
+    if u.ndim != 3 or u.shape[0] != 1:
+        raise ValueError("u must have shape (1, dim, L) with cu_seqlens (the sequences packed "
+                         f"along L), got {tuple(u.shape)}")
+    KS.check_inputs(*(None if p is None else p.data for p in parents))
+    packing = Packing(cu_seqlens, u.shape[2])
+    fill = array_module(u.data).full((1, u.shape[1], 1), -1e30 if delta_softplus else 0.0,
+                                     u.dtype)
+    if bias is not None:
+        delta = delta + bias.reshape(1, -1, 1)
+    B, C = (M if M.ndim == 2 else packing.pad(M, M.ndim - 1) for M in (B, C))
+    z = None if z is None else packing.pad(z, 2)
+    out = apply_op("selective_scan", KS.selective_scan_forward, KS.selective_scan_backward,
+                   (packing.pad(u, 2), packing.pad(delta, 2, fill), A, B, C, D, z, None),
+                   delta_softplus=delta_softplus, return_last_state=return_last_state)
+    if return_last_state:
+        return packing.unpad(out[0], 2), out[1]
+    return packing.unpad(out, 2)

@@ -112,7 +112,10 @@ def _check_BC(M, name, u, N):
     return xp.ascontiguousarray(M.reshape(batch, G, N, L).transpose(0, 1, 3, 2)), M.ndim
 
 
-def _check_inputs(u, delta, A, B, C, D, z, delta_bias):
+def check_inputs(u: Array, delta: Array, A: Array, B: Array, C: Array, D: Array | None,
+                 z: Array | None, delta_bias: Array | None) -> tuple:
+    """The inputs validated, in the kernels' layouts: (u, delta, A, Bm, B's rank, Cm, C's
+    rank, D, z, bias, which of D, z, delta_bias were given)."""
     u = check_array(u, name="u", ndim=3, dtype=FLOATS)
     batch, dim, L = u.shape
     delta = _check_like(delta, u, "delta", u.shape, "(batch, dim, L)")
@@ -163,7 +166,7 @@ def selective_scan_forward(u: Array, delta: Array, A: Array, B: Array, C: Array,
     y : array (batch, dim, L), or (y, last_state (batch, dim, N)) with ``return_last_state``
     cache : SelectiveScanCache, for ``selective_scan_backward``
     """
-    u, delta, A, Bm, B_ndim, Cm, C_ndim, D, z, bias, given = _check_inputs(
+    u, delta, A, Bm, B_ndim, Cm, C_ndim, D, z, bias, given = check_inputs(
         u, delta, A, B, C, D, z, delta_bias)
     softplus_on = check_bool(delta_softplus, name="delta_softplus")
     return_last_state = check_bool(return_last_state, name="return_last_state")
