@@ -218,14 +218,14 @@ class Mamba(Module):
         """
         x = self._check_x(x)
         E, N, R, L = self.d_inner, self.d_state, self.dt_rank, x.shape[1]
-        xz = self.in_proj(x)  # (batch, L, 2E)
-        u_in = xz[..., :E].swapaxes(1, 2)  # (batch, E, L)
-        z = xz[..., E:].swapaxes(1, 2)
+        # channels-first from the start: W x^T gives (batch, E, L) rows that the convolution
+        # and the scan read contiguously, with no transposed copies in between
+        xz = _channels_first(self.in_proj, x.swapaxes(1, 2))  # (batch, 2E, L)
+        u_in, z = xz[:, :E], xz[:, E:]
         u = _silu(self.conv1d(u_in)[..., :L])
-        dbc = self.x_proj(u.swapaxes(1, 2))  # (batch, L, R + 2N)
-        delta = F.linear(dbc[..., :R], self.dt_proj.weight).swapaxes(1, 2)  # (batch, E, L)
-        B = dbc[..., R:R + N].swapaxes(1, 2)  # (batch, N, L)
-        C = dbc[..., R + N:].swapaxes(1, 2)
+        dbc = _channels_first(self.x_proj, u)  # (batch, R + 2N, L)
+        delta = self.dt_proj.weight @ dbc[:, :R]  # (batch, E, L)
+        B, C = dbc[:, R:R + N], dbc[:, R + N:]  # (batch, N, L)
         out = F.selective_scan(u, delta, -self.A_log.exp(), B, C, self.D, z=z,
                                delta_bias=self.dt_proj.bias, delta_softplus=True,
                                return_last_state=return_state)
@@ -307,6 +307,12 @@ class Mamba(Module):
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, d_state={self.d_state}, d_conv={self.d_conv}, "
                 f"expand={self.expand}, dt_rank={self.dt_rank}")
+
+
+def _channels_first(linear, x_t: Tensor) -> Tensor:
+    """``linear`` applied to x_t (batch, in, L) as W x_t (+ b): (batch, out, L)."""
+    y = linear.weight @ x_t
+    return y if linear.bias is None else y + linear.bias.reshape(-1, 1)
 
 
 def _silu(x: Tensor) -> Tensor:
