@@ -1,8 +1,8 @@
 """Small datasets that ship with nnkit or its dependencies (no downloads).
 
 One module per kind: ``digits`` (scikit-learn's bundled 8x8 handwritten digits),
-``sequences`` (the adding problem and the copy task), ``text`` (the shipped corpus and its
-BERT tasks) and ``translation`` (number words to digits).
+``sequences`` (the adding problem, the copy task and associative recall), ``text`` (the shipped
+corpus and its BERT tasks) and ``translation`` (number words to digits).
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from .digits import (
 )
 from .sequences import (
     ADDING_BASELINE_MSE,
+    IGNORE_INDEX,
     adding_problem,
+    associative_recall,
     copy_task,
     copy_task_baseline,
 )

@@ -19,6 +19,7 @@ from .hopfield import hopfield_section
 from .mlp import mlp_section
 from .perceptron import perceptron_section
 from .persistence import persistence_section
+from .recall import recall_section
 from .rnn import rnn_section
 from .scan import scan_section
 from .translate import translate_section
@@ -28,7 +29,7 @@ __all__ = ["TourContext", "SECTIONS", "run_tour", "missed_targets", "format_tabl
 
 
 SECTIONS = [mlp_section, perceptron_section, hopfield_section, approx_section, cnn_section,
-            rnn_section, scan_section, translate_section, vit_section, bert_section,
+            rnn_section, scan_section, recall_section, translate_section, vit_section, bert_section,
             persistence_section, distributed_section]
 
 
