@@ -39,13 +39,14 @@ from __future__ import annotations
 import argparse
 import time
 
-from nnkit.tour.recall import plot_recall, train_recall
+from nnkit.tour.recall import plot_recall
+from nnkit.training import train_recall
 
 MIXERS = ("DeltaNet", "Mamba", "attention")
 
 
 def train(kind, n_pairs, vocab, steps):
-    """The learning curve of ``kind`` (nnkit.tour.recall.train_recall: the model above, Adam,
+    """The learning curve of ``kind`` (nnkit.training.train_recall: the model above, Adam,
     fresh batches of 32) and the seconds it took."""
     start = time.perf_counter()
     curve = train_recall(kind, steps, n_pairs=n_pairs, vocab=vocab)

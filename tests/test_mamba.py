@@ -6,8 +6,9 @@
 - ``nn.RMSNorm`` equals ``torch.nn.RMSNorm`` (outputs and gradients).
 - With transformers (a test-only dependency), tiny random checkpoints built by transformers
   and saved by its ``save_pretrained`` load into nnkit: hidden states and logits equal
-  transformers' to 1e-5 of their largest magnitude (float32 models and float64 ones: transformers' Mamba computes its
-  norms and scan in float32 whatever the model's dtype, so float64 is checked against
+  transformers' to 1e-5 of their largest magnitude (float32 models and float64 ones:
+  transformers' Mamba computes its norms and scan in float32 whatever the model's dtype,
+  so float64 is checked against
   nnkit's own float32-free paths above instead); nnkit's ``save_pretrained`` loads back into
   transformers with the same logits; greedy ``generate`` gives transformers' tokens.
 - Refusals: an activation other than SiLU (by name), a config that disagrees with the
