@@ -25,6 +25,12 @@ read + written) and the float32 matrix-product rate (CuPy/cuBLAS). Sections:
   128): time, Numba launches and GPU kernels per step; the ViT against its torch twin;
 - hopfield: recall of stored patterns on CuPy states (synchronous and asynchronous) vs the
   CPU.
+- selective_scan: Mamba's S6 scan (4, 1536, 16, 2048) float32, forward and forward+backward
+  vs the copy bandwidth (u, delta, B, C, z read, y written; the backward's reads and
+  writes too) and vs torch's reference (bench_selective_scan.py's torch_selective_scan_ref);
+- delta_rule: the delta rule (4, 8, 4096, 64) float32, chunked and recurrent, forward and
+  forward+backward, vs the same chunked algorithm in torch (bench_linear_attention.py's
+  torch_delta_rule_chunk).
 
 A section that fails prints its error and the rest go on. ``--smoke`` runs every section
 once at tiny shapes: a check that the script works (tests/test_gpu_stand_in.py runs it
@@ -241,6 +247,125 @@ def _scan_call_cost(K):
     return {"section": "linear_scan", "case": "(1, 16, 1) float32: the cost of a call",
             "fwd_ms": gpu_time(lambda: K.linear_scan_forward(a, a)) * 1e3,
             "bwd_ms": gpu_time(lambda: K.linear_scan_backward(a, cache)) * 1e3}
+
+
+def selective_scan(roof, size):
+    """Mamba's S6 scan (``nnkit.kernels.selective_scan``: the CUDA twin, one thread per
+    (batch, dim) row) on bench_selective_scan.py's problem (B and C varying (batch, N, L), z,
+    D, delta_bias, softplus), forward and forward+backward: the time, the share of the copy
+    bandwidth (forward: u, delta, B, C, z read, y written; forward+backward: that, then dy,
+    u, delta, B, C, z read and du, ddelta, dB, dC, dz written by the backward), and torch's
+    reference (``torch_selective_scan_ref``, the full (batch, dim, L, N) tensors and a loop
+    over L) on the same inputs."""
+    import cupy
+    from bench_selective_scan import QUICK_SHAPE, SHAPE, problem, torch_selective_scan_ref
+
+    from nnkit.kernels import selective_scan as K
+
+    torch = _torch()
+    shape = {"full": SHAPE, "quick": QUICK_SHAPE, "smoke": (1, 2, 3, 9)}[size]
+    args = {k: cupy.asarray(v) for k, v in problem(shape).items()}
+    dy = cupy.ones_like(args["u"])
+
+    def forward():
+        return K.selective_scan_forward(**args, delta_softplus=True)
+
+    def forward_backward():
+        return K.selective_scan_backward(dy, forward()[1])
+
+    big, small = args["u"].nbytes, args["B"].nbytes  # (batch, dim, L) and (batch, N, L)
+    moved = {"fwd": 4 * big + 2 * small, "fwd+bwd": 11 * big + 6 * small}
+    theirs = _torch_scan_ref(torch, args, torch_selective_scan_ref) if torch else {}
+    rows = []
+    for what, fn in (("fwd", forward), ("fwd+bwd", forward_backward)):
+        t = gpu_time(fn, repeats=10, inner=2)
+        row = {"section": "selective_scan", "case": f"(batch,dim,N,L)={shape} f32 {what}",
+               "nnkit_ms": t * 1e3,
+               "pct_of_bandwidth": 100 * moved[what] / t / 1e9 / roof["copy_GBps"]}
+        if what in theirs:
+            row["torch_ref_ms"] = gpu_time(theirs[what], repeats=3, inner=1, warmup=1) * 1e3
+            row["torch/nnkit"] = row["torch_ref_ms"] / row["nnkit_ms"]
+        rows.append(row)
+    return rows
+
+
+def _torch_scan_ref(torch, args, ref):
+    """{"fwd", "fwd+bwd"}: torch's reference scan on CUDA views of ``args`` (the gradient of
+    sum(y), as nnkit's backward of dy = ones)."""
+    leaves = {k: torch.as_tensor(v, device="cuda") for k, v in args.items()}
+
+    def forward():
+        with torch.no_grad():
+            return ref(**leaves, delta_softplus=True)
+
+    def forward_backward():
+        grads = {k: v.detach().requires_grad_() for k, v in leaves.items()}
+        ref(**grads, delta_softplus=True).sum().backward()
+
+    return {"fwd": forward, "fwd+bwd": forward_backward}
+
+
+def delta_rule(roof, size):
+    """The delta rule (``F.delta_rule``'s kernels, ``nnkit.kernels.linear_attention``) on
+    bench_linear_attention.py's problem (k L2-normalised, beta in (0, 1), chunks of 64):
+    the chunked form (CuPy array calls: GEMMs inside chunks) and the recurrent one (the CUDA
+    kernel, one thread per (batch, head, value column)), forward and forward+backward (every
+    gradient of sum(o * r)), against the same chunked algorithm in torch
+    (``torch_delta_rule_chunk``, autograd for the backward) on the same inputs."""
+    import cupy
+    from bench_linear_attention import CHUNK, QUICK_SHAPE, SHAPE, problem
+    from bench_linear_attention import torch_delta_rule_chunk as ref
+
+    torch = _torch()
+    shape = {"full": SHAPE, "quick": QUICK_SHAPE, "smoke": (1, 2, 9, 3)}[size]
+    args = {k: cupy.asarray(v) for k, v in problem(shape).items()}
+    theirs = _torch_delta_chunk(torch, args, ref, CHUNK) if torch else {}
+    torch_ms = {what: gpu_time(fn, repeats=5, inner=1, warmup=1) * 1e3
+                for what, fn in theirs.items()}
+    rows = []
+    for mode in ("chunk", "recurrent"):
+        for what, fn in zip(("fwd", "fwd+bwd"), _nnkit_delta(args, mode, CHUNK), strict=True):
+            row = {"section": "delta_rule", "case": f"(B,H,T,d)={shape} f32 {mode} {what}",
+                   "nnkit_ms": gpu_time(fn, repeats=10, inner=2) * 1e3}
+            if what in torch_ms:
+                row["torch_chunk_ms"] = torch_ms[what]
+                row["torch/nnkit"] = torch_ms[what] / row["nnkit_ms"]
+            rows.append(row)
+    return rows
+
+
+def _nnkit_delta(args, mode, chunk):
+    """(forward, forward_backward) of the delta rule by ``mode`` on CuPy ``args``."""
+    from nnkit.kernels import linear_attention_backward, linear_attention_forward
+
+    q, k, v, beta, r = (args[n] for n in ("q", "k", "v", "beta", "r"))
+    scale = float(q.shape[-1]) ** -0.5
+
+    def forward():
+        return linear_attention_forward(q, k, v, beta, scale=scale, delta=True, mode=mode,
+                                        chunk_size=chunk)
+
+    def forward_backward():
+        return linear_attention_backward((r, None), forward()[1])
+
+    return forward, forward_backward
+
+
+def _torch_delta_chunk(torch, args, ref, chunk):
+    """{"fwd", "fwd+bwd"}: torch's chunked delta rule on CUDA views of ``args``."""
+    leaves = {k: torch.as_tensor(v, device="cuda") for k, v in args.items()}
+    r = leaves.pop("r")
+
+    def forward():
+        with torch.no_grad():
+            return ref(**leaves, chunk_size=chunk)
+
+    def forward_backward():
+        grads = {k: v.detach().requires_grad_() for k, v in leaves.items()}
+        o, _ = ref(**grads, chunk_size=chunk)
+        (o * r).sum().backward()
+
+    return {"fwd": forward, "fwd+bwd": forward_backward}
 
 
 def recurrent(roof, size):
@@ -548,7 +673,7 @@ def _torch_vit_step(images, labels, step_ms):
 
 SECTIONS = {"launch": launch_overhead, "rows": softmax_rows, "conv": conv, "scan": scan,
             "recurrent": recurrent, "attention": attention, "steps": training_steps,
-            "hopfield": hopfield}
+            "hopfield": hopfield, "selective_scan": selective_scan, "delta_rule": delta_rule}
 
 
 def _fmt(v):

@@ -12,8 +12,9 @@ and runs four steps, each in its own process, so a crash or a hang costs that st
    the same, launches per op and the host cost of a launch;
 4. ``bench``: ``benchmarks/bench_gpu.py``, the roofs, softmax and layer norm against the copy
    bandwidth, conv and attention against torch, the scan against its memory bound, the
-   recurrent layers against cuDNN, training steps (the digits ViT against its torch twin) and
-   Hopfield recall.
+   recurrent layers against cuDNN, training steps (the digits ViT against its torch twin),
+   Hopfield recall, Mamba's selective scan against the copy bandwidth and torch's reference,
+   and the delta rule (chunked and recurrent) against its chunked form in torch.
 
 DIR (``--out``, default ``gpu-checklist/``) receives each step's own output
 (``audit.json``, ``pytest.txt``, ``gpu_launch_check.json``, ``bench_gpu.json``) and the
