@@ -47,6 +47,7 @@ import os
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -79,6 +80,8 @@ IGNORE_INDEX = -100
 # Padding makes max_length tokens per encoding; a longer pad is refused before anything is
 # allocated.
 _MAX_PAD_LENGTH = 2**24
+_TRUNCATIONS = (False, True, "longest_first", "only_first", "only_second", "do_not_truncate")
+_PADDINGS = (False, True, "longest", "max_length", "do_not_pad")
 # Bytes one padded token costs at the peak of encode (tracemalloc, 2**18 to 2**20 tokens): 48
 # held by the Encoding (three int64 arrays, three tuples of pointers), 32 by the lists it is
 # built from.
@@ -344,18 +347,74 @@ class Encoding:
         return positions[0], positions[-1]
 
 
-@dataclass(frozen=True, eq=False)
-class BatchEncoding:
-    """Encodings stacked to a batch: ``ids``, ``token_type_ids``, ``attention_mask`` are
-    (B, T) int64; ``encodings`` keeps the per-example :class:`Encoding` objects."""
+class BatchEncoding(Mapping):
+    """Encodings of a batch: a read-only mapping with transformers' keys.
 
-    ids: np.ndarray
-    token_type_ids: np.ndarray
-    attention_mask: np.ndarray
-    encodings: tuple
+    ``enc["input_ids"]``, ``enc["token_type_ids"]``, ``enc["attention_mask"]``: (B, T) int64
+    arrays from :meth:`WordPieceTokenizer.encode_batch` (and from calling the tokenizer with
+    ``return_tensors="np"``), or Python lists of ints from calling it without (one list per
+    text, or a single list for a single text, as transformers' BatchEncoding holds them).
+    ``model(**enc)`` passes them to a BERT model by name. ``enc[i]`` with an int ``i`` is the
+    :class:`Encoding` of example ``i``.
+
+    Attributes
+    ----------
+    ids, input_ids : the ``"input_ids"`` value (``ids`` is nnkit's older name)
+    token_type_ids, attention_mask : the values of those keys
+    encodings : tuple of Encoding
+        The per-example encodings, with their tokens and word ids.
+    """
+
+    __slots__ = ("_data", "_encodings")
+
+    def __init__(self, ids, token_type_ids, attention_mask, encodings=()):
+        self._data = {"input_ids": ids, "token_type_ids": token_type_ids,
+                      "attention_mask": attention_mask}
+        self._encodings = tuple(encodings)
+
+    def __getitem__(self, key):
+        if isinstance(key, numbers.Integral) and not isinstance(key, bool):
+            return self._encodings[key]
+        return self._data[key]
+
+    def __iter__(self):
+        return iter(self._data)
 
     def __len__(self) -> int:
-        return len(self.encodings)
+        return len(self._data)
+
+    @property
+    def ids(self):
+        """The token ids (the ``"input_ids"`` value)."""
+        return self._data["input_ids"]
+
+    input_ids = ids
+
+    @property
+    def token_type_ids(self):
+        """The segment ids (the ``"token_type_ids"`` value)."""
+        return self._data["token_type_ids"]
+
+    @property
+    def attention_mask(self):
+        """1 on real tokens, 0 on padding (the ``"attention_mask"`` value)."""
+        return self._data["attention_mask"]
+
+    @property
+    def encodings(self) -> tuple:
+        """The per-example :class:`Encoding` objects."""
+        return self._encodings
+
+    def tokens(self, batch_index: int = 0) -> list[str]:
+        """The tokens of example ``batch_index`` (padding included)."""
+        return list(self._encodings[batch_index].tokens)
+
+    def word_ids(self, batch_index: int = 0) -> list:
+        """Word index of each token of example ``batch_index`` (None for specials, pads)."""
+        return list(self._encodings[batch_index].word_ids)
+
+    def __repr__(self) -> str:
+        return f"BatchEncoding({self._data!r})"
 
 
 # ----------------------------------------------------------------------------------------
@@ -879,7 +938,7 @@ class WordPieceTokenizer:
         return pieces, words
 
     def encode(self, text: str, pair: str | None = None, max_length: int | None = None,
-               truncation: bool = False, padding=False,
+               truncation: bool | str = False, padding=False,
                add_special_tokens: bool = True) -> Encoding:
         """Encode ``text`` (and ``pair``) as ``[CLS] text [SEP] (pair [SEP])``.
 
@@ -891,12 +950,16 @@ class WordPieceTokenizer:
             BertTokenizerFast's batch call make it (its one-pair call drops an empty pair).
         max_length : int, optional
             Longest allowed encoding (special tokens counted).
-        truncation : bool
+        truncation : bool or {'longest_first', 'only_first', 'only_second', \
+'do_not_truncate'}
             Cut the encoding to ``max_length`` (``model_max_length`` when None) by dropping
             tokens from the end of the longer
-            sequence ("longest first": the shorter one keeps up to half of the room, rounded
-            down, the longer one the rest). Without it, an encoding longer than
-            ``max_length`` is a ``ValueError``.
+            sequence (``True``, "longest first": the shorter one keeps up to half of the
+            room, rounded down, the longer one the rest), or from the end of ``text``
+            (``'only_first'``) or of ``pair`` (``'only_second'``) only: a ``ValueError`` when
+            that sequence is too short (it must keep a token) or absent, as the tokenizers
+            package's. Without it, an encoding longer than ``max_length`` is a
+            ``ValueError``.
         padding : bool or {'longest', 'max_length'}
             ``'max_length'`` (or ``True`` with a ``max_length``) pads with ``[PAD]`` to
             ``max_length`` (at most 2**24 tokens); ``False`` and ``'longest'`` leave one
@@ -914,20 +977,21 @@ class WordPieceTokenizer:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         if pair is not None and not isinstance(pair, str):
             raise TypeError(f"pair must be a str or None, got {type(pair).__name__}")
-        if truncation is True and max_length is None:
+        if _strategy(truncation) and max_length is None:
             max_length = self.model_max_length
         pad_to = self._check_lengths(max_length, truncation, padding)
         a, a_words = self._pieces_with_words(text)
         b, b_words = self._pieces_with_words(pair) if pair is not None else ([], [])
         n_special = (3 if pair is not None else 2) if add_special_tokens else 0
         if max_length is not None and len(a) + len(b) + n_special > max_length:
-            if not truncation:
+            if not _strategy(truncation):
                 raise ValueError(f"the encoding has {len(a) + len(b) + n_special} tokens, more "
                                  f"than max_length={max_length}; pass truncation=True to cut it")
             if max_length < n_special:
                 raise ValueError(f"max_length={max_length} cannot hold the {n_special} special "
                                  "tokens")
-            keep_a, keep_b = _longest_first(len(a), len(b), max_length - n_special)
+            keep_a, keep_b = _kept(len(a), len(b), max_length - n_special,
+                                   _strategy(truncation), pair is not None)
             a, a_words, b, b_words = a[:keep_a], a_words[:keep_a], b[:keep_b], b_words[:keep_b]
         tokens, types, words, seqs = [], [], [], []
 
@@ -968,8 +1032,8 @@ class WordPieceTokenizer:
         """Validate the length options; return the length to pad one sequence to, or None."""
         if max_length is not None:
             check_scalar(max_length, name="max_length", kind=numbers.Integral, low=1)
-        check_bool(truncation, name="truncation")
-        if truncation and max_length is None:
+        check_choice(truncation, name="truncation", choices=_TRUNCATIONS)
+        if _strategy(truncation) and max_length is None:
             raise ValueError("truncation=True needs a max_length")
         check_choice(padding, name="padding", choices=(False, True, "longest", "max_length"))
         if padding == "max_length" and max_length is None:
@@ -985,7 +1049,7 @@ class WordPieceTokenizer:
         return None
 
     def encode_batch(self, texts, pairs=None, max_length: int | None = None,
-                     truncation: bool = False, padding="longest") -> BatchEncoding:
+                     truncation: bool | str = False, padding="longest") -> BatchEncoding:
         """Encode a list of texts (and optional pairs) into (B, T) arrays.
 
         ``padding='longest'`` (or ``True`` without ``max_length``) pads to the longest
@@ -1003,7 +1067,7 @@ class WordPieceTokenizer:
                 raise ValueError(f"pairs has {len(pairs)} items but texts has {len(texts)}")
         else:
             pairs = [None] * len(texts)
-        if truncation is True and max_length is None:
+        if _strategy(truncation) and max_length is None:
             max_length = self.model_max_length
         pad_to = self._check_lengths(max_length, truncation, padding)
         encodings = [self.encode(t, p, max_length=max_length, truncation=truncation,
@@ -1026,6 +1090,115 @@ class WordPieceTokenizer:
 
         return BatchEncoding(stack("ids"), stack("token_type_ids"), stack("attention_mask"),
                              tuple(encodings))
+
+    def __call__(self, text, text_pair=None, *, add_special_tokens: bool = True,
+                 padding: bool | str = False, truncation: bool | str | None = None,
+                 max_length: int | None = None,
+                 return_tensors: str | None = None) -> BatchEncoding:
+        """Encode as transformers' ``BertTokenizerFast(...)`` does: ``tok(texts, padding=True)``.
+
+        Parameters
+        ----------
+        text : str or list of str
+            One text (values are then one list each, unbatched) or a batch of texts.
+        text_pair : str or list of str, optional
+            The second sequence(s), one per text (segment id 1). An empty ``text_pair`` with
+            a single ``text`` is dropped, as transformers drops it.
+        add_special_tokens : bool
+            Add ``[CLS]`` and ``[SEP]``.
+        padding : bool or {'longest', 'max_length', 'do_not_pad'}
+            ``True`` / ``'longest'``: pad to the longest encoding of the batch;
+            ``'max_length'``: to ``max_length`` (``model_max_length`` when None), longer
+            encodings are left as they are; ``False`` / ``'do_not_pad'``: no padding.
+        truncation : bool or {'longest_first', 'only_first', 'only_second', \
+'do_not_truncate'}, optional
+            As :meth:`encode` (``True`` is ``'longest_first'``) to ``max_length``
+            (``model_max_length`` when None; no limit when neither is set). None (default):
+            ``'longest_first'`` when ``max_length`` is given and ``padding`` is False, else
+            none. A ``max_length`` shorter than the special tokens truncates nothing, as in
+            transformers.
+        max_length : int, optional
+            The length to truncate and to pad (``padding='max_length'``) to; without
+            truncation it does not limit the encodings.
+        return_tensors : None or 'np'
+            None: Python lists of ints; ``'np'``: (B, T) int64 arrays, a single text
+            giving B = 1 (the encodings must then have one length: pad or truncate).
+
+        Returns
+        -------
+        BatchEncoding
+            ``"input_ids"``, ``"token_type_ids"``, ``"attention_mask"``.
+
+        Examples
+        --------
+        >>> tok = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hi", "you"])
+        >>> tok(["hi you", "hi"], padding=True)["input_ids"]
+        [[2, 5, 6, 3], [2, 5, 3, 0]]
+        """
+        check_choice(padding, name="padding", choices=_PADDINGS)
+        if truncation is None:
+            truncation = "longest_first" if max_length is not None and padding is False else False
+        check_choice(truncation, name="truncation", choices=_TRUNCATIONS)
+        if return_tensors is not None:
+            check_choice(return_tensors, name="return_tensors", choices=("np",))
+        if max_length is not None:
+            check_scalar(max_length, name="max_length", kind=numbers.Integral, low=0)
+        batched = not isinstance(text, str)
+        texts, pairs = self._call_inputs(text, text_pair, batched)
+        strategy = _strategy(truncation)
+        limit = max_length if max_length is not None or not strategy else self.model_max_length
+        encodings = [self._call_one(t, p, strategy, limit, add_special_tokens)
+                     for t, p in zip(texts, pairs, strict=True)]
+        encodings = self._call_padded(encodings, padding, max_length)
+        return _batch_encoding(encodings, batched, return_tensors)
+
+    @staticmethod
+    def _call_inputs(text, text_pair, batched: bool) -> tuple[list, list]:
+        """The texts and pairs (None where absent) of a ``__call__``."""
+        if not batched:
+            if text_pair is not None and not isinstance(text_pair, str):
+                raise TypeError(f"text_pair must be a str with a single text, got "
+                                f"{type(text_pair).__name__}")
+            return [text], [text_pair or None]
+        if not isinstance(text, (list, tuple)):
+            raise TypeError(f"text must be a str or a list of str, got {type(text).__name__}")
+        if text_pair is None:
+            return list(text), [None] * len(text)
+        if not isinstance(text_pair, (list, tuple)):
+            raise TypeError(f"text_pair must be a list of str with a list of texts, got "
+                            f"{type(text_pair).__name__}")
+        if len(text_pair) != len(text):
+            raise ValueError(f"text_pair has {len(text_pair)} items but text has {len(text)}")
+        return list(text), list(text_pair)
+
+    def _call_one(self, text, pair, strategy, limit, add_special_tokens: bool) -> Encoding:
+        """One unpadded encoding for ``__call__``: truncated to ``limit`` unless that cannot
+        hold the special tokens (transformers then leaves it whole)."""
+        n_special = (3 if pair is not None else 2) if add_special_tokens else 0
+        if not strategy or limit is None or limit < n_special:
+            return self.encode(text, pair, add_special_tokens=add_special_tokens)
+        if limit == 0:  # no special tokens and nothing kept
+            enc = self.encode(text, pair, add_special_tokens=False)
+            return Encoding(*(x[:0] for x in (enc.ids, enc.token_type_ids, enc.attention_mask,
+                                              enc.tokens, enc.word_ids, enc.sequence_ids)))
+        return self.encode(text, pair, max_length=limit, truncation=strategy,
+                           add_special_tokens=add_special_tokens)
+
+    def _call_padded(self, encodings: list, padding, max_length) -> list:
+        """``encodings`` padded as ``__call__``'s ``padding`` says."""
+        if padding is False or padding == "do_not_pad":
+            return encodings
+        if padding == "max_length":
+            length = max_length if max_length is not None else self.model_max_length
+            if length is None:
+                raise ValueError("padding='max_length' needs a max_length (the tokenizer has "
+                                 "no model_max_length)")
+            if length:  # 0 pads nothing
+                self._check_lengths(length, False, "max_length")
+        else:
+            length = max((len(e) for e in encodings), default=0)
+        pad_token = self.special_tokens["pad_token"]
+        return [_pad(e, length, self.pad_token_id, pad_token) for e in encodings]
 
     # -- decoding ----------------------------------------------------------------------
     def convert_ids_to_tokens(self, ids) -> list[str]:
@@ -1499,6 +1672,55 @@ def _longest_first(n_a: int, n_b: int, budget: int) -> tuple[int, int]:
         return keep_a, budget - keep_a
     keep_b = min(n_b, budget // 2)
     return budget - keep_b, keep_b
+
+
+def _strategy(truncation) -> str | None:
+    """The truncation strategy of a ``truncation`` argument, None for none."""
+    if truncation is True:
+        return "longest_first"
+    return None if truncation is False or truncation == "do_not_truncate" else truncation
+
+
+def _kept(n_a: int, n_b: int, budget: int, strategy: str, has_pair: bool) -> tuple[int, int]:
+    """Lengths of ``a`` and ``b`` kept under ``strategy`` for ``budget`` tokens (the special
+    tokens already taken off), as the tokenizers package truncates: a zero budget empties
+    both; ``only_first`` and ``only_second`` cut one sequence, which must keep a token."""
+    if budget == 0:
+        return 0, 0
+    if strategy == "longest_first":
+        return _longest_first(n_a, n_b, budget)
+    excess = n_a + n_b - budget
+    if strategy == "only_second" and not has_pair:
+        raise ValueError(f"truncation='only_second' needs a second sequence: the text has "
+                         f"{excess} tokens too many and no pair to cut them from")
+    target = n_a if strategy == "only_first" else n_b
+    if target <= excess:
+        which = "first" if strategy == "only_first" else "second"
+        raise ValueError(f"truncation={strategy!r}: the {which} sequence has {target} tokens, "
+                         f"too few to remove the {excess} that max_length needs gone")
+    if strategy == "only_first":
+        return n_a - excess, n_b
+    return n_a, n_b - excess
+
+
+def _batch_encoding(encodings: list, batched: bool, return_tensors) -> BatchEncoding:
+    """``__call__``'s result: lists of ints (one list per text, or one list unbatched), or
+    (B, T) int64 arrays for ``return_tensors='np'``."""
+    fields = ("ids", "token_type_ids", "attention_mask")
+    if return_tensors == "np":
+        lengths = sorted({len(e) for e in encodings})
+        if len(lengths) > 1:
+            raise ValueError(f"the encodings have different lengths {lengths}; return_tensors="
+                             "'np' needs one: pass padding=True (or truncation with padding="
+                             "'max_length')")
+        T = lengths[0] if lengths else 0
+        values = [np.stack([getattr(e, f) for e in encodings]) if encodings
+                  else np.zeros((0, T), dtype=np.int64) for f in fields]
+    else:
+        values = [[getattr(e, f).tolist() for e in encodings] for f in fields]
+        if not batched:
+            values = [v[0] for v in values]
+    return BatchEncoding(*values, tuple(encodings))
 
 
 def _pad(enc: Encoding, length: int, pad_id: int, pad_token: str) -> Encoding:

@@ -20,7 +20,8 @@ from .bert import (
 )
 from .decoding import beam_search, greedy_decode, length_penalty, sequence_log_prob
 from .mamba import MambaConfig, MambaForCausalLM, MambaModel
-from .preprocess import vit_preprocess
+from .preprocess import ViTImageProcessor, vit_preprocess
+from .sentence import SentenceEncoder
 from .seq2seq import Seq2Seq
 from .translator import TransformerTranslator
 from .vit import ViT, patchify
@@ -42,6 +43,8 @@ __all__ = [
     "ViT",
     "patchify",
     "vit_preprocess",
+    "ViTImageProcessor",
+    "SentenceEncoder",
     "MambaConfig",
     "MambaModel",
     "MambaForCausalLM",

@@ -32,7 +32,7 @@ import numpy as np
 from .._files import quote
 from .._validation import check_bool, check_scalar
 
-__all__ = ["vit_preprocess", "resize", "IMAGENET_STANDARD"]
+__all__ = ["vit_preprocess", "ViTImageProcessor", "resize", "IMAGENET_STANDARD"]
 
 IMAGENET_STANDARD = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}  # ViT's checkpoints
 _PRECISION_BITS = 32 - 8 - 2  # PIL's fixed point for 8-bit images
@@ -228,6 +228,38 @@ def vit_preprocess(images, size=224, mean=IMAGENET_STANDARD["mean"],
             out = np.empty((len(batch), x.shape[2], height, width), dtype)
         out[i] = x.transpose(2, 0, 1)
     return out
+
+
+class ViTImageProcessor:
+    """transformers' image-processor call: ``processor(images)["pixel_values"]``.
+
+    Parameters
+    ----------
+    **options
+        ``vit_preprocess``'s keyword arguments (``size``, ``mean``, ``std``,
+        ``rescale_factor``, ``resample``, ``do_resize``, ``do_rescale``, ``do_normalize``,
+        ``dtype``), checked at the first call.
+
+    Calling it on images returns ``{"pixel_values": ndarray (B, C, height, width)}``, so
+    ``vit(**processor(images))`` runs a ``ViT`` on them (``ViT.image_processor()`` gives the
+    processor of a loaded checkpoint).
+
+    >>> ViTImageProcessor(size=4)(np.zeros((5, 7, 3), np.uint8))["pixel_values"].shape
+    (1, 3, 4, 4)
+    """
+
+    def __init__(self, **options):
+        self.options = dict(options)
+
+    def __call__(self, images, return_tensors: str | None = None) -> dict:
+        """``{"pixel_values": vit_preprocess(images, **options)}``; ``return_tensors`` may be
+        None or ``"np"`` (both give the NumPy array)."""
+        if return_tensors not in (None, "np"):
+            raise ValueError(f"return_tensors must be None or 'np', got {return_tensors!r}")
+        return {"pixel_values": vit_preprocess(images, **self.options)}
+
+    def __repr__(self) -> str:
+        return f"ViTImageProcessor({self.options})"
 
 
 # ----- preprocessor_config.json --------------------------------------------------------------

@@ -26,6 +26,7 @@ parameter names match a torch model built from the same torch.nn layers.
 from __future__ import annotations
 
 import numbers
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,6 +38,9 @@ from ..nn.layers import Dropout, LayerNorm, Linear, _dtype
 from ..nn.module import Module, Parameter
 from ..nn.transformer import TransformerEncoder, TransformerEncoderLayer
 from ._hub import PretrainedMixin
+
+if TYPE_CHECKING:
+    from .preprocess import ViTImageProcessor
 
 __all__ = ["ViT", "patchify"]
 
@@ -285,15 +289,26 @@ class ViT(PretrainedMixin, Module):
         args = getattr(self, "preprocessing", None) or {"size": self.image_size}
         return vit_preprocess(images, **args, dtype=self.patch_embed.weight.dtype)
 
+    def image_processor(self) -> ViTImageProcessor:
+        """A :class:`~nnkit.models.preprocess.ViTImageProcessor` preparing images as
+        :meth:`preprocess` does, whose call returns ``{"pixel_values": ...}``:
+        ``model(**model.image_processor()(images))``."""
+        from .preprocess import ViTImageProcessor
+
+        args = getattr(self, "preprocessing", None) or {"size": self.image_size}
+        return ViTImageProcessor(**args, dtype=self.patch_embed.weight.dtype)
+
     def _classify(self, z) -> Tensor:
         """Logits (B, num_classes) from the final states z (B, n + 1, D)."""
         pooled = z[:, 0] if self.pool == "cls" else z[:, 1:].mean(axis=1)  # (B, D)
         return self.head(pooled)
 
-    def forward(self, images, return_attention: bool = False,
-                interpolate_pos_encoding: bool = False):
+    def forward(self, images=None, return_attention: bool = False,
+                interpolate_pos_encoding: bool = False, *, pixel_values=None):
         """Class logits (B, num_classes) of images (B, C, H, W) or (B, C H W).
 
+        ``pixel_values`` is the same input by transformers' name: ``model(**processor(x))``
+        with a :class:`~nnkit.models.preprocess.ViTImageProcessor`; give one of the two.
         ``interpolate_pos_encoding``: accept images of another size (see ``embed``).
 
         With ``return_attention=True`` returns ``(logits, attention)``, attention a Tensor
@@ -303,7 +318,11 @@ class ViT(PretrainedMixin, Module):
         composes the attention from autograd ops (it needs the weights); the default calls
         the fused kernel. Both give the same logits.
         """
-        z = self.embed(images, interpolate_pos_encoding)
+        if (images is None) == (pixel_values is None):
+            raise TypeError("give the images either as images or as pixel_values (one of "
+                            "the two)")
+        z = self.embed(images if pixel_values is None else pixel_values,
+                       interpolate_pos_encoding)
         if not return_attention:
             return self._classify(self.encoder(z))
         weights = []
