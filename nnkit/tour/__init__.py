@@ -1,13 +1,15 @@
 """``nnkit tour``: the main job, one section per capability, a results table at the end.
 
 One module per section, each a function ``section(ctx) -> list of result rows`` registered
-in ``SECTIONS``; ``common`` holds what they share. A row (``common.tour_row``) is a dict with
+in ``SECTIONS``; ``common`` holds what they share; ``report`` writes the results table and
+the plots as one page, ``index.html``. A row (``common.tour_row``) is a dict with
 'section', 'result', 'value', 'target' and 'ok': True or False for a row with a target,
 "info" for a row that only informs. Plots go to ``ctx.out_dir`` when matplotlib is installed.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from .approx import approx_section
@@ -20,6 +22,7 @@ from .mlp import mlp_section
 from .perceptron import perceptron_section
 from .persistence import persistence_section
 from .recall import recall_section
+from .report import write_index
 from .rnn import rnn_section
 from .scan import scan_section
 from .translate import translate_section
@@ -44,15 +47,20 @@ def run_tour(out_dir="nnkit-tour", quick: bool = False, seed: int = 0) -> list[d
     ctx = TourContext(out_dir=Path(out_dir), quick=quick, seed=seed)
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     ctx.plots = pyplot() is not None
+    started = time.time()
     rows = []
     for section in SECTIONS:
         rows.extend(section(ctx))
     print(format_table(rows, ["section", "result", "value", "target", "ok"]))
-    print(_verdict(rows))
+    verdict = _verdict(rows)
+    print(verdict)
+    plots = sorted(p for p in ctx.out_dir.glob("*.png") if p.stat().st_mtime >= started - 1)
+    page = write_index(rows, ctx.out_dir, plots, verdict, quick)
     if ctx.plots:
         print(f"plots written to {ctx.out_dir.resolve()}/")
     else:
         print("matplotlib is not installed: no plots (pip install 'nnkit[plot]')")
+    print(f"results and plots on one page: {page.resolve()}")
     return rows
 
 
