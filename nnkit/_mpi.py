@@ -116,6 +116,8 @@ class DistributedDataParallel:
         hook tests them); ``MPIR_CVAR_ASYNC_PROGRESS=1`` gives it a thread of its own.
         False: every bucket is sent by ``allreduce_gradients``.
 
+    Notes
+    -----
     The loop a script runs on every rank::
 
         ddp = nk.distributed.DistributedDataParallel(model)

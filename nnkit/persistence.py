@@ -822,8 +822,9 @@ def load(path, *, classes=None, max_bytes=MAX_BYTES):
     Parameters
     ----------
     path : str or os.PathLike
-    classes : list of classes or dict {'module:qualname' or qualname: class}, optional
-        Classes from outside nnkit (your own Module subclasses) that the file may name.
+    classes : list of classes or dict, optional
+        Classes from outside nnkit (your own Module subclasses) that the file may name; a
+        dict maps ``'module:qualname'`` or qualname to the class.
         Besides these, a file can name only nnkit's public modules, optimizers and
         estimators; a class name is looked up in that table, never imported or resolved
         through attributes, so loading runs no code that the file chooses.
@@ -833,23 +834,25 @@ def load(path, *, classes=None, max_bytes=MAX_BYTES):
         ``Hopfield(n_neurons=16000)`` whose couplings are n^2 floats) are refused before
         they allocate past it. None: no limit (for files you trust).
 
-    A safetensors file written by another tool (no nnkit config) loads as a dict
-    {name: ndarray}, ready for ``model.load_state_dict``.
-
     Raises
     ------
     FileNotFoundError
         No such file.
-    FileFormatError (a ValueError)
-        Truncated, corrupted (a tensor fails its CRC32), written by a newer nnkit, not a
-        safetensors file, or a module's int constructor argument exceeds the number of
-        elements the file stores by more than 4096 (it is refused before the module is
-        built: no tensor it sizes could match the file's); the message says which.
+    FileFormatError
+        (a ValueError) Truncated, corrupted (a tensor fails its CRC32), written by a newer
+        nnkit, not a safetensors file, or a module's int constructor argument exceeds the
+        number of elements the file stores by more than 4096 (it is refused before the
+        module is built: no tensor it sizes could match the file's); the message says which.
     ValueError
         The saved tensors do not fit the class they belong to (names the tensors).
-    UnknownClassError (a FileFormatError and a TypeError)
-        The file names a class that is neither one of nnkit's public classes nor in
-        ``classes``; nothing is imported or built.
+    UnknownClassError
+        (a FileFormatError and a TypeError) The file names a class that is neither one of
+        nnkit's public classes nor in ``classes``; nothing is imported or built.
+
+    Notes
+    -----
+    A safetensors file written by another tool (no nnkit config) loads as a dict
+    {name: ndarray}, ready for ``model.load_state_dict``.
     """
     path = Path(path)
     tensors, metadata = read_file(path)

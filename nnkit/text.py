@@ -359,8 +359,10 @@ class BatchEncoding(Mapping):
 
     Attributes
     ----------
-    ids, input_ids : the ``"input_ids"`` value (``ids`` is nnkit's older name)
-    token_type_ids, attention_mask : the values of those keys
+    ids, input_ids
+        The ``"input_ids"`` value (``ids`` is nnkit's older name).
+    token_type_ids, attention_mask
+        The values of those keys.
     encodings : tuple of Encoding
         The per-example encodings, with their tokens and word ids.
     """
@@ -518,6 +520,8 @@ class WordPieceTokenizer:
         ``decode`` skips the special ones. A content outside ``vocab`` gets the next id:
         ``len(tok)`` counts them, ``vocab_size`` (WordPiece's vocabulary) does not.
 
+    Notes
+    -----
     Use :meth:`train` to learn a vocabulary from text, :meth:`load` to read a ``vocab.txt``,
     :meth:`from_pretrained` to read a Hugging Face tokenizer folder.
     """

@@ -209,6 +209,8 @@ class Bert(PretrainedMixin, Module):
         The [PAD] id (its embedding row starts at 0 and gets no gradient from the lookup).
     dtype : float32 (default) or float64
 
+    Notes
+    -----
     Submodules: ``embeddings`` (``word_embeddings``, ``position_embeddings``,
     ``token_type_embeddings``, ``norm``, ``dropout``), ``encoder``
     (``nn.TransformerEncoder`` of ``nn.TransformerEncoderLayer(activation='gelu',

@@ -170,8 +170,8 @@ def vit_preprocess(images, size=224, mean=IMAGENET_STANDARD["mean"],
 
     Parameters
     ----------
-    images : array (H, W, C), (H, W), (B, H, W, C), or a list of images (arrays or PIL
-        images, sizes may differ); channels last, uint8 (0..255) or float.
+    images : array (H, W, C), (H, W), (B, H, W, C), or a list of images
+        Arrays or PIL images, sizes may differ; channels last, uint8 (0..255) or float.
     size : int or (height, width)
     mean, std : sequences of C floats
         ``(x - mean) / std`` per channel after rescaling.
@@ -184,10 +184,17 @@ def vit_preprocess(images, size=224, mean=IMAGENET_STANDARD["mean"],
 
     Returns
     -------
-    ndarray (B, C, height, width) of ``dtype``. With uint8 images and float32 it equals
-    transformers' PIL-based ViT image processor's ``pixel_values``. The resize's coefficients
-    take O(H + W + height + width) memory; the output's size is the caller's choice.
+    ndarray (B, C, height, width) of ``dtype``
+        With uint8 images and float32 it equals transformers' PIL-based ViT image
+        processor's ``pixel_values``.
 
+    Notes
+    -----
+    The resize's coefficients take O(H + W + height + width) memory; the output's size is
+    the caller's choice.
+
+    Examples
+    --------
     >>> vit_preprocess(np.zeros((5, 7, 3), np.uint8), (2, 3)).shape
     (1, 3, 2, 3)
     """
@@ -240,10 +247,14 @@ class ViTImageProcessor:
         ``rescale_factor``, ``resample``, ``do_resize``, ``do_rescale``, ``do_normalize``,
         ``dtype``), checked at the first call.
 
+    Notes
+    -----
     Calling it on images returns ``{"pixel_values": ndarray (B, C, height, width)}``, so
     ``vit(**processor(images))`` runs a ``ViT`` on them (``ViT.image_processor()`` gives the
     processor of a loaded checkpoint).
 
+    Examples
+    --------
     >>> ViTImageProcessor(size=4)(np.zeros((5, 7, 3), np.uint8))["pixel_values"].shape
     (1, 3, 4, 4)
     """

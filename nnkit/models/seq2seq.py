@@ -75,6 +75,8 @@ class Seq2Seq(DecodingMethods, Module):
         Special ids (shared by both vocabularies).
     dtype : float32 (default) or float64
 
+    Notes
+    -----
     Submodules: ``src_embed``, ``tgt_embed`` (Embedding), ``encoder_forward``,
     ``encoder_backward`` (GRU, batch_first), ``init_state`` (W_0), ``attn_query`` (W),
     ``attn_key`` (U, b), ``attn_score`` (v), ``decoder`` (GRU over [E y, c]), ``out`` (W_o).

@@ -131,11 +131,16 @@ class ViT(PretrainedMixin, Module):
     cls_token : Parameter (1, 1, D), zeros
     pos_embed : Parameter (1, n + 1, D), N(0, 0.02^2); row 0 is the [CLS] position
     dropout : Dropout
-    encoder : TransformerEncoder (``layers.{i}``: pre-norm GELU TransformerEncoderLayer,
-        batch_first; ``norm``: the final LayerNorm)
+    encoder : TransformerEncoder
+        ``layers.{i}``: pre-norm GELU TransformerEncoderLayer, batch_first; ``norm``: the
+        final LayerNorm.
     head : Linear (D -> num_classes)
-    num_patches : int, n = (H/ph)(W/pw); grid_size : (H/ph, W/pw)
+    num_patches : int
+        n = (H/ph)(W/pw).
+    grid_size : (H/ph, W/pw)
 
+    Notes
+    -----
     Each encoder layer draws its own initial weights (torch's TransformerEncoder deep-copies
     one layer, so its layers start equal); the parameter names and shapes are torch's.
 

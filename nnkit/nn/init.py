@@ -24,7 +24,7 @@ __all__ = [
 
 
 def calculate_fan_in_and_fan_out(tensor):
-    """(fan_in, fan_out) of a weight (out, in, *receptive field), as torch."""
+    """(fan_in, fan_out) of a weight of shape ``(out, in, *receptive_field)``, as torch."""
     shape = tensor.shape
     if len(shape) < 2:
         raise ValueError(f"fan in and fan out need a tensor of >= 2 dimensions, got {shape}")

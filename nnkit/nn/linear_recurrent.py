@@ -290,16 +290,23 @@ class LRU(Module):
 
         Parameters
         ----------
-        A : array (P, P), float32/64: diagonalisable, spectral radius < 1
-        B : array (P, F); C : array (F, P) (the LRU's output has the input's F features)
-        D : None (zero), array (F,) or a diagonal array (F, F): the LRU's skip is elementwise
-        dtype : float32 or float64, the module's; default A's dtype
-        max_condition : float, the largest condition number of P accepted
+        A : array (P, P), float32/64
+            Diagonalisable, spectral radius < 1.
+        B : array (P, F)
+        C : array (F, P)
+            The LRU's output has the input's F features.
+        D : None (zero), array (F,) or a diagonal array (F, F)
+            The LRU's skip is elementwise.
+        dtype : float32 or float64
+            The module's; default A's dtype.
+        max_condition : float
+            The largest condition number of P accepted.
 
         Returns
         -------
-        LRU with state_size P and input_size F; a dense initial state h0 is P^-1 h0 in its
-        basis (the eigenvectors of ``numpy.linalg.eig(A)``).
+        LRU
+            With state_size P and input_size F; a dense initial state h0 is P^-1 h0 in its
+            basis (the eigenvectors of ``numpy.linalg.eig(A)``).
 
         Raises
         ------

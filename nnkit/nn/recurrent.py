@@ -243,13 +243,15 @@ _SHAPES_DOC = """
         Add a reverse direction per layer; outputs are concatenated (D = 2).
     dtype : float32 (default) or float64
 
-    Shapes
-    ------
-    x : (T, B, F), (B, T, F) with batch_first, or (T, F) unbatched
-    output : (T, B, D * H) (batch_first: (B, T, D * H)), h_t of the last layer
-    h_0, h_n (and c_0, c_n) : (num_layers * D, B, H), ordered layer by layer, forward then
-    reverse; h_n[k * D + d] is the last state that direction reached (t = T-1 forward,
-    t = 0 reverse).
+    Notes
+    -----
+    Shapes:
+
+    - x : (T, B, F), (B, T, F) with batch_first, or (T, F) unbatched
+    - output : (T, B, D * H) (batch_first: (B, T, D * H)), h_t of the last layer
+    - h_0, h_n (and c_0, c_n) : (num_layers * D, B, H), ordered layer by layer, forward then
+      reverse; h_n[k * D + d] is the last state that direction reached (t = T-1 forward,
+      t = 0 reverse).
 
     Parameters (as torch): weight_ih_l{k}[_reverse] (G*H, F or D*H), weight_hh_l{k} (G*H, H),
     bias_ih_l{k}, bias_hh_l{k} (G*H,), all ~ U(-1/sqrt(H), 1/sqrt(H)).

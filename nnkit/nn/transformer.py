@@ -344,13 +344,16 @@ class Transformer(Module):
 
     Parameters
     ----------
-    d_model, nhead, num_encoder_layers, num_decoder_layers, dim_feedforward, dropout,
+    d_model, nhead, num_encoder_layers, num_decoder_layers, dim_feedforward, dropout
+        As torch (defaults 512, 8, 6, 6, 2048, 0.1).
     activation, layer_norm_eps, batch_first, norm_first, bias, dtype
-        As torch (defaults 512, 8, 6, 6, 2048, 0.1, 'relu', 1e-5, False, False, True).
+        As torch (defaults 'relu', 1e-5, False, False, True).
     custom_encoder, custom_decoder : Module, optional
         Used instead of the built encoder / decoder.
 
-    Every parameter with more than one dimension is re-initialised xavier_uniform_, as torch.
+    Notes
+    -----
+    Every parameter with more than one dimension is re-initialised ``xavier_uniform_``, as torch.
 
     Examples
     --------

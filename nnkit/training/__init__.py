@@ -13,7 +13,10 @@ from .loops import accuracy, minibatches, predict_classes, train_epoch
 from .mlp import train_mlp_digits
 from .recall import CausalAttention, Recaller, train_recall
 from .recurrent import delayed_product, lru_readout_model, train_adding_problem, train_lru_readout
-from .vit import DIGITS_VIT, make_digits_vit, train_vit
+from .vit import make_digits_vit, train_vit
+
+#: The digits model (16 tokens of 2x2 pixels + [CLS], 3 layers, 8 heads of 8 features).
+DIGITS_VIT = vit.DIGITS_VIT
 
 __all__ = [*loops.__all__, *mlp.__all__, *cnn.__all__, *recurrent.__all__, *vit.__all__,
            *bert.__all__, *recall.__all__]

@@ -123,15 +123,19 @@ def max_pool2d_forward(x: Array, kernel_size: int | tuple[int, int],
     Parameters
     ----------
     x : ndarray (N, C, H, W), float32 or float64
-    kernel_size : int or (int, int); stride : default kernel_size;
-    padding : int or pair, at most half the kernel; dilation : int or pair; ceil_mode : bool
+    kernel_size : int or (int, int)
+    stride : default kernel_size
+    padding : int or pair, at most half the kernel
+    dilation : int or pair
+    ceil_mode : bool
 
     Returns
     -------
     y : ndarray (N, C, Ho, Wo)
-    cache : PoolCache; ``cache.idx`` int64 (N, C, Ho, Wo) holds torch's ``return_indices``:
-        h W + w of each window's maximum in its (H, W) plane (-1 for a window lying wholly in
-        the padding, possible with dilation, where y is -inf)
+    cache : PoolCache
+        ``cache.idx`` int64 (N, C, Ho, Wo) holds torch's ``return_indices``: h W + w of each
+        window's maximum in its (H, W) plane (-1 for a window lying wholly in the padding,
+        possible with dilation, where y is -inf)
 
     Examples
     --------

@@ -81,20 +81,24 @@ def attention_forward(query: Array, key: Array, value: Array, attn_mask: Array |
 
     Parameters
     ----------
-    query : array (..., L, E); key : array (..., S, E); value : array (..., S, Ev)
-    attn_mask : array broadcastable to (batch..., L, S), float (added) or bool (True = takes
-        part), or None
-    is_causal : bool, key j takes part for query i iff j <= i
+    query : array (..., L, E)
+    key : array (..., S, E)
+    value : array (..., S, Ev)
+    attn_mask : array broadcastable to (batch..., L, S), or None
+        Float (added) or bool (True = takes part).
+    is_causal : bool
+        Key j takes part for query i iff j <= i.
     scale : float or None (1 / sqrt(E))
     dropout_p : float in [0, 1)
-    seed : int, the dropout hash's seed; None draws it from nnkit's generator, as the
-        kernels do (the same draw after ``nk.manual_seed``)
+    seed : int
+        The dropout hash's seed; None draws it from nnkit's generator, as the kernels do
+        (the same draw after ``nk.manual_seed``).
 
     Returns
     -------
     out : array (batch..., L, Ev)
-    cache : AttentionTwinCache, for ``attention_backward`` (``cache.lse``: the rows'
-        log-sum-exp, (batch..., L))
+    cache : AttentionTwinCache
+        For ``attention_backward`` (``cache.lse``: the rows' log-sum-exp, (batch..., L)).
     """
     dtype = np.result_type(query, key, value)
     L, S = np.shape(query)[-2], np.shape(key)[-2]
