@@ -7,6 +7,8 @@ network: the intersphinx inventories are the small files in ``_inventories/``, w
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -27,6 +29,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.intersphinx",
     "sphinx.ext.mathjax",
+    "sphinx_gallery.gen_gallery",
     "nnkit_docs",
 ]
 
@@ -72,7 +75,26 @@ intersphinx_mapping = {
     "distributed": ("https://distributed.dask.org/en/stable/", f"{_INV}/distributed.inv"),
 }
 
+# The gallery: every script of examples/ runs at build time in its quick setting (--small, its
+# figure saved where the page shows it: docs/_ext/nnkit_gallery.py), except the two that read
+# a downloaded Hugging Face checkpoint, shown with their code only.
+_NEEDS_A_DOWNLOAD = ("bert_fill_mask.py", "vit_classify.py")
+sphinx_gallery_conf = {
+    "examples_dirs": "../examples",
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": re.escape(os.sep) + "(?!" + "|".join(map(re.escape, _NEEDS_A_DOWNLOAD))
+                        + r")[^" + re.escape(os.sep) + r"]+\.py$",
+    "reset_argv": "nnkit_gallery.reset_argv",
+    "image_scrapers": ("nnkit_gallery.saved_figure_scraper",),
+    "download_all_examples": False,
+    "remove_config_comments": True,
+    "abort_on_example_error": True,
+    "write_computation_times": False,  # its pages load scripts from CDNs (no network here)
+}
+
 html_theme = "pydata_sphinx_theme"
 html_title = f"nnkit {release}"
 html_theme_options = {"navigation_with_keys": False, "show_toc_level": 2}
+# without a default, the theme logs "Got invalid theme mode" to the console on every page
+html_context = {"default_mode": "auto"}
 html_static_path: list[str] = []

@@ -1,9 +1,10 @@
 """The adding problem at T = 100: LSTM and GRU learn it, an Elman RNN does not.
+============================================================================
 
 Each sequence carries values v_t ~ U(0, 1) and two markers; the target is the sum of the two
 marked values, one in each half of the sequence (nnkit.datasets.sequences.adding_problem).
 Always answering 1 scores MSE 1/6 = 0.167; a network that remembers the first marked value
-for ~50 steps gets close to 0. Gradients are clipped to norm 1 (nk.optim.clip_grad_norm_).
+for ~50 steps gets close to 0. Gradients are clipped to norm 1 (``nk.optim.clip_grad_norm_``).
 
     python examples/adding_problem.py            # T = 100, ~2 minutes on 2 cores
     python examples/adding_problem.py --small    # T = 20, seconds (the smoke test)

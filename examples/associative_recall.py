@@ -1,4 +1,5 @@
 """Multi-query associative recall (MQAR): DeltaNet, Mamba and causal softmax attention.
+====================================================================================
 
 Each sequence lists key-value pairs ``k_1 v_1 ... k_P v_P`` and then asks for the values of
 its keys, in random order (nnkit.datasets.associative_recall); the model is scored on the

@@ -1,4 +1,5 @@
 """Barron's O(1/m) rate (notes §2.4, Theorem 2.7): MSE against width m in d = 2, 8 and 32.
+=======================================================================================
 
     python examples/barron_rate.py            # d = 2, 8, 32; m = 2..32 (about 2 minutes)
     python examples/barron_rate.py --small    # d = 2, 8; m = 2, 8; few steps (smoke test)

@@ -1,4 +1,5 @@
 """Fill in [MASK] with a pretrained BERT checkpoint from a Hugging Face folder.
+============================================================================
 
     huggingface-cli download bert-base-uncased config.json model.safetensors vocab.txt \
         tokenizer_config.json --local-dir bert-base-uncased
@@ -9,6 +10,9 @@ from vocab.txt (+ tokenizer_config.json), the model from config.json + model.saf
 (``BertForPreTraining.from_pretrained``; a masked-LM checkpoint without the next-sentence
 head loads too). Prints, for every [MASK] of each text, the most likely tokens with their
 probabilities.
+
+Not run when the documentation is built: it needs a BERT checkpoint folder downloaded
+from the Hugging Face Hub as above (bert-base-uncased: about 440 MB).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
 """Pretrain a small BERT on three books, then fine-tune its three kinds of head on Alice.
+======================================================================================
 
 Pretraining (notes §6.5) reads sentence pairs [CLS] a [SEP] b [SEP] from the
 documents that ship with nnkit (nnkit.datasets.text.load_documents: Alice in Wonderland,

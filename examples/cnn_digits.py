@@ -1,4 +1,5 @@
 """A LeNet-style CNN on scikit-learn's 8x8 digits: convolution, pooling, Adam.
+===========================================================================
 
     python examples/cnn_digits.py            # 15 epochs, ~97.3% test accuracy, seconds
     python examples/cnn_digits.py --small    # 2 epochs (the smoke test)

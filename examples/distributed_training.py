@@ -1,4 +1,5 @@
 """Data-parallel training and an experiment grid on a Dask cluster (``nk.distributed``).
+=====================================================================================
 
     python examples/distributed_training.py            # 2 local workers
     python examples/distributed_training.py --small    # fewer epochs and loads (smoke test)

@@ -1,4 +1,5 @@
 """The Hopfield network's capacity: the phase transition near alpha = s/n ~ 0.138.
+===============================================================================
 
     python examples/hopfield_capacity.py            # n = 500, 1000, 2000
     python examples/hopfield_capacity.py --small    # n = 200, 400, fewer loads (smoke test)

@@ -1,4 +1,5 @@
 """A Hopfield network recalls handwritten digits from 20% noise (Hebbian storage).
+===============================================================================
 
     python examples/hopfield_digits.py            # 4 digits x 200 noisy probes
     python examples/hopfield_digits.py --small    # 4 digits x 20 probes (the smoke test)

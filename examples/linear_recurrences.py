@@ -1,4 +1,5 @@
 """Linear recurrences trained by the parallel scan: MinGRU and LRU against nn.LSTM.
+================================================================================
 
 Two tasks: scikit-learn's digits read one pixel at a time (T = 64, 10 classes), and the adding
 problem (T = 1000: sum the two marked values; answering 1 scores MSE 1/6). MinGRU and LRU run
@@ -16,11 +17,11 @@ T = 1000 steps is the initialisation of their memory:
   reaches the marked steps. The gate's bias starts at -log u, u ~ U(1, T) ("chrono"
   initialisation, Tallec & Ollivier 2018): z_t ~ 1/u, memories of 1 to T steps, and the
   gate then learns to open at the markers.
-* LRU: for the adding problem |lambda| starts on [1 - 1/T, 1 - 0.1/T] (0.999 .. 0.9999, so
-  |lambda|^T is 0.37 .. 0.90) with phases in [0, pi/T] (a state turns at most half a turn
+* LRU: for the adding problem ``|lambda|`` starts on [1 - 1/T, 1 - 0.1/T] (0.999 .. 0.9999, so
+  ``|lambda|^T`` is 0.37 .. 0.90) with phases in [0, pi/T] (a state turns at most half a turn
   over the sequence, so it can hold a sum). The digits keep the short ring (0.9 .. 0.999,
   phases up to 2 pi), whose oscillations read the pixel positions. The gradient of theta is
-  ~1/(1 - |lambda|) times the others', so, as Orvieto et al. 2023, nu and theta learn at a
+  ``~1/(1 - |lambda|)`` times the others', so, as Orvieto et al. 2023, nu and theta learn at a
   tenth of the learning rate and stay out of the gradient clipping (else their gradient
   would scale every other one down).
 

@@ -1,4 +1,5 @@
 """Activation regions of 2-D ReLU networks, coloured by activation pattern (notes §2.5).
+=====================================================================================
 
 One hidden layer of m units cuts the plane into at most R(m) = 1 + m + C(m, 2) regions
 (Zaslavsky), counted exactly here; a second layer folds them (counted by dense sampling, a

@@ -1,4 +1,5 @@
 """A linear recurrence loses no power if a position-wise MLP reads it (notes §5.2).
+================================================================================
 
     python examples/lru_universality.py            # 600 Adam steps each (about a minute)
     python examples/lru_universality.py --small    # 60 steps (smoke test)

@@ -1,4 +1,5 @@
 """An MLP on scikit-learn's 8x8 digits with Adam: the foundation end to end.
+=========================================================================
 
     python examples/mlp_digits.py            # 30 epochs, ~97% test accuracy
     python examples/mlp_digits.py --small    # a few epochs (the smoke test)

@@ -1,4 +1,5 @@
 """Perceptron updates against Novikoff's bound R^2/gamma^2 over many margins gamma.
+================================================================================
 
     python examples/perceptron_margin.py            # 24 margins x 5 data sets, 2,000 points in R^20
     python examples/perceptron_margin.py --small    # a few margins (the smoke test)

@@ -1,13 +1,14 @@
 """Vanishing and exploding gradients through time (notes §5), and how gates help.
+==============================================================================
 
 For an Elman RNN z_t = phi(U z_{t-1} + V x_t) and a loss on the last state,
-||dL/dz_t|| <= ||dL/dz_T|| (alpha sigma_1(U))^(T-t), alpha = sup |phi'|. With phi = ReLU,
+||dL/dz_t|| <= ||dL/dz_T|| (alpha sigma_1(U))^(T-t), alpha = sup ``|phi'|``. With phi = ReLU,
 U = s I and positive inputs every unit stays active, so the bound holds with equality: the
 gradient shrinks like 0.5^(T-t) for s = 0.5 and grows like 1.5^(T-t) for s = 1.5. The LSTM's
 cell path dL/dc_{t-1} = f * dL/dc_t has no U in it: at torch's default initialisation
 (f ~ 1/2) it vanishes too, but once the forget gate is open (bias 4, f ~ 0.98; GRU: update
 gate z ~ 0.98) the gradient survives 100 steps, whatever sigma_1(U). The gates let the
-network learn when to keep it. nk.optim.clip_grad_norm_ rescales the exploding gradient.
+network learn when to keep it. ``nk.optim.clip_grad_norm_`` rescales the exploding gradient.
 
     python examples/rnn_gradients.py            # T = 100
     python examples/rnn_gradients.py --small    # T = 20 (the smoke test)

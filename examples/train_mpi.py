@@ -1,4 +1,5 @@
 """Synchronous data-parallel training on MPI ranks (``nk.distributed.DistributedDataParallel``).
+=============================================================================================
 
     mpiexec -n 2 python examples/train_mpi.py          # 2 ranks on this machine
     srun python examples/train_mpi.py                  # the ranks of a Slurm allocation

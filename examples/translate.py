@@ -1,4 +1,5 @@
 """Translate number words to digits with an RNN + attention and with a transformer.
+================================================================================
 
 "three hundred five thousand forty two" -> "3 0 5 0 4 2" (nnkit.datasets.translation). Both
 models learn by teacher forcing (predict token i from the reference tokens before it), then

@@ -1,4 +1,5 @@
 """Universal approximation by construction (appendix B, notes §2.5, Theorem 2.11).
+===============================================================================
 
 Steps -> bins -> m bins of sigmoid units approximate g = sin on [0, 10]; the measured mean
 squared error is printed next to the caption of appendix fig. F.B.3 and next to the

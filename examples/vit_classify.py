@@ -1,4 +1,5 @@
 """Classify an image with a pretrained ViT checkpoint from a Hugging Face folder.
+==============================================================================
 
     huggingface-cli download google/vit-base-patch16-224 config.json model.safetensors \
         preprocessor_config.json --local-dir vit-base-patch16-224
@@ -9,6 +10,9 @@ Reads the folder with nnkit alone (no transformers, no torch, no network):
 (the resize, rescale and normalisation the checkpoint was trained with). The image is read
 with Pillow (``pip install pillow``; a .npy array of shape (H, W, 3) works without it).
 Prints the most likely labels with their probabilities.
+
+Not run when the documentation is built: it needs a ViT checkpoint folder downloaded
+from the Hugging Face Hub as above (vit-base-patch16-224: about 350 MB) and an image.
 """
 
 from __future__ import annotations

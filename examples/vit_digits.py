@@ -1,4 +1,5 @@
 """A Vision Transformer on scikit-learn's 8x8 digits, and where its [CLS] token looks.
+===================================================================================
 
     python examples/vit_digits.py            # 30 epochs, >= 95% test accuracy
     python examples/vit_digits.py --small    # 2 epochs (the smoke test)

@@ -4,6 +4,7 @@ Performance table from ``benchmarks/performance.json``."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import re
 import types
@@ -126,9 +127,23 @@ def skip_member(app: Sphinx, what: str, name: str, obj: object, skip: bool,
     return None
 
 
+def class_signature(app: Sphinx, what: str, name: str, obj: object, options: object,
+                    signature: str | None, return_annotation: str | None):
+    """A class's constructor signature as ``inspect.signature`` gives it: autodoc reads
+    ``nn.Module.__new__(cls, *args, **kwargs)`` first and would show every layer as
+    ``(*args, **kwargs)``."""
+    if what != "class" or signature is None or "*args, **kwargs" not in signature:
+        return None
+    try:
+        return str(inspect.signature(obj)), return_annotation
+    except (TypeError, ValueError):
+        return None
+
+
 def setup(app: Sphinx) -> dict[str, object]:
     app.connect("autodoc-process-docstring", escape_bars)
     app.connect("autodoc-skip-member", skip_member)
+    app.connect("autodoc-process-signature", class_signature)
     app.connect("config-inited", write_api_pages)  # before Sphinx looks for the pages
     app.add_directive("performance-table", PerformanceTable)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
