@@ -201,6 +201,22 @@ def check_same_dtype(array, like, *, name: str, like_name: str = "x"):
     return array
 
 
+def check_companion(x, like, *, name: str, like_name: str, shape, what: str,
+                    dtypes=FLOATS):
+    """``x``, an array that goes with ``like`` (an op's second input, say), checked: rank and
+    dtypes as ``check_array``, ``like``'s device and dtype, and ``shape`` exactly (``what``
+    names the layout in the message: "(batch, heads, T)")."""
+    x = check_array(x, name=name, ndim=len(shape), dtype=dtypes)
+    check_same_device(x, like, name=name, like_name=like_name)
+    if x.dtype != like.dtype:
+        raise TypeError(f"{name} must have {like_name}'s dtype ({like.dtype}), got {x.dtype}; "
+                        "cast it")
+    if tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {what} = {tuple(shape)} to match "
+                         f"{like_name} of shape {tuple(like.shape)}, got {tuple(x.shape)}")
+    return x
+
+
 def check_out(out, like, *, name: str = "out", like_name: str = "x", shape=None):
     """Return ``out``, a preallocated result the kernels write in place (unchecked), or raise.
 

@@ -43,8 +43,8 @@ from .._validation import (
     check_bool,
     check_cache,
     check_choice,
+    check_companion,
     check_grad,
-    check_same_device,
     check_scalar,
 )
 from . import linear_attention_chunk as _chunk
@@ -65,14 +65,7 @@ class LinearAttentionCache(NamedTuple):
 
 
 def _check_like(x, q, name, shape, what):
-    x = check_array(x, name=name, ndim=len(shape), dtype=FLOATS)
-    check_same_device(x, q, name=name, like_name="q")
-    if x.dtype != q.dtype:
-        raise TypeError(f"{name} must have q's dtype ({q.dtype}), got {x.dtype}; cast it")
-    if tuple(x.shape) != tuple(shape):
-        raise ValueError(f"{name} must have shape {what} = {tuple(shape)} for q of shape "
-                         f"{tuple(q.shape)}, got {tuple(x.shape)}")
-    return x
+    return check_companion(x, q, name=name, like_name="q", shape=shape, what=what)
 
 
 def _check_g(g, q, delta):

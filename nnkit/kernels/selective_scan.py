@@ -44,6 +44,7 @@ from .._validation import (
     check_array,
     check_bool,
     check_cache,
+    check_companion,
     check_grad,
     check_same_device,
 )
@@ -76,15 +77,7 @@ class SelectiveScanCache(NamedTuple):
 # ---- validation ---------------------------------------------------------------------------
 
 def _check_like(x, u, name, shape, what):
-    """``x`` as an array of u's dtype and device and of ``shape`` (``what`` names it)."""
-    x = check_array(x, name=name, ndim=len(shape), dtype=FLOATS)
-    check_same_device(x, u, name=name, like_name="u")
-    if x.dtype != u.dtype:
-        raise TypeError(f"{name} must have u's dtype ({u.dtype}), got {x.dtype}; cast it")
-    if tuple(x.shape) != tuple(shape):
-        raise ValueError(f"{name} must have shape {what} = {tuple(shape)} to match u of shape "
-                         f"{tuple(u.shape)}, got {tuple(x.shape)}")
-    return x
+    return check_companion(x, u, name=name, like_name="u", shape=shape, what=what)
 
 
 def _check_BC(M, name, u, N):
